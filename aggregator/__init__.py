@@ -1,0 +1,1 @@
+"""onesided aggregator: ingestion, storage, decoding, rounds and releases (flask)."""

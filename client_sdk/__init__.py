@@ -1,0 +1,1 @@
+"""onesided client SDK: on-device encoding, memoized randomization, ledger, sealed transport."""

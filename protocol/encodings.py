@@ -1,0 +1,290 @@
+"""Encodings of a value, or a set of values, as a bit vector.
+
+* :class:`BloomEncoding` (RAPPOR): ``num_bits`` bits, ``num_hashes`` hash
+  functions, ``num_cohorts`` cohorts. Two index derivations:
+
+  - ``"mmh3"`` (ours): bit ``i`` (``0 <= i < num_hashes``) of value ``v`` in
+    cohort ``c`` is ``murmur3_x86_32(v, seed=c * num_hashes + i) mod num_bits``,
+    the hash read as an unsigned 32-bit integer and ``v`` as UTF-8 bytes.
+  - ``"rappor-md5"`` (interop with Google's reference client): with
+    ``d = md5(uint32_be(c) || v)``, bit ``i`` is ``d[i] mod num_bits``
+    (so ``num_hashes <= 16``).
+
+* :class:`DirectEncoding` (unary): one bit per item of a declared domain,
+  one cohort.
+
+A *set* of values (the places visited today) is encoded as the OR of its
+members' vectors.
+
+>>> bloom_bits("home", 0, num_bits=16, num_hashes=2, hashing="rappor-md5")
+[10, 7]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import mmh3
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ParameterError
+
+Hashing = Literal["mmh3", "rappor-md5"]
+HASHINGS: tuple[str, ...] = ("mmh3", "rappor-md5")
+BoolArray = npt.NDArray[np.bool_]
+Value = str | bytes
+
+
+def value_bytes(value: Value, field_name: str = "value") -> bytes:
+    """A value as bytes: ``str`` is UTF-8, ``bytes`` are taken as they are."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise ParameterError(field_name, f"must be str or bytes, got {type(value).__name__}")
+
+
+def bloom_bits(
+    value: Value,
+    cohort: int,
+    *,
+    num_bits: int,
+    num_hashes: int,
+    hashing: Hashing = "mmh3",
+) -> list[int]:
+    """Bit indices of ``value`` in ``cohort`` (the module docstring gives the derivation).
+
+    Args:
+        value: the value; ``str`` is hashed as UTF-8.
+        cohort: the cohort, ``>= 0``.
+        num_bits: the filter size ``m``.
+        num_hashes: how many indices ``k``.
+        hashing: ``"mmh3"`` or ``"rappor-md5"``.
+
+    Returns:
+        ``num_hashes`` indices in ``[0, num_bits)`` (repeats are possible).
+    """
+    data = value_bytes(value)
+    _check_int("cohort", cohort, 0, 2**32 - 1)
+    _check_int("num_bits", num_bits, 1, 2**20)
+    _check_int("num_hashes", num_hashes, 1, 64)
+    if hashing == "mmh3":
+        return [
+            mmh3.hash(data, cohort * num_hashes + i, signed=False) % num_bits
+            for i in range(num_hashes)
+        ]
+    if hashing == "rappor-md5":
+        if num_hashes > 16:
+            raise ParameterError("num_hashes", f"must be <= 16 for rappor-md5, got {num_hashes}")
+        digest = hashlib.md5(struct.pack(">I", cohort) + data).digest()
+        return [digest[i] % num_bits for i in range(num_hashes)]
+    raise ParameterError("hashing", f"must be one of {HASHINGS}, got {hashing!r}")
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ParameterError(name, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ParameterError(name, f"must be in [{low}, {high}], got {value}")
+
+
+def canonical_value(value_or_set: Value | Iterable[Value]) -> bytes:
+    """Canonical bytes of a value or a set, the key of its memoized noise.
+
+    A single value is the set of one. The encoding is ``b"S"``, the member
+    count as uint32_be, then the distinct members sorted bytewise, each as
+    uint32_be length || bytes. The same set always gives the same bytes.
+    """
+    members = sorted(set(as_members(value_or_set)))
+    out = [b"S", struct.pack(">I", len(members))]
+    for m in members:
+        out.append(struct.pack(">I", len(m)) + m)
+    return b"".join(out)
+
+
+def as_members(value_or_set: Value | Iterable[Value]) -> list[bytes]:
+    """The members of a value or a set, as bytes."""
+    if isinstance(value_or_set, str | bytes):
+        return [value_bytes(value_or_set)]
+    if isinstance(value_or_set, Iterable):
+        return [value_bytes(v, "value") for v in value_or_set]
+    raise ParameterError("value", f"must be str, bytes or a set of them, got {type(value_or_set).__name__}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BloomEncoding:
+    """RAPPOR Bloom filter: ``num_bits`` x ``num_hashes`` x ``num_cohorts``."""
+
+    num_bits: int
+    num_hashes: int
+    num_cohorts: int
+    hashing: Hashing = "mmh3"
+    kind: str = field(default="bloom", init=False)
+
+    def __post_init__(self) -> None:
+        _check_int("num_bits", self.num_bits, 1, 4096)
+        _check_int("num_hashes", self.num_hashes, 1, 64)
+        _check_int("num_cohorts", self.num_cohorts, 1, 2**16)
+        if self.num_hashes > self.num_bits:
+            raise ParameterError("num_hashes", f"must be <= num_bits ({self.num_bits}), got {self.num_hashes}")
+        if self.hashing not in HASHINGS:
+            raise ParameterError("hashing", f"must be one of {HASHINGS}, got {self.hashing!r}")
+        if self.hashing == "rappor-md5" and self.num_hashes > 16:
+            raise ParameterError("num_hashes", f"must be <= 16 for rappor-md5, got {self.num_hashes}")
+
+    def bits_of(self, value: Value, cohort: int) -> list[int]:
+        """Indices of one value in one cohort."""
+        self.check_cohort(cohort)
+        return bloom_bits(value, cohort, num_bits=self.num_bits, num_hashes=self.num_hashes, hashing=self.hashing)
+
+    def check_cohort(self, cohort: int) -> None:
+        _check_int("cohort", cohort, 0, self.num_cohorts - 1)
+
+    def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
+        """The OR of the members' filters, as a bool vector of ``num_bits``."""
+        out = np.zeros(self.num_bits, dtype=bool)
+        for member in as_members(value_or_set):
+            out[self.bits_of(member, cohort)] = True
+        return out
+
+    def bit_table(self, values: Sequence[Value]) -> npt.NDArray[np.int64]:
+        """Indices of every value in every cohort: shape ``(num_cohorts, len(values), num_hashes)``.
+
+        The vectorized simulation path encodes millions of clients with it.
+        """
+        table = np.empty((self.num_cohorts, len(values), self.num_hashes), dtype=np.int64)
+        for c in range(self.num_cohorts):
+            for j, v in enumerate(values):
+                table[c, j] = self.bits_of(v, c)
+        return table
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "bloom",
+            "num_bits": self.num_bits,
+            "num_hashes": self.num_hashes,
+            "num_cohorts": self.num_cohorts,
+            "hashing": self.hashing,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class DirectEncoding:
+    """Unary encoding over a declared finite domain: one bit per item, one cohort."""
+
+    domain: tuple[str, ...]
+    kind: str = field(default="direct", init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.domain, tuple) or not self.domain:
+            raise ParameterError("domain", "must be a non-empty tuple of strings")
+        if not all(isinstance(d, str) for d in self.domain):
+            raise ParameterError("domain", "must contain only strings")
+        if len(set(self.domain)) != len(self.domain):
+            raise ParameterError("domain", "must not contain duplicates")
+        if len(self.domain) > 4096:
+            raise ParameterError("domain", f"must have at most 4096 items, got {len(self.domain)}")
+        object.__setattr__(self, "_index", {d.encode("utf-8"): i for i, d in enumerate(self.domain)})
+
+    @property
+    def num_bits(self) -> int:
+        return len(self.domain)
+
+    @property
+    def num_hashes(self) -> int:
+        return 1
+
+    @property
+    def num_cohorts(self) -> int:
+        return 1
+
+    def check_cohort(self, cohort: int) -> None:
+        _check_int("cohort", cohort, 0, 0)
+
+    def bits_of(self, value: Value, cohort: int = 0) -> list[int]:
+        self.check_cohort(cohort)
+        index: dict[bytes, int] = self._index  # type: ignore[attr-defined]
+        key = value_bytes(value)
+        if key not in index:
+            raise ParameterError("value", f"{key!r} is not in the declared domain")
+        return [index[key]]
+
+    def encode(self, value_or_set: Value | Iterable[Value], cohort: int = 0) -> BoolArray:
+        out = np.zeros(self.num_bits, dtype=bool)
+        for member in as_members(value_or_set):
+            out[self.bits_of(member, cohort)] = True
+        return out
+
+    def bit_table(self, values: Sequence[Value]) -> npt.NDArray[np.int64]:
+        return np.array([[self.bits_of(v) for v in values]], dtype=np.int64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "direct", "domain": list(self.domain)}
+
+
+Encoding = BloomEncoding | DirectEncoding
+
+
+def encoding_from_dict(data: dict[str, Any]) -> Encoding:
+    """Inverse of ``to_dict``; errors name the field."""
+    if not isinstance(data, dict):
+        raise ParameterError("encoding", "must be an object")
+    kind = data.get("kind")
+    if kind == "bloom":
+        extra = set(data) - {"kind", "num_bits", "num_hashes", "num_cohorts", "hashing"}
+        if extra:
+            raise ParameterError(f"encoding.{sorted(extra)[0]}", "is not a known field")
+        for name in ("num_bits", "num_hashes", "num_cohorts"):
+            if name not in data:
+                raise ParameterError(f"encoding.{name}", "is required")
+        return BloomEncoding(
+            num_bits=data["num_bits"],
+            num_hashes=data["num_hashes"],
+            num_cohorts=data["num_cohorts"],
+            hashing=data.get("hashing", "mmh3"),
+        )
+    if kind == "direct":
+        domain = data.get("domain")
+        if not isinstance(domain, list):
+            raise ParameterError("encoding.domain", "must be a list of strings")
+        return DirectEncoding(domain=tuple(domain))
+    raise ParameterError("encoding.kind", f"must be 'bloom' or 'direct', got {kind!r}")
+
+
+def encode_population(
+    encoding: Encoding,
+    item_sets: Sequence[Sequence[int]] | npt.NDArray[np.int64],
+    cohorts: npt.NDArray[np.int64],
+    bit_table: npt.NDArray[np.int64],
+) -> BoolArray:
+    """Vectorized encoding of many clients for simulations.
+
+    Args:
+        encoding: the encoding.
+        item_sets: per client, indices into the values behind ``bit_table``;
+            either a ragged list or a 2-D array padded with ``-1``.
+        cohorts: per client, its cohort.
+        bit_table: from ``encoding.bit_table(values)``.
+
+    Returns:
+        ``(clients, num_bits)`` bools, identical to ``encoding.encode`` per client.
+    """
+    n = len(cohorts)
+    out = np.zeros((n, encoding.num_bits), dtype=bool)
+    if isinstance(item_sets, np.ndarray):
+        padded = item_sets
+    else:
+        width = max((len(s) for s in item_sets), default=0)
+        padded = np.full((n, max(width, 1)), -1, dtype=np.int64)
+        for i, s in enumerate(item_sets):
+            padded[i, : len(s)] = s
+    rows, cols = np.nonzero(padded >= 0)
+    items = padded[rows, cols]
+    idx = bit_table[cohorts[rows], items]  # (pairs, k)
+    out[np.repeat(rows, idx.shape[1]), idx.ravel()] = True
+    return out

@@ -1,0 +1,162 @@
+"""Metric parameters: the one record both sides agree on.
+
+A metric is registered at the aggregator, published in the signed config,
+and read by clients. Its parameters are immutable once reports exist; the
+``digest`` binds them into every sealed report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .accounting import Guarantee, ValueKind, guarantee
+from .encodings import BloomEncoding, DirectEncoding, Encoding, encoding_from_dict
+from .errors import ParameterError, PolicyError
+from .randomizers import MODES, Mode, Randomizer
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+VALUE_KINDS: tuple[str, ...] = ("set", "categorical")
+PARAMS_VERSION = 1
+
+
+def canonical_json(data: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8, no NaN: the bytes that are hashed and signed."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ParameterError(name, f"must be an integer in [{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricParams:
+    """Everything about a metric that a report depends on.
+
+    Attributes:
+        name: ``[a-z0-9][a-z0-9_.-]{0,63}``.
+        encoding: Bloom or direct.
+        mode: ``symmetric`` (Laplace), ``asymmetric`` (exponential, one-sided)
+            or ``trusted`` (exact bits; central releases add the noise).
+        level: the initial noise rate (``inf`` for trusted). Rounds raise it.
+        irr_p, irr_q: instantaneous randomized response (see :class:`Randomizer`).
+        value_kind: ``set`` (presence data) or ``categorical`` (one value).
+        none_value: for categorical data, the declared non-sensitive value;
+            required by the asymmetric mode (DESIGN 4).
+        time_precision: seconds per window; estimates are per window.
+        min_batch_size: below this many reports in a window, no estimate.
+    """
+
+    name: str
+    encoding: Encoding
+    mode: Mode
+    level: float
+    irr_p: float | None = None
+    irr_q: float | None = None
+    value_kind: ValueKind = "set"
+    none_value: str | None = None
+    time_precision: int = 86400
+    min_batch_size: int = 100
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise ParameterError("name", f"must match {NAME_PATTERN.pattern}, got {self.name!r}")
+        if not isinstance(self.encoding, BloomEncoding | DirectEncoding):
+            raise ParameterError("encoding", "must be a BloomEncoding or DirectEncoding")
+        if self.mode not in MODES:
+            raise ParameterError("mode", f"must be one of {MODES}, got {self.mode!r}")
+        if self.value_kind not in VALUE_KINDS:
+            raise ParameterError("value_kind", f"must be one of {VALUE_KINDS}, got {self.value_kind!r}")
+        if self.none_value is not None and not isinstance(self.none_value, str):
+            raise ParameterError("none_value", "must be a string or null")
+        if self.none_value is not None and self.value_kind != "categorical":
+            raise ParameterError("none_value", "applies to categorical metrics only")
+        if self.mode == "asymmetric" and self.value_kind == "categorical" and self.none_value is None:
+            raise PolicyError(
+                "mode",
+                "asymmetric randomization reveals true zeros; for single-valued categorical data "
+                "every value is sensitive: declare a non-sensitive none_value or use the symmetric mode",
+            )
+        _check_int("time_precision", self.time_precision, 1, 10**9)
+        _check_int("min_batch_size", self.min_batch_size, 1, 10**9)
+        self.randomizer()  # validates level and IRR
+
+    def randomizer(self, level: float | None = None) -> Randomizer:
+        """The bit randomizer at ``level`` (default: the initial level)."""
+        return Randomizer(
+            mode=self.mode, level=self.level if level is None else level, irr_p=self.irr_p, irr_q=self.irr_q
+        )
+
+    def guarantee(self, level: float | None = None) -> Guarantee:
+        return guarantee(self.randomizer(level), num_hashes=self.encoding.num_hashes, value_kind=self.value_kind)
+
+    @property
+    def num_bits(self) -> int:
+        return self.encoding.num_bits
+
+    @property
+    def num_cohorts(self) -> int:
+        return self.encoding.num_cohorts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": PARAMS_VERSION,
+            "name": self.name,
+            "encoding": self.encoding.to_dict(),
+            "mode": self.mode,
+            "level": None if math.isinf(self.level) else self.level,
+            "irr_p": self.irr_p,
+            "irr_q": self.irr_q,
+            "value_kind": self.value_kind,
+            "none_value": self.none_value,
+            "time_precision": self.time_precision,
+            "min_batch_size": self.min_batch_size,
+        }
+
+    def digest(self) -> str:
+        """Hex SHA-256 of :func:`canonical_json` of :meth:`to_dict`.
+
+        Clients take it from the signed config rather than recomputing it.
+        """
+        return hashlib.sha256(canonical_json(self.to_dict())).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MetricParams:
+        """Validate a JSON object; every error names its field."""
+        if not isinstance(data, dict):
+            raise ParameterError("metric", "must be a JSON object")
+        known = {
+            "version", "name", "encoding", "mode", "level", "irr_p", "irr_q", "value_kind",
+            "none_value", "time_precision", "min_batch_size",
+        }
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ParameterError(unknown[0], "is not a known field")
+        version = data.get("version", PARAMS_VERSION)
+        if version != PARAMS_VERSION:
+            raise ParameterError("version", f"must be {PARAMS_VERSION}, got {version!r}")
+        for required in ("name", "encoding", "mode"):
+            if required not in data:
+                raise ParameterError(required, "is required")
+        mode = data["mode"]
+        level = data.get("level")
+        if level is None:
+            if mode != "trusted":
+                raise ParameterError("level", "is required for symmetric and asymmetric metrics")
+            level = math.inf
+        kwargs: dict[str, Any] = {k: data[k] for k in ("irr_p", "irr_q", "none_value") if k in data}
+        for k in ("value_kind", "time_precision", "min_batch_size"):
+            if k in data:
+                kwargs[k] = data[k]
+        return cls(
+            name=data["name"], encoding=encoding_from_dict(data["encoding"]), mode=mode, level=level, **kwargs
+        )
+
+

@@ -1,0 +1,177 @@
+"""Bit randomizers written as thresholded noise ``[b + V > 1/2]`` (DESIGN 4).
+
+* symmetric (RAPPOR's permanent randomized response): ``V ~ Laplace(1/level)``;
+  a bit flips with probability ``f/2 = exp(-level/2) / 2``.
+* asymmetric (Mangat / the local form of ADP): ``V ~ Exp(level) >= 0``; a
+  true 1 always stays 1, a 0 becomes 1 with probability ``exp(-level/2)``.
+* trusted: no noise, the exact bits (central mechanisms add noise later).
+
+Optional instantaneous randomized response (IRR) is applied afresh on every
+transmission: symmetric RAPPOR ``P(1 | B'=1) = q``, ``P(1 | B'=0) = p``;
+asymmetric one-sided ``1 -> 1``, ``0 -> 1`` w.p. ``q_irr``.
+
+One function serves one client and a million: everything takes arrays of
+shape ``(clients, bits)`` (or ``(bits,)``).
+
+>>> r = Randomizer(mode="symmetric", level=2 * math.log(2))  # f = 0.5
+>>> round(r.f, 12), [round(x, 12) for x in r.probabilities()]
+(0.5, [0.25, 0.75])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ParameterError
+from .relaxation import relax_exponential, relax_laplace
+from .rng import FloatArray, RandomSource, as_rng
+
+Mode = Literal["symmetric", "asymmetric", "trusted"]
+MODES: tuple[str, ...] = ("symmetric", "asymmetric", "trusted")
+BoolArray = npt.NDArray[np.bool_]
+
+
+def _check_probability(name: str, value: float | None, allow_none: bool = True) -> None:
+    if value is None:
+        if not allow_none:
+            raise ParameterError(name, "is required")
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ParameterError(name, f"must be a probability in [0, 1], got {value!r}")
+
+
+def threshold_bits(bits: npt.ArrayLike, noise: npt.ArrayLike) -> BoolArray:
+    """The permanent (memoized) bits: ``b + V > 1/2``."""
+    return np.asarray(bits, dtype=np.float64) + np.asarray(noise, dtype=np.float64) > 0.5
+
+
+def laplace_rate_from_f(f: float) -> float:
+    """RAPPOR's ``f`` as a Laplace rate: ``f/2 = exp(-rate/2)/2`` so ``rate = -2 ln f``."""
+    if not 0.0 < f < 1.0:
+        raise ParameterError("f", f"must be in (0, 1), got {f}")
+    return -2.0 * math.log(f)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Randomizer:
+    """A bit randomizer at one noise level.
+
+    Attributes:
+        mode: ``"symmetric"``, ``"asymmetric"`` or ``"trusted"``.
+        level: the noise rate: Laplace rate (symmetric) or exponential rate
+            (asymmetric); ignored (must be ``inf``) for trusted.
+        irr_p: symmetric IRR ``P(report 1 | permanent 0)``; ``None`` = no IRR.
+        irr_q: symmetric IRR ``P(report 1 | permanent 1)``; asymmetric IRR
+            ``P(report 1 | permanent 0)``; ``None`` = no IRR.
+    """
+
+    mode: Mode
+    level: float
+    irr_p: float | None = None
+    irr_q: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ParameterError("mode", f"must be one of {MODES}, got {self.mode!r}")
+        lv = self.level
+        if isinstance(lv, bool) or not isinstance(lv, int | float) or math.isnan(lv):
+            raise ParameterError("level", f"must be a number, got {lv!r}")
+        if self.mode == "trusted":
+            if not math.isinf(lv):
+                raise ParameterError("level", f"must be inf for the trusted mode, got {lv}")
+            if self.irr_p is not None or self.irr_q is not None:
+                raise ParameterError("irr_q", "must be null for the trusted mode")
+            return
+        if not 0 < lv < math.inf:
+            raise ParameterError("level", f"must be > 0 and finite, got {lv}")
+        _check_probability("irr_p", self.irr_p)
+        _check_probability("irr_q", self.irr_q)
+        if self.mode == "symmetric":
+            if (self.irr_p is None) != (self.irr_q is None):
+                raise ParameterError("irr_q", "irr_p and irr_q go together in the symmetric mode")
+            if self.irr_p is not None and self.irr_q is not None and not self.irr_p < self.irr_q:
+                raise ParameterError("irr_q", f"must be > irr_p ({self.irr_p}), got {self.irr_q}")
+        else:
+            if self.irr_p is not None:
+                raise ParameterError("irr_p", "must be null in the asymmetric mode (1 is always reported 1)")
+            if self.irr_q is not None and self.irr_q >= 1.0:
+                raise ParameterError("irr_q", f"must be < 1, got {self.irr_q}")
+
+    @property
+    def has_irr(self) -> bool:
+        return self.irr_q is not None
+
+    @property
+    def f(self) -> float:
+        """RAPPOR's ``f`` (symmetric) or the 0 -> 1 probability ``q`` (asymmetric): ``exp(-level/2)``."""
+        return 0.0 if math.isinf(self.level) else math.exp(-self.level / 2.0)
+
+    def with_level(self, level: float) -> Randomizer:
+        return Randomizer(mode=self.mode, level=level, irr_p=self.irr_p, irr_q=self.irr_q)
+
+    # --- closed forms -------------------------------------------------
+    def permanent_probabilities(self) -> tuple[float, float]:
+        """``(P(B'=1 | b=0), P(B'=1 | b=1))`` for the memoized bit."""
+        if self.mode == "trusted":
+            return (0.0, 1.0)
+        if self.mode == "symmetric":
+            return (self.f / 2.0, 1.0 - self.f / 2.0)
+        return (self.f, 1.0)
+
+    def probabilities(self) -> tuple[float, float]:
+        """``(p*, q*) = (P(report 1 | b=0), P(report 1 | b=1))`` including the IRR."""
+        p0, p1 = self.permanent_probabilities()
+        if not self.has_irr:
+            return (p0, p1)
+        q = float(self.irr_q)  # type: ignore[arg-type]
+        p = 0.0 if self.mode == "asymmetric" else float(self.irr_p)  # type: ignore[arg-type]
+        if self.mode == "asymmetric":
+            return (p0 + (1 - p0) * q, 1.0)
+        return (p0 * q + (1 - p0) * p, p1 * q + (1 - p1) * p)
+
+    # --- sampling -----------------------------------------------------
+    def draw_noise(self, shape: int | tuple[int, ...], rng: RandomSource | None = None) -> FloatArray:
+        """Fresh memoized noise ``V`` at this level (one uniform per bit)."""
+        source = as_rng(rng)
+        if self.mode == "symmetric":
+            return source.laplace(self.level, shape)
+        if self.mode == "asymmetric":
+            return source.exponential(self.level, shape)
+        return np.zeros(shape)
+
+    def relax_noise(self, noise: npt.ArrayLike, level_to: float, rng: RandomSource | None = None) -> FloatArray:
+        """The lazy step from this level to ``level_to`` (Laplace or exponential)."""
+        if self.mode == "symmetric":
+            return relax_laplace(noise, self.level, level_to, rng)
+        if self.mode == "asymmetric":
+            return relax_exponential(noise, self.level, level_to, rng)
+        raise ParameterError("mode", "the trusted mode has no noise to relax")
+
+    def permanent(self, bits: npt.ArrayLike, noise: npt.ArrayLike) -> BoolArray:
+        """Memoized bits ``[b + V > 1/2]``; never leaves the device."""
+        return threshold_bits(bits, noise)
+
+    def instantaneous(self, permanent: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
+        """The IRR, fresh per transmission: one uniform per bit when the IRR is on."""
+        perm = np.asarray(permanent, dtype=bool)
+        if not self.has_irr:
+            return perm.copy()
+        u = as_rng(rng).uniform(perm.shape)
+        if self.mode == "asymmetric":
+            return perm | (u < float(self.irr_q))  # type: ignore[arg-type]
+        return u < np.where(perm, float(self.irr_q), float(self.irr_p))  # type: ignore[arg-type]
+
+    def report(self, bits: npt.ArrayLike, noise: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
+        """What is sent: IRR of the permanent bits. ``rng`` feeds the IRR only."""
+        return self.instantaneous(self.permanent(bits, noise), rng)
+
+    def simulate(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
+        """Fresh noise, then :meth:`report`: the one-shot path for simulations."""
+        b = np.asarray(bits, dtype=bool)
+        source = as_rng(rng)
+        return self.report(b, self.draw_noise(b.shape, source), source)

@@ -1,0 +1,182 @@
+"""Lazy Markov steps that relax (or tighten) memoized noise.
+
+Relaxing replaces noise ``V1`` drawn at level ``e1`` with ``V2`` drawn
+*conditionally on* ``V1`` so that ``V2`` has exactly the one-shot law at the
+looser level ``e2 > e1`` and the pair ``(V1, V2)`` reveals no more than
+``V2`` alone (gradual-release paper, Sec. 3). Tightening goes the other way
+to make a more private copy for a less trusted party (eq. 28).
+
+Every function takes arrays and returns arrays of the same shape, draws a
+fixed number of uniform arrays from ``rng`` (so keyed streams are portable),
+and uses the secure default source when ``rng`` is ``None``.
+
+Levels are rates: the Laplace rate ``eps`` (scale ``1/eps``), the
+exponential rate ``L``, the geometric rate with ``P(G >= n) = exp(-eps n)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ParameterError, TighteningRefused
+from .rng import FloatArray, RandomSource, as_rng
+
+IntArray = npt.NDArray[np.int64]
+
+
+def _check_levels(low: float, high: float, low_name: str, high_name: str) -> None:
+    for name, value in ((low_name, low), (high_name, high)):
+        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+            raise ParameterError(name, f"must be a number, got {value!r}")
+        if not value > 0:
+            raise ParameterError(name, f"must be > 0, got {value}")
+    if not math.isfinite(low):
+        raise ParameterError(low_name, f"must be finite, got {low}")
+    if high < low:
+        raise TighteningRefused(current=low, requested=high)
+
+
+def relax_laplace(
+    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+) -> FloatArray:
+    """RelaxPrivacy (Algorithm 1 of the gradual-release paper), vectorized.
+
+    Given ``x = V1 ~ Laplace(1/e1)``, returns ``V2`` with law (25):
+    ``V2 = x`` w.p. ``(e1/e2) exp(-(e2-e1)|x|)``; otherwise ``sgn(x) z`` with
+    ``z`` from one of three exponential pieces (below 0, on ``[0,|x|]``,
+    beyond ``|x|``). ``V2 ~ Laplace(1/e2)`` and ``corr(V1, V2) = e1/e2``.
+    ``eps_to = inf`` returns zeros (the truth). Two uniforms per element.
+    """
+    x = np.asarray(noise, dtype=np.float64)
+    _check_levels(eps_from, eps_to, "eps_from", "eps_to")
+    source = as_rng(rng)
+    u_case = source.uniform(x.shape)
+    u_draw = source.uniform(x.shape)
+    if math.isinf(eps_to):
+        return np.zeros_like(x)
+    if eps_to == eps_from:
+        return x.copy()
+    e1, e2 = float(eps_from), float(eps_to)
+    ax = np.abs(x)
+    sign = np.where(x < 0, -1.0, 1.0)
+    r, s = e2 - e1, e1 + e2
+    decay = np.exp(-r * ax)
+    p_stay = (e1 / e2) * decay
+    p_flip = r / (2 * e2)
+    p_inner = s / (2 * e2) * (1.0 - decay)
+    # case 2: z <= 0 with density ~ exp(s z)      -> z = log(u)/s
+    z_flip = np.log(u_draw) / s
+    # case 3: z in [0, |x|] with density ~ exp(-r z) -> inverse CDF, stable form
+    z_inner = -np.log1p(u_draw * np.expm1(-r * ax)) / r
+    # case 4: z >= |x| with density ~ exp(-s z)   -> |x| + Exp(s)
+    z_outer = ax - np.log(u_draw) / s
+    t1 = p_stay
+    t2 = t1 + p_flip
+    t3 = t2 + p_inner
+    z = np.where(u_case < t2, z_flip, np.where(u_case < t3, z_inner, z_outer))
+    return np.where(u_case < t1, x, sign * z)
+
+
+def tighten_laplace(
+    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+) -> FloatArray:
+    """A more private copy (eq. 28): from ``V2`` at ``eps_from`` to ``V1`` at ``eps_to < eps_from``.
+
+    ``V1 = V2`` w.p. ``(e1/e2)^2``, else ``V2 + Laplace(1/e1)``. Two uniforms per element.
+    """
+    y = np.asarray(noise, dtype=np.float64)
+    _check_levels(eps_to, eps_from, "eps_to", "eps_from")
+    source = as_rng(rng)
+    u_case = source.uniform(y.shape)
+    extra = source.laplace(eps_to, y.shape)
+    if math.isinf(eps_from):
+        return y + extra
+    keep = u_case < (eps_to / eps_from) ** 2
+    return np.where(keep, y, y + extra)
+
+
+def relax_exponential(
+    noise: npt.ArrayLike, rate_from: float, rate_to: float, rng: RandomSource | None = None
+) -> FloatArray:
+    """``V2 = min(V1, E)`` with ``E ~ Exp(rate_to - rate_from)``: ``V2 ~ Exp(rate_to)``.
+
+    The minimum of independent exponentials is exponential with the summed
+    rate; ``P(V2 = V1) = rate_from / rate_to``. Conversely ``V1 = V2 + W``
+    with ``W`` independent of ``V2`` (see :func:`tighten_exponential`), so
+    the pair is a post-processing of ``V2``: releasing both costs the last
+    level only. One uniform per element.
+    """
+    x = np.asarray(noise, dtype=np.float64)
+    _check_levels(rate_from, rate_to, "rate_from", "rate_to")
+    source = as_rng(rng)
+    u = source.uniform(x.shape)
+    if math.isinf(rate_to):
+        return np.zeros_like(x)
+    if rate_to == rate_from:
+        return x.copy()
+    fresh = -np.log(u) / (rate_to - rate_from)
+    return np.minimum(x, fresh)
+
+
+def tighten_exponential(
+    noise: npt.ArrayLike, rate_from: float, rate_to: float, rng: RandomSource | None = None
+) -> FloatArray:
+    """From ``V2 ~ Exp(rate_from)`` to ``V1 = V2 + W ~ Exp(rate_to)``, ``rate_to < rate_from``.
+
+    ``W = 0`` w.p. ``rate_to / rate_from``, else ``W ~ Exp(rate_to)``. Two uniforms per element.
+    """
+    y = np.asarray(noise, dtype=np.float64)
+    _check_levels(rate_to, rate_from, "rate_to", "rate_from")
+    source = as_rng(rng)
+    u_case = source.uniform(y.shape)
+    extra = source.exponential(rate_to, y.shape)
+    keep = u_case < (0.0 if math.isinf(rate_from) else rate_to / rate_from)
+    return np.where(keep, y, y + extra)
+
+
+def relax_geometric(
+    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+) -> IntArray:
+    """``G2 = min(G1, H)`` with ``P(H >= n) = exp(-(e2 - e1) n)``: ``P(G2 >= n) = exp(-e2 n)``.
+
+    The discrete analogue of :func:`relax_exponential`. One uniform per element.
+    """
+    g = np.asarray(noise)
+    if g.size and not np.issubdtype(g.dtype, np.integer):
+        raise ParameterError("noise", "must be integers for the geometric step")
+    g = g.astype(np.int64)
+    _check_levels(eps_from, eps_to, "eps_from", "eps_to")
+    source = as_rng(rng)
+    u = source.uniform(g.shape)
+    if math.isinf(eps_to):
+        return np.zeros_like(g)
+    if eps_to == eps_from:
+        return g.copy()
+    fresh = np.floor(-np.log(u) / (eps_to - eps_from)).astype(np.int64)
+    return np.minimum(g, fresh)
+
+
+def tighten_geometric(
+    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+) -> IntArray:
+    """From ``G2`` at ``eps_from`` to ``G1 = G2 + W`` at ``eps_to < eps_from``.
+
+    With ``a = exp(-e1)``, ``b = exp(-e2)``: ``W = 0`` w.p. ``b(1-a) / (a(1-b))``,
+    else ``W`` is geometric at ``e1`` (PGF check: the product is the ``e1`` law).
+    Two uniforms per element.
+    """
+    g = np.asarray(noise)
+    if g.size and not np.issubdtype(g.dtype, np.integer):
+        raise ParameterError("noise", "must be integers for the geometric step")
+    g = g.astype(np.int64)
+    _check_levels(eps_to, eps_from, "eps_to", "eps_from")
+    source = as_rng(rng)
+    u_case = source.uniform(g.shape)
+    extra = source.geometric(eps_to, g.shape)
+    a = math.exp(-eps_to)
+    b = 0.0 if math.isinf(eps_from) else math.exp(-eps_from)
+    p_keep = b * (1 - a) / (a * (1 - b))
+    return np.where(u_case < p_keep, g, g + extra)

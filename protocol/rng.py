@@ -1,0 +1,188 @@
+"""One randomness interface, injected everywhere.
+
+Three sources implement :class:`RandomSource`:
+
+* :class:`SecureRandom` (the default wherever ``rng=None``): uniforms from
+  ``os.urandom``, vectorized.
+* :class:`SeededRandom`: a seeded NumPy ``Generator`` (PCG64) for tests and
+  simulations. It is never the global ``np.random`` state.
+* :class:`KeyedRandom`: deterministic uniforms derived from a client secret,
+  for memoized noise (DESIGN 4, RAPPOR's permanent randomized response).
+
+All samplers (exponential, Laplace, geometric, Bernoulli) are written once,
+on top of :meth:`RandomSource.uniform`, by inversion. Every sampler draws a
+fixed number of uniforms per output element, whatever the values, so a keyed
+stream is reproducible by a port in another language.
+
+Uniform doubles are made from 64-bit words ``w`` as ``((w >> 11) + 0.5) / 2**53``:
+53 random bits, strictly inside (0, 1), so ``log(u)`` is always finite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import struct
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ParameterError
+
+FloatArray = npt.NDArray[np.float64]
+Shape = int | tuple[int, ...]
+
+_TWO53 = float(2**53)
+
+
+def words_to_uniforms(words: npt.NDArray[np.uint64]) -> FloatArray:
+    """Map 64-bit words to doubles strictly inside (0, 1): ``((w >> 11) + 0.5) / 2**53``."""
+    return ((words >> np.uint64(11)).astype(np.float64) + 0.5) / _TWO53
+
+
+def _size_of(shape: Shape) -> int:
+    return int(np.prod(shape)) if isinstance(shape, tuple) else int(shape)
+
+
+class RandomSource(ABC):
+    """Uniforms in (0, 1) plus the samplers built on them by inversion."""
+
+    @abstractmethod
+    def uniform(self, shape: Shape) -> FloatArray:
+        """Independent uniforms strictly inside (0, 1)."""
+
+    def exponential(self, rate: float | FloatArray, shape: Shape) -> FloatArray:
+        """Exponential with the given rate (mean ``1/rate``): ``-log(u) / rate``."""
+        return -np.log(self.uniform(shape)) / rate
+
+    def laplace(self, rate: float | FloatArray, shape: Shape) -> FloatArray:
+        """Laplace(0, 1/rate), density ``rate/2 * exp(-rate |x|)``.
+
+        Inversion with one uniform: ``-sign(u - 1/2) log(1 - 2|u - 1/2|) / rate``.
+        """
+        u = self.uniform(shape) - 0.5
+        return -np.sign(u) * np.log1p(-2.0 * np.abs(u)) / rate
+
+    def geometric(self, rate: float | FloatArray, shape: Shape) -> npt.NDArray[np.int64]:
+        """One-sided geometric on {0, 1, ...} with ``P(G >= n) = exp(-rate n)``.
+
+        ``floor(-log(u) / rate)``: used for memoized noise and simulations.
+        Published integers on the central side use the exact integer
+        samplers of :mod:`protocol.central` instead.
+        """
+        return np.floor(-np.log(self.uniform(shape)) / rate).astype(np.int64)
+
+    def bernoulli(self, p: float | FloatArray, shape: Shape) -> npt.NDArray[np.bool_]:
+        """True with probability ``p``: ``u < p``."""
+        return self.uniform(shape) < p
+
+    def integers(self, high: int, shape: Shape) -> npt.NDArray[np.int64]:
+        """Uniform integers in ``[0, high)`` (``floor(u * high)``)."""
+        if high < 1:
+            raise ParameterError("high", f"must be >= 1, got {high}")
+        return np.minimum(np.floor(self.uniform(shape) * high), high - 1).astype(np.int64)
+
+
+class SecureRandom(RandomSource):
+    """Uniforms from the operating system's CSPRNG (``os.urandom``)."""
+
+    def uniform(self, shape: Shape) -> FloatArray:
+        n = _size_of(shape)
+        words = np.frombuffer(os.urandom(8 * n), dtype="<u8")
+        return words_to_uniforms(words).reshape(shape)
+
+
+class SeededRandom(RandomSource):
+    """A seeded PCG64 stream, for tests and simulations (never for real clients)."""
+
+    def __init__(self, seed: int | np.random.SeedSequence) -> None:
+        self.generator = np.random.Generator(np.random.PCG64(seed))
+
+    def uniform(self, shape: Shape) -> FloatArray:
+        words = self.generator.integers(0, 2**64, size=shape, dtype=np.uint64, endpoint=False)
+        return words_to_uniforms(np.asarray(words, dtype=np.uint64))
+
+    def spawn(self, n: int) -> list[SeededRandom]:
+        """``n`` independent child streams (for parallel simulations)."""
+        return [SeededRandom(s) for s in self.generator.bit_generator.seed_seq.spawn(n)]  # type: ignore[attr-defined]
+
+
+def _field(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def noise_seed(secret: bytes, metric: str, canonical_value: bytes, step: int) -> bytes:
+    """The 32-byte seed of one memoized-noise stream.
+
+    ``HMAC-SHA256(secret, b"onesided/noise/v1" || len32(metric) || metric ||
+    len32(value) || value || uint32_be(step))`` with ``len32`` a 4-byte
+    big-endian length. ``step`` 0 is the first draw; step ``s`` feeds the
+    ``s``-th relaxation.
+    """
+    if step < 0:
+        raise ParameterError("step", f"must be >= 0, got {step}")
+    msg = (
+        b"onesided/noise/v1"
+        + _field(metric.encode("utf-8"))
+        + _field(canonical_value)
+        + struct.pack(">I", step)
+    )
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+class KeyedRandom(RandomSource):
+    """Deterministic uniforms for memoized noise (DESIGN 4).
+
+    The stream is ``SHAKE-256(noise_seed(...))`` read as little-endian 64-bit
+    words, each mapped by :func:`words_to_uniforms`. Bit ``j`` of a vector of
+    ``m`` bits takes word ``d * m + j`` for its ``d``-th draw, because every
+    sampler here draws its uniforms array by array. One HMAC per
+    (metric, value, step) instead of one per bit keeps a report fast; the
+    bit index enters through the position in the stream.
+    """
+
+    def __init__(self, seed: bytes) -> None:
+        if len(seed) < 16:
+            raise ParameterError("seed", f"must be at least 16 bytes, got {len(seed)}")
+        self._shake = hashlib.shake_256(seed)
+        self._offset = 0
+        self._buffer = b""
+
+    @classmethod
+    def for_value(cls, secret: bytes, metric: str, canonical_value: bytes, step: int) -> KeyedRandom:
+        return cls(noise_seed(secret, metric, canonical_value, step))
+
+    def uniform(self, shape: Shape) -> FloatArray:
+        n = _size_of(shape)
+        end = self._offset + 8 * n
+        if end > len(self._buffer):
+            self._buffer = self._shake.digest(max(end, 2 * len(self._buffer), 1024))
+        chunk = self._buffer[self._offset : end]
+        self._offset = end
+        return words_to_uniforms(np.frombuffer(chunk, dtype="<u8")).reshape(shape)
+
+
+def as_rng(rng: RandomSource | int | None) -> RandomSource:
+    """``None`` -> :class:`SecureRandom`; an ``int`` -> :class:`SeededRandom`; a source as is."""
+    if rng is None:
+        return SecureRandom()
+    if isinstance(rng, RandomSource):
+        return rng
+    if isinstance(rng, int | np.integer) and not isinstance(rng, bool):
+        return SeededRandom(int(rng))
+    raise ParameterError("rng", f"must be a RandomSource, an int seed or None, got {type(rng).__name__}")
+
+
+__all__: list[Any] = [
+    "FloatArray",
+    "KeyedRandom",
+    "RandomSource",
+    "SecureRandom",
+    "SeededRandom",
+    "as_rng",
+    "noise_seed",
+    "words_to_uniforms",
+]
