@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,6 +39,7 @@ __all__ = [
     "check_sequence_privacy",
     "guarantee",
     "laplace_rate_from_f",
+    "report_epsilon",
     "round_up",
     "sequence_bit_epsilon",
     "sequence_pattern_probabilities",
@@ -83,14 +85,25 @@ def bit_epsilon(mode: Mode, level: float) -> float:
     raise ParameterError("mode", f"unknown mode {mode!r}")
 
 
-def _transmission_bit_epsilons(r: Randomizer) -> tuple[float, float]:
-    """``(eps for a 0 -> 1 change, eps for a 1 -> 0 change)`` of one transmitted bit."""
-    p_star, q_star = r.probabilities()
-    if r.mode == "asymmetric":
-        # P(z | b=1) / P(z | b=0) is 1/p* at z=1 and 0 at z=0: only one direction.
-        return (math.log(1.0 / p_star), math.log(1.0 / p_star))
-    up = max(math.log(q_star / p_star), math.log((1 - p_star) / (1 - q_star)))
-    return (up, up)
+def report_epsilon(
+    p_star: float, q_star: float, *, mode: Mode, value_kind: ValueKind, num_hashes: int
+) -> float:
+    """Epsilon of one vector of independent bits with ``P(1|0) = p*``, ``P(1|1) = q*`` (unrounded).
+
+    * symmetric, categorical (value replaced; ``k`` bits go up, ``k`` down):
+      ``k ln(q*(1-p*) / (p*(1-q*)))`` (RAPPOR's formula; tight when the two
+      values' bits are disjoint).
+    * symmetric, set (one member added or removed; up to ``k`` bits move in
+      one direction): ``k max(ln(q*/p*), ln((1-p*)/(1-q*)))``.
+    * asymmetric (one member removed, ADP): ``k ln(1/p*)``; the other
+      direction is the declared non-sensitive leak.
+    """
+    k = num_hashes
+    if mode == "asymmetric":
+        return k * math.log(1.0 / p_star)
+    if value_kind == "categorical":
+        return k * math.log(q_star * (1.0 - p_star) / (p_star * (1.0 - q_star)))
+    return k * max(math.log(q_star / p_star), math.log((1.0 - p_star) / (1.0 - q_star)))
 
 
 @dataclass(frozen=True)
@@ -117,12 +130,11 @@ class Guarantee:
     reveals: str
 
 
-def _multiplier(value_kind: ValueKind, mode: Mode, num_hashes: int) -> tuple[int, str]:
-    if value_kind == "set" or mode == "asymmetric":
-        return num_hashes, (
-            "one member added to or removed from the set" if mode != "asymmetric"
-            else "one member removed from the set (S' subset of S)"
-        )
+def _neighbour(value_kind: ValueKind, mode: Mode, num_hashes: int) -> tuple[int, str]:
+    if mode == "asymmetric":
+        return num_hashes, "one member removed from the set (S' subset of S)"
+    if value_kind == "set":
+        return num_hashes, "one member added to or removed from the set"
     return 2 * num_hashes, "the value replaced by another value"
 
 
@@ -131,16 +143,20 @@ def guarantee(
 ) -> Guarantee:
     """The guarantee record of one configuration at ``randomizer.level``."""
     mode = randomizer.mode
-    mult, neighbour = _multiplier(value_kind, mode, num_hashes)
+    bits_changed, neighbour = _neighbour(value_kind, mode, num_hashes)
     if mode == "trusted":
         return Guarantee(
-            mode, math.inf, math.inf, math.inf, math.inf, mult, neighbour,
+            mode, math.inf, math.inf, math.inf, math.inf, bits_changed, neighbour,
             "nothing on the device: the aggregator is trusted with exact contributions; "
             "privacy comes from the central release mechanism",
             "everything, to the aggregator",
         )
-    e_bit = bit_epsilon(mode, randomizer.level)
-    e_tx = _transmission_bit_epsilons(randomizer)[0]
+    per_report = report_epsilon(
+        *randomizer.probabilities(), mode=mode, value_kind=value_kind, num_hashes=num_hashes
+    )
+    longitudinal = report_epsilon(
+        *randomizer.permanent_probabilities(), mode=mode, value_kind=value_kind, num_hashes=num_hashes
+    )
     if mode == "asymmetric":
         protects = "that an item IS in the set (a reported 1 may be noise)"
         reveals = "that an item is NOT in the set, when its bits are reported 0 (a 0 is always true)"
@@ -150,10 +166,10 @@ def guarantee(
     return Guarantee(
         mode=mode,
         level=randomizer.level,
-        epsilon_bit=round_up(e_bit),
-        epsilon_per_report=round_up(mult * min(e_tx, e_bit)),
-        epsilon_longitudinal=round_up(mult * e_bit),
-        bits_changed=mult,
+        epsilon_bit=round_up(bit_epsilon(mode, randomizer.level)),
+        epsilon_per_report=round_up(per_report),
+        epsilon_longitudinal=round_up(longitudinal),
+        bits_changed=bits_changed,
         neighbour=neighbour,
         protects=protects,
         reveals=reveals,
@@ -187,7 +203,7 @@ def _kernel_density(x: float, y: float, e1: float, e2: float) -> float:
     return c * math.exp(-e1 * abs(y - x) - e2 * abs(y) + e1 * abs(x))
 
 
-def _quad(func, low: float, high: float, points: list[float]) -> float:  # type: ignore[no-untyped-def]
+def _quad(func: Callable[[float], float], low: float, high: float, points: list[float]) -> float:
     """Integrate over [low, high] split at ``points`` (finite pieces use breakpoints)."""
     cuts = sorted({p for p in points if low < p < high})
     edges = [low, *cuts, high]

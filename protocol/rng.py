@@ -14,8 +14,9 @@ on top of :meth:`RandomSource.uniform`, by inversion. Every sampler draws a
 fixed number of uniforms per output element, whatever the values, so a keyed
 stream is reproducible by a port in another language.
 
-Uniform doubles are made from 64-bit words ``w`` as ``((w >> 11) + 0.5) / 2**53``:
-53 random bits, strictly inside (0, 1), so ``log(u)`` is always finite.
+Uniform doubles are made from 64-bit words ``w`` as ``((w >> 12) + 0.5) / 2**52``:
+52 random bits, strictly inside (0, 1) and exactly representable (the largest
+is ``1 - 2**-53``), so ``log(u)`` and ``log(1 - u)`` are always finite.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ from .errors import ParameterError
 FloatArray = npt.NDArray[np.float64]
 Shape = int | tuple[int, ...]
 
-_TWO53 = float(2**53)
+_TWO52 = float(2**52)
 
 
 def words_to_uniforms(words: npt.NDArray[np.uint64]) -> FloatArray:
-    """Map 64-bit words to doubles strictly inside (0, 1): ``((w >> 11) + 0.5) / 2**53``."""
-    return ((words >> np.uint64(11)).astype(np.float64) + 0.5) / _TWO53
+    """Map 64-bit words to doubles strictly inside (0, 1): ``((w >> 12) + 0.5) / 2**52``."""
+    return ((words >> np.uint64(12)).astype(np.float64) + 0.5) / _TWO52
 
 
 def _size_of(shape: Shape) -> int:

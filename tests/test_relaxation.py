@@ -1,0 +1,140 @@
+"""Lazy Markov relaxation and tightening steps (DESIGN 5).
+
+Statistical tests use fixed seeds; each states its false-failure rate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from protocol import (
+    relax_exponential,
+    relax_geometric,
+    relax_laplace,
+    tighten_exponential,
+    tighten_geometric,
+    tighten_laplace,
+)
+from protocol.errors import ParameterError, TighteningRefused
+from protocol.rng import KeyedRandom, SeededRandom
+
+N = 300_000
+KS_ALPHA = 1e-6  # each KS test: false-failure rate 1e-6 under the null
+
+
+def _ks(sample: np.ndarray, dist) -> float:  # type: ignore[no-untyped-def]
+    return float(stats.kstest(sample, dist.cdf).pvalue)
+
+
+def test_laplace_relaxation_has_one_shot_law_and_correlation() -> None:
+    rng = SeededRandom(101)
+    v1 = rng.laplace(1.0, N)
+    v2 = relax_laplace(v1, 1.0, 2.5, rng)
+    assert _ks(v2, stats.laplace(scale=1 / 2.5)) > KS_ALPHA
+    # corr(V1, V2) = e1/e2 = 0.4; sd of the sample correlation ~ 1/sqrt(N) ~ 0.002: 0.012 is > 6 sigma.
+    assert abs(np.corrcoef(v1, v2)[0, 1] - 0.4) < 0.012
+    assert abs(v2.var() - 2 / 2.5**2) < 0.01
+
+
+def test_laplace_chain_matches_single_step() -> None:
+    rng = SeededRandom(102)
+    v1 = rng.laplace(0.5, N)
+    chained = relax_laplace(relax_laplace(v1, 0.5, 1.0, rng), 1.0, 2.0, rng)
+    direct = relax_laplace(v1, 0.5, 2.0, rng)
+    # Two-sample KS on the joint behaviour through V1: compare V3 and corr with V1.
+    assert stats.ks_2samp(chained, direct).pvalue > KS_ALPHA
+    assert abs(np.corrcoef(v1, chained)[0, 1] - 0.25) < 0.012
+    assert abs(np.corrcoef(v1, direct)[0, 1] - 0.25) < 0.012
+    # The pair (V1, V3) has the same law either way: KS on V3 restricted to V1 > 1.
+    sel = v1 > 1.0
+    assert stats.ks_2samp(chained[sel], direct[sel]).pvalue > KS_ALPHA
+
+
+def test_laplace_tightening_gives_the_tighter_law() -> None:
+    rng = SeededRandom(103)
+    v2 = rng.laplace(3.0, N)
+    v1 = tighten_laplace(v2, 3.0, 1.0, rng)
+    assert _ks(v1, stats.laplace(scale=1.0)) > KS_ALPHA
+    # P(V1 = V2) = (e1/e2)^2 = 1/9; binomial 6 sigma.
+    p = (1.0 / 3.0) ** 2
+    assert abs((v1 == v2).mean() - p) < 6 * math.sqrt(p * (1 - p) / N)
+
+
+def test_exponential_relaxation() -> None:
+    rng = SeededRandom(104)
+    v1 = rng.exponential(1.0, N)
+    v2 = relax_exponential(v1, 1.0, 4.0, rng)
+    assert _ks(v2, stats.expon(scale=0.25)) > KS_ALPHA
+    p = 1.0 / 4.0  # P(V2 = V1) = L1 / L2
+    assert abs((v2 == v1).mean() - p) < 6 * math.sqrt(p * (1 - p) / N)
+    assert np.all(v2 <= v1)
+    v3 = relax_exponential(v2, 4.0, 6.0, rng)
+    direct = relax_exponential(v1, 1.0, 6.0, rng)
+    assert stats.ks_2samp(v3, direct).pvalue > KS_ALPHA
+    p = 1.0 / 6.0
+    assert abs((v3 == v1).mean() - p) < 6 * math.sqrt(p * (1 - p) / N)
+
+
+def test_exponential_tightening() -> None:
+    rng = SeededRandom(105)
+    v2 = rng.exponential(5.0, N)
+    v1 = tighten_exponential(v2, 5.0, 2.0, rng)
+    assert _ks(v1, stats.expon(scale=0.5)) > KS_ALPHA
+    p = 2.0 / 5.0
+    assert abs((v1 == v2).mean() - p) < 6 * math.sqrt(p * (1 - p) / N)
+
+
+def _geometric_pmf_check(sample: np.ndarray, eps: float) -> None:
+    # Chi-square goodness of fit on {0..K-1, >=K} at alpha = 1e-6 (false-failure rate 1e-6).
+    a = math.exp(-eps)
+    K = 8
+    probs = [(1 - a) * a**n for n in range(K)] + [a**K]
+    observed = [int((sample == n).sum()) for n in range(K)] + [int((sample >= K).sum())]
+    expected = np.array(probs) * len(sample)
+    assert stats.chisquare(observed, expected).pvalue > 1e-6
+
+
+def test_geometric_relax_and_tighten() -> None:
+    rng = SeededRandom(106)
+    g1 = rng.geometric(0.4, N)
+    _geometric_pmf_check(g1, 0.4)
+    g2 = relax_geometric(g1, 0.4, 1.1, rng)
+    _geometric_pmf_check(g2, 1.1)
+    assert np.all(g2 <= g1)
+    back = tighten_geometric(g2, 1.1, 0.4, rng)
+    _geometric_pmf_check(back, 0.4)
+
+
+def test_infinite_level_returns_the_truth() -> None:
+    rng = SeededRandom(107)
+    assert np.all(relax_laplace(rng.laplace(1.0, 10), 1.0, math.inf, rng) == 0)
+    assert np.all(relax_exponential(rng.exponential(1.0, 10), 1.0, math.inf, rng) == 0)
+
+
+def test_same_level_is_identity_and_lower_level_is_refused() -> None:
+    v = np.array([0.3, -1.2])
+    assert np.array_equal(relax_laplace(v, 2.0, 2.0, SeededRandom(1)), v)
+    with pytest.raises(TighteningRefused):
+        relax_laplace(v, 2.0, 1.0)
+    with pytest.raises(TighteningRefused):
+        relax_exponential(np.abs(v), 2.0, 1.0)
+    with pytest.raises(TighteningRefused):
+        tighten_laplace(v, 1.0, 2.0)
+    with pytest.raises(ParameterError) as err:
+        relax_laplace(v, 0.0, 1.0)
+    assert err.value.field == "eps_from"
+    with pytest.raises(ParameterError) as err:
+        relax_geometric(np.array([0.5]), 1.0, 2.0)
+    assert err.value.field == "noise"
+
+
+def test_keyed_relaxation_is_reproducible() -> None:
+    secret = bytes(32)
+    v1 = KeyedRandom.for_value(secret, "m", b"v", 0).laplace(1.0, 64)
+    a = relax_laplace(v1, 1.0, 2.0, KeyedRandom.for_value(secret, "m", b"v", 1))
+    b = relax_laplace(v1, 1.0, 2.0, KeyedRandom.for_value(secret, "m", b"v", 1))
+    assert np.array_equal(a, b)
