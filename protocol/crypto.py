@@ -1,0 +1,382 @@
+"""Crypto envelopes: sealed reports, signed documents, aggregator keys, blobs at rest.
+
+All primitives come from ``cryptography`` (DESIGN 10); the exact byte
+layouts are specified in ``docs/wire.md`` sections 1, 6, 8 and 9.
+
+* Sealing (DAP-like, HPKE-style base mode): ephemeral X25519, HKDF-SHA256,
+  AES-128-GCM. ``envelope = pkE || ciphertext || tag``.
+* Signing: Ed25519 over ``"onesided/sign/v1" || canonical_json(payload)``.
+* :class:`AggregatorKeys`: the aggregator's two private keys and their files.
+* :func:`encrypt_blob` / :func:`decrypt_blob`: AES-GCM for client state at rest.
+
+>>> keys = AggregatorKeys.generate()
+>>> env = seal(keys.seal_public_raw, b"bits", b"aad")
+>>> open_sealed(keys.seal_private, env, b"aad")
+b'bits'
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .errors import DecryptError, ParameterError, ReportRejected, SignatureError
+from .params import canonical_json
+
+SEAL_INFO = b"onesided/seal/v1"
+SIGN_CONTEXT = b"onesided/sign/v1"
+PUBLIC_KEY_BYTES = 32
+SIGNATURE_BYTES = 64
+TAG_BYTES = 16
+NONCE_BYTES = 12
+SEAL_KEY_BYTES = 16
+SEAL_OVERHEAD = PUBLIC_KEY_BYTES + TAG_BYTES
+SEAL_KEY_FILE = "seal_x25519.key"
+SIGN_KEY_FILE = "sign_ed25519.key"
+
+_B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+
+
+# --- base64url ------------------------------------------------------------
+
+
+def b64e(data: bytes) -> str:
+    """Base64url without padding (RFC 4648 section 5)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64d(text: Any, field: str) -> bytes:
+    """Strict inverse of :func:`b64e`; any other text raises ``ReportRejected(field, ...)``.
+
+    Padding, whitespace, characters outside the alphabet and non-canonical
+    trailing bits are refused, so each byte string has exactly one text.
+    """
+    if not isinstance(text, str):
+        raise ReportRejected(field, f"must be a base64url string, got {type(text).__name__}")
+    if not _B64URL.match(text) or len(text) % 4 == 1:
+        raise ReportRejected(field, "is not unpadded base64url")
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:  # pragma: no cover - the regex catches these first
+        raise ReportRejected(field, "is not unpadded base64url") from exc
+    if b64e(data) != text:
+        raise ReportRejected(field, "is not canonical base64url (non-zero trailing bits)")
+    return data
+
+
+# --- sealing --------------------------------------------------------------
+
+
+def _seal_key_nonce(shared: bytes, ephemeral_public: bytes, recipient_public: bytes) -> tuple[bytes, bytes]:
+    """``HKDF-SHA256(salt=none, ikm=shared, info=SEAL_INFO || pkE || pkR, L=28)`` split 16 + 12."""
+    okm = HKDF(
+        algorithm=hashes.SHA256(),
+        length=SEAL_KEY_BYTES + NONCE_BYTES,
+        salt=None,
+        info=SEAL_INFO + ephemeral_public + recipient_public,
+    ).derive(shared)
+    return okm[:SEAL_KEY_BYTES], okm[SEAL_KEY_BYTES:]
+
+
+def _x25519_private(key: X25519PrivateKey | bytes, field: str) -> X25519PrivateKey:
+    if isinstance(key, X25519PrivateKey):
+        return key
+    if isinstance(key, bytes) and len(key) == PUBLIC_KEY_BYTES:
+        return X25519PrivateKey.from_private_bytes(key)
+    raise ParameterError(field, "must be an X25519 private key or its 32 raw bytes")
+
+
+def seal(
+    recipient_public: bytes,
+    plaintext: bytes,
+    aad: bytes,
+    *,
+    ephemeral_private: X25519PrivateKey | bytes | None = None,
+) -> bytes:
+    """Seal ``plaintext`` to an X25519 public key (docs/wire.md section 6).
+
+    Args:
+        recipient_public: the aggregator's raw 32-byte X25519 public key.
+        plaintext: the report payload.
+        aad: associated data, authenticated but not encrypted.
+        ephemeral_private: for test vectors only; ``None`` draws a fresh key.
+
+    Returns:
+        ``pkE (32) || AES-128-GCM(key, nonce, plaintext, aad) (len + 16)``.
+
+    Raises:
+        ParameterError: ``seal_public`` is not a valid X25519 public key.
+    """
+    if not isinstance(recipient_public, bytes) or len(recipient_public) != PUBLIC_KEY_BYTES:
+        raise ParameterError("seal_public", f"must be {PUBLIC_KEY_BYTES} raw bytes")
+    eph = X25519PrivateKey.generate() if ephemeral_private is None else _x25519_private(
+        ephemeral_private, "ephemeral_private"
+    )
+    eph_public = eph.public_key().public_bytes_raw()
+    try:
+        shared = eph.exchange(X25519PublicKey.from_public_bytes(recipient_public))
+    except ValueError as exc:
+        raise ParameterError("seal_public", "is a low-order point") from exc
+    key, nonce = _seal_key_nonce(shared, eph_public, recipient_public)
+    return eph_public + AESGCM(key).encrypt(nonce, plaintext, aad)
+
+
+def open_sealed(recipient_private: X25519PrivateKey | bytes, envelope: bytes, aad: bytes) -> bytes:
+    """Open an envelope made by :func:`seal`.
+
+    Raises:
+        DecryptError: short envelope, bad tag, wrong AAD, wrong key, low-order ``pkE``.
+    """
+    private = _x25519_private(recipient_private, "seal_private")
+    if not isinstance(envelope, bytes) or len(envelope) < SEAL_OVERHEAD:
+        raise DecryptError("sealed", f"envelope shorter than {SEAL_OVERHEAD} bytes")
+    eph_public = envelope[:PUBLIC_KEY_BYTES]
+    recipient_public = private.public_key().public_bytes_raw()
+    try:
+        shared = private.exchange(X25519PublicKey.from_public_bytes(eph_public))
+    except ValueError as exc:
+        raise DecryptError("sealed", "ephemeral key is a low-order point") from exc
+    key, nonce = _seal_key_nonce(shared, eph_public, recipient_public)
+    try:
+        return AESGCM(key).decrypt(nonce, envelope[PUBLIC_KEY_BYTES:], aad)
+    except InvalidTag as exc:
+        raise DecryptError("sealed", "envelope does not open (tampered, wrong key or wrong metadata)") from exc
+
+
+# --- signatures -----------------------------------------------------------
+
+
+def key_id(public_raw: bytes) -> str:
+    """Hex of the first 8 bytes of ``SHA-256(raw public key)``."""
+    return hashlib.sha256(public_raw).digest()[:8].hex()
+
+
+def _signed_message(payload: Any) -> bytes:
+    try:
+        return SIGN_CONTEXT + canonical_json(payload)
+    except (TypeError, ValueError) as exc:
+        raise SignatureError("payload", f"is not canonical JSON: {exc}") from exc
+
+
+def sign_document(private: Ed25519PrivateKey, payload: dict[str, Any]) -> dict[str, Any]:
+    """``{"payload", "key_id", "signature"}`` with an Ed25519 signature (docs/wire.md 8.1).
+
+    Raises:
+        ParameterError: ``payload`` is not a JSON object of finite values.
+    """
+    if not isinstance(payload, dict):
+        raise ParameterError("payload", "must be a JSON object")
+    try:
+        message = SIGN_CONTEXT + canonical_json(payload)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError("payload", f"is not canonical JSON: {exc}") from exc
+    public_raw = private.public_key().public_bytes_raw()
+    return {"payload": payload, "key_id": key_id(public_raw), "signature": b64e(private.sign(message))}
+
+
+def verify_document(public_raw: bytes, document: Any) -> dict[str, Any]:
+    """Check a signed document against a pinned Ed25519 public key; return its payload.
+
+    Raises:
+        SignatureError: missing or extra fields (field named), a ``key_id``
+            that is not the pinned key's, a malformed or wrong signature,
+            a tampered payload.
+    """
+    if not isinstance(document, dict):
+        raise SignatureError("document", "must be a JSON object")
+    for name in ("payload", "key_id", "signature"):
+        if name not in document:
+            raise SignatureError(name, "is required")
+    extra = sorted(set(document) - {"payload", "key_id", "signature"})
+    if extra:
+        raise SignatureError(extra[0], "is not a known field")
+    payload = document["payload"]
+    if not isinstance(payload, dict):
+        raise SignatureError("payload", "must be a JSON object")
+    if document["key_id"] != key_id(public_raw):
+        raise SignatureError("key_id", "is not the pinned signing key")
+    try:
+        signature = b64d(document["signature"], "signature")
+    except ReportRejected as exc:
+        raise SignatureError("signature", exc.reason) from exc
+    if len(signature) != SIGNATURE_BYTES:
+        raise SignatureError("signature", f"must be {SIGNATURE_BYTES} bytes")
+    try:
+        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, _signed_message(payload))
+    except InvalidSignature as exc:
+        raise SignatureError("signature", "does not verify (wrong key or tampered payload)") from exc
+    return payload
+
+
+# --- aggregator keys --------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregatorKeys:
+    """The aggregator's private keys: X25519 (opening reports) and Ed25519 (signing).
+
+    Stored as two files of raw 32-byte private keys, base64url text, mode 0600,
+    in a 0700 directory.
+    """
+
+    seal_private: X25519PrivateKey
+    sign_private: Ed25519PrivateKey
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seal_private, X25519PrivateKey):
+            raise ParameterError("seal_private", "must be an X25519PrivateKey")
+        if not isinstance(self.sign_private, Ed25519PrivateKey):
+            raise ParameterError("sign_private", "must be an Ed25519PrivateKey")
+
+    @classmethod
+    def generate(cls) -> AggregatorKeys:
+        return cls(seal_private=X25519PrivateKey.generate(), sign_private=Ed25519PrivateKey.generate())
+
+    @property
+    def seal_public_raw(self) -> bytes:
+        return self.seal_private.public_key().public_bytes_raw()
+
+    @property
+    def sign_public_raw(self) -> bytes:
+        return self.sign_private.public_key().public_bytes_raw()
+
+    def public_info(self) -> dict[str, str]:
+        """The ``aggregator`` object of the config (docs/wire.md 8.2)."""
+        return {
+            "seal_public": b64e(self.seal_public_raw),
+            "seal_key_id": key_id(self.seal_public_raw),
+            "sign_public": b64e(self.sign_public_raw),
+            "sign_key_id": key_id(self.sign_public_raw),
+        }
+
+    def sign(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """:func:`sign_document` with this aggregator's signing key."""
+        return sign_document(self.sign_private, payload)
+
+    def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        """Write both key files atomically (0600) into ``directory`` (created or set to 0700).
+
+        Raises:
+            ParameterError: a key file exists and ``overwrite`` is false.
+        """
+        folder = Path(directory)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+        files = {
+            SEAL_KEY_FILE: self.seal_private.private_bytes_raw(),
+            SIGN_KEY_FILE: self.sign_private.private_bytes_raw(),
+        }
+        if not overwrite:
+            for name in files:
+                if (folder / name).exists():
+                    raise ParameterError(name, f"{folder / name} exists; refusing to replace keys")
+        for name, raw in files.items():
+            _write_private_file(folder / name, (b64e(raw) + "\n").encode("ascii"))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> AggregatorKeys:
+        """Read the key files written by :meth:`save`.
+
+        Raises:
+            ParameterError: a file is missing or corrupt; ``field`` is the file name.
+        """
+        folder = Path(directory)
+        seal_raw = _read_private_file(folder / SEAL_KEY_FILE)
+        sign_raw = _read_private_file(folder / SIGN_KEY_FILE)
+        return cls(
+            seal_private=X25519PrivateKey.from_private_bytes(seal_raw),
+            sign_private=Ed25519PrivateKey.from_private_bytes(sign_raw),
+        )
+
+
+def _write_private_file(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_private_file(path: Path) -> bytes:
+    try:
+        text = path.read_text("ascii").strip()
+    except FileNotFoundError as exc:
+        raise ParameterError(path.name, f"key file {path} is missing") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParameterError(path.name, f"key file {path} cannot be read: {exc}") from exc
+    try:
+        raw = b64d(text, path.name)
+    except ReportRejected as exc:
+        raise ParameterError(path.name, f"key file {path} is corrupt: {exc.reason}") from exc
+    if len(raw) != PUBLIC_KEY_BYTES:
+        raise ParameterError(path.name, f"key file {path} is corrupt: {len(raw)} bytes, expected 32")
+    return raw
+
+
+# --- blobs at rest ---------------------------------------------------------
+
+
+def _blob_cipher(key: bytes) -> AESGCM:
+    if not isinstance(key, bytes) or len(key) not in (16, 32):
+        raise ParameterError("key", "must be 16 or 32 bytes (AES-128-GCM or AES-256-GCM)")
+    return AESGCM(key)
+
+
+def encrypt_blob(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
+    """``nonce (12 random bytes) || AES-GCM(key, nonce, plaintext, aad)``."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce + _blob_cipher(key).encrypt(nonce, plaintext, aad)
+
+
+def decrypt_blob(key: bytes, blob: bytes, aad: bytes) -> bytes:
+    """Inverse of :func:`encrypt_blob`.
+
+    Raises:
+        DecryptError: short blob, wrong key, wrong ``aad`` or tampered bytes (field ``blob``).
+    """
+    cipher = _blob_cipher(key)
+    if not isinstance(blob, bytes) or len(blob) < NONCE_BYTES + TAG_BYTES:
+        raise DecryptError("blob", f"shorter than {NONCE_BYTES + TAG_BYTES} bytes")
+    try:
+        return cipher.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], aad)
+    except InvalidTag as exc:
+        raise DecryptError("blob", "does not open (wrong key, wrong aad or tampered)") from exc
+
+
+__all__ = [
+    "AggregatorKeys",
+    "b64d",
+    "b64e",
+    "decrypt_blob",
+    "encrypt_blob",
+    "key_id",
+    "open_sealed",
+    "seal",
+    "sign_document",
+    "verify_document",
+]

@@ -1,0 +1,870 @@
+"""Versioned, validated wire schemas (the layouts are specified in ``docs/wire.md``).
+
+* Report payload (the plaintext): ``u8 version || u16be cohort || f64be level
+  || bits packed LSB-first`` (:func:`pack_payload`, :func:`unpack_payload`).
+* Report envelope: clear metadata (``report_id``, ``metric``, ``round``,
+  ``window``, ``params_digest``) plus a sealed or plain payload, whose AAD
+  binds the metadata (:func:`report_aad`).
+* Batches: JSON (:func:`parse_batch_json`) and binary
+  ``application/vnd.onesided.batch`` (:func:`parse_batch_binary`).
+* Per-report results (:class:`ReportResult`) and the upload response.
+* The signed config and round announcements (:func:`verify_config`,
+  :func:`validate_round_announcement`).
+
+Every violation raises :class:`~protocol.errors.ReportRejected` whose
+``field`` is a path such as ``reports[3].report_id`` or ``payload.cohort``.
+
+>>> import numpy as np
+>>> p = ReportPayload(cohort=3, level=1.5, bits=np.array([1, 0, 0, 0, 0, 0, 0, 0, 1], dtype=bool))
+>>> pack_payload(p).hex()
+'0100033ff80000000000000101'
+>>> unpack_payload(pack_payload(p), num_bits=9, num_cohorts=4) == p
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from .crypto import b64d, b64e, key_id, open_sealed, seal, verify_document
+from .errors import ParameterError, ReportRejected, SignatureError
+from .params import NAME_PATTERN, MetricParams
+
+BoolArray = npt.NDArray[np.bool_]
+
+WIRE_VERSION = 1
+PAYLOAD_VERSION = 1
+CONFIG_VERSION = 1
+ROUND_VERSION = 1
+REPORT_ID_BYTES = 16
+DIGEST_BYTES = 32
+MAX_BODY_BYTES = 2048
+MAX_COHORT = 2**16 - 1
+MAX_ROUND = 2**32 - 1
+MAX_WINDOW = 2**63 - 1
+PAYLOAD_HEADER = struct.Struct(">BHd")
+REPORT_AAD_LABEL = b"onesided/report/v1"
+CONTENT_TYPE_JSON = "application/json"
+CONTENT_TYPE_BINARY = "application/vnd.onesided.batch"
+BATCH_MAGIC = b"ONSB"
+BODY_SEALED = 1
+BODY_PLAIN = 2
+
+STATUS_ACCEPTED = "accepted"
+STATUS_REPLAYED = "replayed"
+STATUS_INVALID_MESSAGE = "invalid_message"
+STATUS_DECRYPT_ERROR = "decrypt_error"
+STATUS_OUTDATED_CONFIG = "outdated_config"
+STATUS_TOO_EARLY = "too_early"
+STATUS_EXPIRED = "expired"
+STATUS_UNKNOWN_METRIC = "unknown_metric"
+STATUSES: tuple[str, ...] = (
+    STATUS_ACCEPTED,
+    STATUS_REPLAYED,
+    STATUS_INVALID_MESSAGE,
+    STATUS_DECRYPT_ERROR,
+    STATUS_OUTDATED_CONFIG,
+    STATUS_TOO_EARLY,
+    STATUS_EXPIRED,
+    STATUS_UNKNOWN_METRIC,
+)
+CODE_TOO_MANY_REPORTS = "too_many_reports"
+CODE_DUPLICATE_REPORT_ID = "duplicate_report_id"
+
+_HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+# --- small validators -------------------------------------------------------
+
+
+def _int(value: Any, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ReportRejected(field, f"must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ReportRejected(field, f"must be in [{low}, {high}], got {value}")
+    return int(value)
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+        raise ReportRejected(field, f"must be a number, got {type(value).__name__}")
+    if math.isnan(value):
+        raise ReportRejected(field, "must not be NaN")
+    return float(value)
+
+
+def _digest(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not _HEX_DIGEST.match(value):
+        raise ReportRejected(field, "must be 64 lowercase hex characters (SHA-256)")
+    return value
+
+
+def _metric_name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+        raise ReportRejected(field, f"must match {NAME_PATTERN.pattern}")
+    return value
+
+
+def _object(value: Any, field: str, required: Sequence[str], optional: Sequence[str] = ()) -> dict[str, Any]:
+    """A JSON object with exactly the ``required`` keys and some of the ``optional`` ones."""
+    if not isinstance(value, dict):
+        raise ReportRejected(field, "must be a JSON object")
+    prefix = f"{field}." if field else ""
+    for name in required:
+        if name not in value:
+            raise ReportRejected(f"{prefix}{name}", "is required")
+    unknown = sorted(set(value) - set(required) - set(optional))
+    if unknown:
+        raise ReportRejected(f"{prefix}{unknown[0]}", "is not a known field")
+    return value
+
+
+def _under(prefix: str, exc: ReportRejected) -> ReportRejected:
+    """The same error with its field moved under ``prefix``."""
+    return ReportRejected(f"{prefix}.{exc.field}" if prefix else exc.field, exc.reason, exc.code)
+
+
+def window_start(timestamp: float, time_precision: int) -> int:
+    """``floor(timestamp / time_precision) * time_precision``: the report's ``window``."""
+    if isinstance(time_precision, bool) or not isinstance(time_precision, int) or time_precision < 1:
+        raise ParameterError("time_precision", f"must be an integer >= 1, got {time_precision!r}")
+    return (math.floor(timestamp) // time_precision) * time_precision
+
+
+# --- payload ---------------------------------------------------------------
+
+
+def _as_bits(bits: Any) -> BoolArray:
+    arr = np.asarray(bits)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ReportRejected("payload.bits", f"must be a non-empty 1-D array, got shape {arr.shape}")
+    if arr.dtype != np.bool_:
+        if not np.issubdtype(arr.dtype, np.integer) or not np.isin(arr, (0, 1)).all():
+            raise ReportRejected("payload.bits", "must be booleans or 0/1 integers")
+        arr = arr.astype(bool)
+    out = arr.copy()
+    out.flags.writeable = False
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ReportPayload:
+    """What a report says, once opened.
+
+    Attributes:
+        cohort: the client's cohort, ``0 <= cohort <= 65535``.
+        level: the noise level of the memoized bits (``> 0``, ``inf`` when trusted).
+        bits: the reported bits, a read-only 1-D bool array.
+    """
+
+    cohort: int
+    level: float
+    bits: BoolArray
+
+    def __post_init__(self) -> None:
+        _int(self.cohort, "payload.cohort", 0, MAX_COHORT)
+        if not _number(self.level, "payload.level") > 0:
+            raise ReportRejected("payload.level", f"must be > 0, got {self.level}")
+        object.__setattr__(self, "bits", _as_bits(self.bits))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReportPayload):
+            return NotImplemented
+        return (
+            self.cohort == other.cohort
+            and self.level == other.level
+            and np.array_equal(self.bits, other.bits)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def payload_size(num_bits: int) -> int:
+    """``11 + ceil(num_bits / 8)``."""
+    return PAYLOAD_HEADER.size + (num_bits + 7) // 8
+
+
+def pack_payload(payload: ReportPayload) -> bytes:
+    """``u8 1 || u16be cohort || f64be level || bits packed LSB-first`` (docs/wire.md 4)."""
+    packed = np.packbits(payload.bits, bitorder="little").tobytes()
+    return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, payload.cohort, payload.level) + packed
+
+
+def unpack_payload(data: bytes, *, num_bits: int, num_cohorts: int) -> ReportPayload:
+    """Parse and validate a payload for a metric of ``num_bits`` and ``num_cohorts``.
+
+    Raises:
+        ReportRejected: fields ``payload`` (length), ``payload.version``,
+            ``payload.cohort``, ``payload.level``, ``payload.bits`` (padding).
+    """
+    if isinstance(num_bits, bool) or not isinstance(num_bits, int) or num_bits < 1:
+        raise ParameterError("num_bits", f"must be an integer >= 1, got {num_bits!r}")
+    if isinstance(num_cohorts, bool) or not isinstance(num_cohorts, int) or not 1 <= num_cohorts <= MAX_COHORT + 1:
+        raise ParameterError("num_cohorts", f"must be an integer in [1, 65536], got {num_cohorts!r}")
+    expected = payload_size(num_bits)
+    if len(data) != expected:
+        raise ReportRejected("payload", f"must be {expected} bytes for {num_bits} bits, got {len(data)}")
+    version, cohort, level = PAYLOAD_HEADER.unpack_from(data)
+    if version != PAYLOAD_VERSION:
+        raise ReportRejected("payload.version", f"must be {PAYLOAD_VERSION}, got {version}")
+    if cohort >= num_cohorts:
+        raise ReportRejected("payload.cohort", f"must be < {num_cohorts}, got {cohort}")
+    packed = np.frombuffer(data, dtype=np.uint8, offset=PAYLOAD_HEADER.size)
+    spare = num_bits % 8
+    if spare and packed[-1] >> spare:
+        raise ReportRejected("payload.bits", "unused high bits of the last byte must be zero")
+    bits = np.unpackbits(packed, count=num_bits, bitorder="little").astype(bool)
+    return ReportPayload(cohort=cohort, level=level, bits=bits)
+
+
+# --- envelopes ---------------------------------------------------------------
+
+
+def report_aad(*, report_id: bytes, metric: str, params_digest: str, round: int, window: int) -> bytes:
+    """``"onesided/report/v1" || report_id || u8 len || metric || digest || u32be round || u64be window``."""
+    return REPORT_AAD_LABEL + _record_header(report_id, metric, params_digest, round, window)
+
+
+def _record_header(report_id: bytes, metric: str, params_digest: str, round: int, window: int) -> bytes:
+    name = metric.encode("ascii")
+    return (
+        report_id
+        + bytes([len(name)])
+        + name
+        + bytes.fromhex(params_digest)
+        + struct.pack(">IQ", round, window)
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportEnvelope:
+    """A report as sent: clear metadata plus exactly one of ``sealed`` or ``plain`` bytes.
+
+    Validated at construction; errors name the bare field (``report_id``);
+    the batch parsers put them under ``reports[i]``.
+    """
+
+    report_id: bytes
+    metric: str
+    round: int
+    window: int
+    params_digest: str
+    sealed: bytes | None = None
+    plain: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.report_id, bytes) or len(self.report_id) != REPORT_ID_BYTES:
+            raise ReportRejected("report_id", f"must be {REPORT_ID_BYTES} bytes")
+        _metric_name(self.metric, "metric")
+        _int(self.round, "round", 0, MAX_ROUND)
+        _int(self.window, "window", 0, MAX_WINDOW)
+        _digest(self.params_digest, "params_digest")
+        if (self.sealed is None) == (self.plain is None):
+            raise ReportRejected("sealed", "exactly one of sealed and plain is required")
+        name = "sealed" if self.sealed is not None else "plain"
+        body = self.body
+        if not isinstance(body, bytes) or not 0 < len(body) <= MAX_BODY_BYTES:
+            raise ReportRejected(name, f"must be 1 to {MAX_BODY_BYTES} bytes")
+
+    @property
+    def body(self) -> bytes:
+        """The sealed envelope or the plain payload."""
+        return self.sealed if self.sealed is not None else self.plain  # type: ignore[return-value]
+
+    @property
+    def report_id_text(self) -> str:
+        """``report_id`` in base64url, as in JSON and in results."""
+        return b64e(self.report_id)
+
+    def aad(self) -> bytes:
+        return report_aad(
+            report_id=self.report_id,
+            metric=self.metric,
+            params_digest=self.params_digest,
+            round=self.round,
+            window=self.window,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "report_id": self.report_id_text,
+            "metric": self.metric,
+            "round": self.round,
+            "window": self.window,
+            "params_digest": self.params_digest,
+        }
+        if self.sealed is not None:
+            out["sealed"] = b64e(self.sealed)
+        else:
+            out["plain"] = b64e(self.plain)  # type: ignore[arg-type]
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ReportEnvelope:
+        """One report object of a JSON batch; errors name the bare field."""
+        required = ("report_id", "metric", "round", "window", "params_digest")
+        data = _object(obj, "", required, ("sealed", "plain"))
+        if ("sealed" in data) == ("plain" in data):
+            raise ReportRejected("sealed", "exactly one of sealed and plain is required")
+        body_name = "sealed" if "sealed" in data else "plain"
+        text = data[body_name]
+        if isinstance(text, str) and len(text) > (MAX_BODY_BYTES * 4 + 2) // 3:
+            raise ReportRejected(body_name, f"must be at most {MAX_BODY_BYTES} bytes")
+        return cls(
+            report_id=b64d(data["report_id"], "report_id"),
+            metric=_metric_name(data["metric"], "metric"),
+            round=_int(data["round"], "round", 0, MAX_ROUND),
+            window=_int(data["window"], "window", 0, MAX_WINDOW),
+            params_digest=_digest(data["params_digest"], "params_digest"),
+            **{body_name: b64d(text, body_name)},
+        )
+
+
+def _check_batch_size(count: int, max_reports: int) -> None:
+    if count == 0:
+        raise ReportRejected("reports", "must contain at least one report")
+    if count > max_reports:
+        raise ReportRejected(
+            "reports", f"has {count} reports, the limit is {max_reports}", code=CODE_TOO_MANY_REPORTS
+        )
+
+
+def _check_unique(reports: Sequence[ReportEnvelope]) -> None:
+    seen: set[bytes] = set()
+    for i, report in enumerate(reports):
+        if report.report_id in seen:
+            raise ReportRejected(
+                f"reports[{i}].report_id", "repeats an earlier report_id of this batch", code=CODE_DUPLICATE_REPORT_ID
+            )
+        seen.add(report.report_id)
+
+
+def parse_batch_json(obj: Any, *, max_reports: int) -> list[ReportEnvelope]:
+    """Validate a JSON batch ``{"version": 1, "reports": [...]}`` (docs/wire.md 7.1, 7.3).
+
+    Raises:
+        ReportRejected: the first violation, field by path; code
+            ``too_many_reports`` or ``duplicate_report_id`` where they apply.
+    """
+    data = _object(obj, "", ("version", "reports"))
+    if isinstance(data["version"], bool) or data["version"] != WIRE_VERSION:
+        raise ReportRejected("version", f"must be {WIRE_VERSION}, got {data['version']!r}")
+    items = data["reports"]
+    if not isinstance(items, list):
+        raise ReportRejected("reports", "must be a list")
+    _check_batch_size(len(items), max_reports)
+    reports = []
+    for i, item in enumerate(items):
+        try:
+            reports.append(ReportEnvelope.from_json(item))
+        except ReportRejected as exc:
+            raise _under(f"reports[{i}]", exc) from None
+    _check_unique(reports)
+    return reports
+
+
+def encode_batch_json(reports: Sequence[ReportEnvelope]) -> dict[str, Any]:
+    """The JSON form of a batch."""
+    return {"version": WIRE_VERSION, "reports": [r.to_json() for r in reports]}
+
+
+def encode_batch_binary(reports: Sequence[ReportEnvelope]) -> bytes:
+    """The binary form (docs/wire.md 7.2): magic, version, count, records."""
+    parts = [BATCH_MAGIC, struct.pack(">BI", WIRE_VERSION, len(reports))]
+    for r in reports:
+        kind = BODY_SEALED if r.sealed is not None else BODY_PLAIN
+        parts.append(_record_header(r.report_id, r.metric, r.params_digest, r.round, r.window))
+        parts.append(struct.pack(">BH", kind, len(r.body)))
+        parts.append(r.body)
+    return b"".join(parts)
+
+
+class _Reader:
+    """A cursor over a binary batch; running out names the field."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def take(self, n: int, field: str) -> bytes:
+        end = self.pos + n
+        if end > len(self.data):
+            raise ReportRejected(field, "truncated")
+        out = bytes(self.data[self.pos : end])
+        self.pos = end
+        return out
+
+    def unpack(self, fmt: str, field: str) -> tuple[int, ...]:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), field))
+
+
+def _read_record(reader: _Reader) -> ReportEnvelope:
+    report_id = reader.take(REPORT_ID_BYTES, "report_id")
+    (name_len,) = reader.unpack(">B", "metric")
+    try:
+        metric = reader.take(name_len, "metric").decode("ascii")
+    except UnicodeDecodeError:
+        raise ReportRejected("metric", "must be ASCII") from None
+    digest = reader.take(DIGEST_BYTES, "params_digest").hex()
+    round_, window = reader.unpack(">IQ", "window")
+    kind, length = reader.unpack(">BH", "kind")
+    if kind not in (BODY_SEALED, BODY_PLAIN):
+        raise ReportRejected("kind", f"must be {BODY_SEALED} (sealed) or {BODY_PLAIN} (plain), got {kind}")
+    name = "sealed" if kind == BODY_SEALED else "plain"
+    body = reader.take(length, name)
+    return ReportEnvelope(
+        report_id=report_id, metric=metric, round=round_, window=window, params_digest=digest, **{name: body}
+    )
+
+
+def parse_batch_binary(data: bytes, *, max_reports: int) -> list[ReportEnvelope]:
+    """Validate a binary batch; the same errors as :func:`parse_batch_json`.
+
+    Raises:
+        ReportRejected: ``magic``, ``version``, ``reports`` (count, trailing
+            bytes), ``reports[i].<field>``.
+    """
+    reader = _Reader(data)
+    if reader.take(len(BATCH_MAGIC), "magic") != BATCH_MAGIC:
+        raise ReportRejected("magic", f"must be {BATCH_MAGIC!r}")
+    (version,) = reader.unpack(">B", "version")
+    if version != WIRE_VERSION:
+        raise ReportRejected("version", f"must be {WIRE_VERSION}, got {version}")
+    (count,) = reader.unpack(">I", "reports")
+    _check_batch_size(count, max_reports)
+    reports = []
+    for i in range(count):
+        try:
+            reports.append(_read_record(reader))
+        except ReportRejected as exc:
+            raise _under(f"reports[{i}]", exc) from None
+    if reader.pos != len(reader.data):
+        raise ReportRejected("reports", f"{len(reader.data) - reader.pos} trailing bytes after the last report")
+    _check_unique(reports)
+    return reports
+
+
+# --- client and aggregator ends ---------------------------------------------------
+
+
+def build_report(
+    *,
+    params_digest: str,
+    metric: str,
+    round: int,
+    window: int,
+    cohort: int,
+    level: float,
+    bits: npt.ArrayLike,
+    seal_public: bytes | None,
+    report_id: bytes | None = None,
+    ephemeral_private: X25519PrivateKey | bytes | None = None,
+) -> ReportEnvelope:
+    """Pack and seal one report (``seal_public=None``: a plain report, simulations only).
+
+    ``report_id`` defaults to 16 bytes from ``os.urandom``; ``ephemeral_private``
+    is for test vectors only.
+    """
+    payload = pack_payload(ReportPayload(cohort=cohort, level=level, bits=_as_bits(bits)))
+    report = ReportEnvelope(
+        report_id=os.urandom(REPORT_ID_BYTES) if report_id is None else report_id,
+        metric=metric,
+        round=round,
+        window=window,
+        params_digest=params_digest,
+        plain=payload,
+    )
+    if seal_public is None:
+        return report
+    envelope = seal(seal_public, payload, report.aad(), ephemeral_private=ephemeral_private)
+    return dataclasses.replace(report, sealed=envelope, plain=None)
+
+
+def open_report(
+    envelope: ReportEnvelope,
+    *,
+    seal_private: X25519PrivateKey | bytes | None,
+    num_bits: int,
+    num_cohorts: int,
+    allow_plain: bool,
+) -> ReportPayload:
+    """Open (or read, if plain and allowed) and validate a report's payload.
+
+    Raises:
+        DecryptError: the envelope does not open (status ``decrypt_error``).
+        ReportRejected: ``plain`` when plaintext is not allowed, ``payload.*``
+            when the payload is malformed (status ``invalid_message``).
+    """
+    if envelope.plain is not None:
+        if not allow_plain:
+            raise ReportRejected("plain", "plaintext reports are not accepted by this aggregator")
+        data = envelope.plain
+    else:
+        if seal_private is None:
+            raise ParameterError("seal_private", "is required to open a sealed report")
+        data = open_sealed(seal_private, envelope.body, envelope.aad())
+    return unpack_payload(data, num_bits=num_bits, num_cohorts=num_cohorts)
+
+
+# --- results ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportResult:
+    """The outcome of one report of a batch (``report_id`` in base64url)."""
+
+    report_id: str
+    status: str
+    field: str | None = None
+    detail: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.report_id, str):
+            raise ReportRejected("report_id", "must be a base64url string")
+        if self.status not in STATUSES:
+            raise ReportRejected("status", f"must be one of {STATUSES}, got {self.status!r}")
+        for name in ("field", "detail"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ReportRejected(name, "must be a string or null")
+
+    @classmethod
+    def from_error(cls, report_id: bytes, error: ReportRejected) -> ReportResult:
+        """A rejection: the status is the error's code when it is a status, else ``invalid_message``."""
+        status = error.code if error.code in STATUSES else STATUS_INVALID_MESSAGE
+        return cls(report_id=b64e(report_id), status=status, field=error.field, detail=error.reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"report_id": self.report_id, "status": self.status, "field": self.field, "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> ReportResult:
+        data = _object(obj, "", ("report_id", "status"), ("field", "detail"))
+        return cls(
+            report_id=data["report_id"], status=data["status"], field=data.get("field"), detail=data.get("detail")
+        )
+
+
+def upload_response(results: Sequence[ReportResult]) -> dict[str, Any]:
+    """``{"results": [...], "accepted": n}``."""
+    return {
+        "results": [r.to_dict() for r in results],
+        "accepted": sum(r.status == STATUS_ACCEPTED for r in results),
+    }
+
+
+def parse_upload_response(obj: Any) -> list[ReportResult]:
+    """Validate a ``POST /v1/reports`` 200 body (client side)."""
+    data = _object(obj, "", ("results", "accepted"))
+    if not isinstance(data["results"], list):
+        raise ReportRejected("results", "must be a list")
+    results = []
+    for i, item in enumerate(data["results"]):
+        try:
+            results.append(ReportResult.from_dict(item))
+        except ReportRejected as exc:
+            raise _under(f"results[{i}]", exc) from None
+    accepted = sum(r.status == STATUS_ACCEPTED for r in results)
+    if _int(data["accepted"], "accepted", 0, len(results)) != accepted:
+        raise ReportRejected("accepted", f"says {data['accepted']} but {accepted} results are accepted")
+    return results
+
+
+# --- round announcements --------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundAnnouncement:
+    """A signed relaxation round (docs/wire.md 8.3). Errors name the field."""
+
+    round_id: int
+    metric: str
+    params_digest: str
+    level_from: float
+    level_to: float
+    cohorts: tuple[int, ...] | None
+    opened_at: int
+    expires_at: int
+
+    def __post_init__(self) -> None:
+        _int(self.round_id, "round_id", 1, MAX_ROUND)
+        _metric_name(self.metric, "metric")
+        _digest(self.params_digest, "params_digest")
+        low = _number(self.level_from, "level_from")
+        high = _number(self.level_to, "level_to")
+        if not 0 < low < math.inf:
+            raise ReportRejected("level_from", f"must be > 0 and finite, got {low}")
+        if not low < high < math.inf:
+            raise ReportRejected("level_to", f"must be finite and > level_from ({low}), got {high}")
+        if self.cohorts is not None:
+            if not isinstance(self.cohorts, tuple) or not self.cohorts:
+                raise ReportRejected("cohorts", "must be null or a non-empty list")
+            for i, c in enumerate(self.cohorts):
+                _int(c, f"cohorts[{i}]", 0, MAX_COHORT)
+                if i and c <= self.cohorts[i - 1]:
+                    raise ReportRejected(f"cohorts[{i}]", "cohorts must be strictly increasing")
+        _int(self.opened_at, "opened_at", 0, MAX_WINDOW)
+        if _int(self.expires_at, "expires_at", 0, MAX_WINDOW) <= self.opened_at:
+            raise ReportRejected("expires_at", f"must be > opened_at ({self.opened_at})")
+
+    def to_payload(self) -> dict[str, Any]:
+        """The payload to sign with :func:`protocol.crypto.sign_document`."""
+        return {
+            "version": ROUND_VERSION,
+            "round_id": self.round_id,
+            "metric": self.metric,
+            "params_digest": self.params_digest,
+            "level_from": self.level_from,
+            "level_to": self.level_to,
+            "cohorts": None if self.cohorts is None else list(self.cohorts),
+            "opened_at": self.opened_at,
+            "expires_at": self.expires_at,
+        }
+
+
+def validate_round_announcement(payload: Any) -> RoundAnnouncement:
+    """Validate a round announcement payload (already signature-checked)."""
+    fields = ("version", "round_id", "metric", "params_digest", "level_from", "level_to", "cohorts",
+              "opened_at", "expires_at")
+    data = _object(payload, "", fields)
+    if isinstance(data["version"], bool) or data["version"] != ROUND_VERSION:
+        raise ReportRejected("version", f"must be {ROUND_VERSION}, got {data['version']!r}")
+    cohorts = data["cohorts"]
+    if cohorts is not None and not isinstance(cohorts, list):
+        raise ReportRejected("cohorts", "must be null or a list of integers")
+    return RoundAnnouncement(
+        round_id=data["round_id"],
+        metric=data["metric"],
+        params_digest=data["params_digest"],
+        level_from=data["level_from"],
+        level_to=data["level_to"],
+        cohorts=None if cohorts is None else tuple(cohorts),
+        opened_at=data["opened_at"],
+        expires_at=data["expires_at"],
+    )
+
+
+# --- config ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregatorInfo:
+    """The aggregator's public keys as published in the config."""
+
+    seal_public: bytes
+    sign_public: bytes
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> AggregatorInfo:
+        fields = ("seal_public", "seal_key_id", "sign_public", "sign_key_id")
+        data = _object(obj, "", fields)
+        keys = {}
+        for name in ("seal", "sign"):
+            raw = b64d(data[f"{name}_public"], f"{name}_public")
+            if len(raw) != 32:
+                raise ReportRejected(f"{name}_public", "must be 32 bytes")
+            if data[f"{name}_key_id"] != key_id(raw):
+                raise ReportRejected(f"{name}_key_id", f"is not the key id of {name}_public")
+            keys[f"{name}_public"] = raw
+        return cls(**keys)
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "seal_public": b64e(self.seal_public),
+            "seal_key_id": key_id(self.seal_public),
+            "sign_public": b64e(self.sign_public),
+            "sign_key_id": key_id(self.sign_public),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricEntry:
+    """One metric in the config: its parameters, digest and current round and level."""
+
+    params: MetricParams
+    digest: str
+    current_round: int
+    current_level: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, MetricParams):
+            raise ReportRejected("params", "must be MetricParams")
+        _digest(self.digest, "digest")
+        _int(self.current_round, "current_round", 0, MAX_ROUND)
+        if not _number(self.current_level, "current_level") > 0:
+            raise ReportRejected("current_level", f"must be > 0, got {self.current_level}")
+
+    @classmethod
+    def of(cls, params: MetricParams, *, current_round: int = 0, current_level: float | None = None) -> MetricEntry:
+        """An entry with the digest computed from ``params`` (aggregator side)."""
+        level = params.level if current_level is None else current_level
+        return cls(params=params, digest=params.digest(), current_round=current_round, current_level=level)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": self.params.to_dict(),
+            "digest": self.digest,
+            "current_round": self.current_round,
+            "current_level": None if math.isinf(self.current_level) else self.current_level,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> MetricEntry:
+        data = _object(obj, "", ("params", "digest", "current_round", "current_level"))
+        try:
+            params = MetricParams.from_dict(data["params"])
+        except ParameterError as exc:
+            raise ReportRejected(f"params.{exc.field}", exc.detail) from None
+        level = math.inf if data["current_level"] is None else data["current_level"]
+        return cls(params=params, digest=data["digest"], current_round=data["current_round"], current_level=level)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigPayload:
+    """A verified config: keys, metrics, open rounds (and their signed documents, kept as sent)."""
+
+    issued_at: int
+    aggregator: AggregatorInfo
+    metrics: tuple[MetricEntry, ...]
+    rounds: tuple[RoundAnnouncement, ...]
+    round_documents: tuple[dict[str, Any], ...]
+
+    def metric(self, name: str) -> MetricEntry | None:
+        return next((m for m in self.metrics if m.params.name == name), None)
+
+
+def build_config_payload(
+    *,
+    issued_at: int,
+    aggregator: dict[str, str],
+    metrics: Sequence[MetricEntry],
+    rounds: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The config payload to sign (docs/wire.md 8.2).
+
+    Args:
+        issued_at: Unix seconds.
+        aggregator: :meth:`protocol.crypto.AggregatorKeys.public_info`.
+        metrics: one entry per metric.
+        rounds: signed round announcement documents (open rounds).
+    """
+    return {
+        "version": CONFIG_VERSION,
+        "issued_at": issued_at,
+        "aggregator": aggregator,
+        "metrics": [m.to_dict() for m in metrics],
+        "rounds": list(rounds),
+    }
+
+
+def _validate_metrics(items: Any) -> tuple[MetricEntry, ...]:
+    if not isinstance(items, list):
+        raise ReportRejected("metrics", "must be a list")
+    entries: list[MetricEntry] = []
+    for i, item in enumerate(items):
+        try:
+            entry = MetricEntry.from_dict(item)
+        except ReportRejected as exc:
+            raise _under(f"metrics[{i}]", exc) from None
+        if any(e.params.name == entry.params.name for e in entries):
+            raise ReportRejected(f"metrics[{i}].params.name", f"repeats metric {entry.params.name!r}")
+        entries.append(entry)
+    return tuple(entries)
+
+
+def _validate_round_document(document: Any, sign_public: bytes, metrics: tuple[MetricEntry, ...]) -> RoundAnnouncement:
+    announcement = validate_round_announcement(verify_document(sign_public, document))
+    entry = next((m for m in metrics if m.params.name == announcement.metric), None)
+    if entry is None:
+        raise ReportRejected("payload.metric", f"{announcement.metric!r} is not a metric of this config")
+    if entry.digest != announcement.params_digest:
+        raise ReportRejected("payload.params_digest", "is not the metric's digest")
+    return announcement
+
+
+def validate_config_payload(payload: Any, *, sign_public: bytes) -> ConfigPayload:
+    """Validate a config payload and verify each round with ``sign_public``.
+
+    Raises:
+        ReportRejected: field by path (``metrics[0].params.mode``,
+            ``rounds[1].payload.level_to``); ``SignatureError`` for a round
+            that does not verify (field ``rounds[i].signature``...).
+    """
+    data = _object(payload, "", ("version", "issued_at", "aggregator", "metrics", "rounds"))
+    if isinstance(data["version"], bool) or data["version"] != CONFIG_VERSION:
+        raise ReportRejected("version", f"must be {CONFIG_VERSION}, got {data['version']!r}")
+    issued_at = _int(data["issued_at"], "issued_at", 0, MAX_WINDOW)
+    try:
+        aggregator = AggregatorInfo.from_dict(data["aggregator"])
+    except ReportRejected as exc:
+        raise _under("aggregator", exc) from None
+    metrics = _validate_metrics(data["metrics"])
+    if not isinstance(data["rounds"], list):
+        raise ReportRejected("rounds", "must be a list")
+    rounds = []
+    for i, document in enumerate(data["rounds"]):
+        try:
+            rounds.append(_validate_round_document(document, sign_public, metrics))
+        except SignatureError as exc:
+            raise SignatureError(f"rounds[{i}].{exc.field}", exc.reason) from None
+        except ReportRejected as exc:
+            raise _under(f"rounds[{i}]", exc) from None
+    return ConfigPayload(
+        issued_at=issued_at,
+        aggregator=aggregator,
+        metrics=metrics,
+        rounds=tuple(rounds),
+        round_documents=tuple(data["rounds"]),
+    )
+
+
+def verify_config(document: Any, *, sign_public: bytes) -> ConfigPayload:
+    """Verify a ``GET /v1/config`` body against the pinned Ed25519 key and validate it.
+
+    Raises:
+        SignatureError: the document does not verify, or
+            ``aggregator.sign_public`` is not the pinned key.
+        ReportRejected: the payload is malformed (field by path).
+    """
+    config = validate_config_payload(verify_document(sign_public, document), sign_public=sign_public)
+    if config.aggregator.sign_public != sign_public:
+        raise SignatureError("aggregator.sign_public", "is not the pinned signing key")
+    return config
+
+
+__all__ = [
+    "STATUSES",
+    "AggregatorInfo",
+    "ConfigPayload",
+    "MetricEntry",
+    "ReportEnvelope",
+    "ReportPayload",
+    "ReportResult",
+    "RoundAnnouncement",
+    "build_config_payload",
+    "build_report",
+    "encode_batch_binary",
+    "encode_batch_json",
+    "open_report",
+    "pack_payload",
+    "parse_batch_binary",
+    "parse_batch_json",
+    "parse_upload_response",
+    "report_aad",
+    "unpack_payload",
+    "upload_response",
+    "validate_config_payload",
+    "validate_round_announcement",
+    "verify_config",
+    "window_start",
+]
