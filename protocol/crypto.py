@@ -165,11 +165,12 @@ def key_id(public_raw: bytes) -> str:
     return hashlib.sha256(public_raw).digest()[:8].hex()
 
 
-def _signed_message(payload: Any) -> bytes:
+def _signed_message(payload: Any, error: type[ParameterError] | type[SignatureError]) -> bytes:
+    """``"onesided/sign/v1" || canonical_json(payload)``; ``error("payload", ...)`` if not JSON."""
     try:
         return SIGN_CONTEXT + canonical_json(payload)
     except (TypeError, ValueError) as exc:
-        raise SignatureError("payload", f"is not canonical JSON: {exc}") from exc
+        raise error("payload", f"is not canonical JSON: {exc}") from exc
 
 
 def sign_document(private: Ed25519PrivateKey, payload: dict[str, Any]) -> dict[str, Any]:
@@ -180,10 +181,7 @@ def sign_document(private: Ed25519PrivateKey, payload: dict[str, Any]) -> dict[s
     """
     if not isinstance(payload, dict):
         raise ParameterError("payload", "must be a JSON object")
-    try:
-        message = SIGN_CONTEXT + canonical_json(payload)
-    except (TypeError, ValueError) as exc:
-        raise ParameterError("payload", f"is not canonical JSON: {exc}") from exc
+    message = _signed_message(payload, ParameterError)
     public_raw = private.public_key().public_bytes_raw()
     return {"payload": payload, "key_id": key_id(public_raw), "signature": b64e(private.sign(message))}
 
@@ -216,10 +214,20 @@ def verify_document(public_raw: bytes, document: Any) -> dict[str, Any]:
     if len(signature) != SIGNATURE_BYTES:
         raise SignatureError("signature", f"must be {SIGNATURE_BYTES} bytes")
     try:
-        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, _signed_message(payload))
+        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, _signed_message(payload, SignatureError))
     except InvalidSignature as exc:
         raise SignatureError("signature", "does not verify (wrong key or tampered payload)") from exc
     return payload
+
+
+def public_key_info(seal_public: bytes, sign_public: bytes) -> dict[str, str]:
+    """``{"seal_public", "seal_key_id", "sign_public", "sign_key_id"}`` (base64url keys, hex ids)."""
+    return {
+        "seal_public": b64e(seal_public),
+        "seal_key_id": key_id(seal_public),
+        "sign_public": b64e(sign_public),
+        "sign_key_id": key_id(sign_public),
+    }
 
 
 # --- aggregator keys --------------------------------------------------------
@@ -256,12 +264,7 @@ class AggregatorKeys:
 
     def public_info(self) -> dict[str, str]:
         """The ``aggregator`` object of the config (docs/wire.md 8.2)."""
-        return {
-            "seal_public": b64e(self.seal_public_raw),
-            "seal_key_id": key_id(self.seal_public_raw),
-            "sign_public": b64e(self.sign_public_raw),
-            "sign_key_id": key_id(self.sign_public_raw),
-        }
+        return public_key_info(self.seal_public_raw, self.sign_public_raw)
 
     def sign(self, payload: dict[str, Any]) -> dict[str, Any]:
         """:func:`sign_document` with this aggregator's signing key."""
@@ -376,6 +379,7 @@ __all__ = [
     "encrypt_blob",
     "key_id",
     "open_sealed",
+    "public_key_info",
     "seal",
     "sign_document",
     "verify_document",

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from .crypto import b64d, b64e, key_id, open_sealed, seal, verify_document
+from .crypto import b64d, b64e, key_id, open_sealed, public_key_info, seal, verify_document
 from .errors import ParameterError, ReportRejected, SignatureError
 from .params import NAME_PATTERN, MetricParams
 
@@ -679,12 +679,7 @@ class AggregatorInfo:
         return cls(**keys)
 
     def to_dict(self) -> dict[str, str]:
-        return {
-            "seal_public": b64e(self.seal_public),
-            "seal_key_id": key_id(self.seal_public),
-            "sign_public": b64e(self.sign_public),
-            "sign_key_id": key_id(self.sign_public),
-        }
+        return public_key_info(self.seal_public, self.sign_public)
 
 
 @dataclass(frozen=True, kw_only=True)
