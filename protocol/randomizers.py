@@ -170,8 +170,30 @@ class Randomizer:
         """What is sent: IRR of the permanent bits. ``rng`` feeds the IRR only."""
         return self.instantaneous(self.permanent(bits, noise), rng)
 
+    def permanent_from_uniforms(self, bits: npt.ArrayLike, u: FloatArray) -> BoolArray:
+        """``permanent(bits, V)`` for the noise ``V`` that :meth:`draw_noise` makes from ``u``.
+
+        ``V`` is a monotone function of ``u`` (increasing for Laplace, decreasing
+        for the exponential), so ``[b + V > 1/2]`` is a comparison of ``u`` with
+        a cut: bit-identical, without computing ``V`` (the million-client path).
+        """
+        b = np.asarray(bits, dtype=bool)
+        if self.mode == "trusted":
+            return b.copy()
+        p0, p1 = self.permanent_probabilities()
+        if self.mode == "asymmetric":
+            return b | (u < p0)  # V = -ln(u)/L > 1/2  <=>  u < exp(-L/2)
+        # Laplace: V = F^{-1}(u) > 1/2 - b  <=>  u > F(1/2 - b) = 1 - P(B'=1 | b)
+        return u > np.where(b, 1.0 - p1, 1.0 - p0)
+
     def simulate(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
-        """Fresh noise, then :meth:`report`: the one-shot path for simulations."""
+        """Fresh noise, then the IRR: the one-shot path for simulations.
+
+        Uses :meth:`permanent_from_uniforms`, so the result equals
+        ``report(bits, draw_noise(shape, rng), rng)`` for the same stream.
+        """
         b = np.asarray(bits, dtype=bool)
         source = as_rng(rng)
-        return self.report(b, self.draw_noise(b.shape, source), source)
+        if self.mode == "trusted":
+            return b.copy()
+        return self.instantaneous(self.permanent_from_uniforms(b, source.uniform(b.shape)), source)

@@ -37,6 +37,7 @@ FloatArray = npt.NDArray[np.float64]
 Shape = int | tuple[int, ...]
 
 _TWO52 = float(2**52)
+_TINY = 2.0**-54
 
 
 def words_to_uniforms(words: npt.NDArray[np.uint64]) -> FloatArray:
@@ -103,8 +104,9 @@ class SeededRandom(RandomSource):
         self.generator = np.random.Generator(np.random.PCG64(seed))
 
     def uniform(self, shape: Shape) -> FloatArray:
-        words = self.generator.integers(0, 2**64, size=shape, dtype=np.uint64, endpoint=False)
-        return words_to_uniforms(np.asarray(words, dtype=np.uint64))
+        # NumPy's 53-bit doubles in [0, 1); the one value 0.0 is moved to 2**-54 so
+        # the interval is open (simulation speed matters here, portability does not).
+        return np.maximum(self.generator.random(shape), _TINY)
 
     def spawn(self, n: int) -> list[SeededRandom]:
         """``n`` independent child streams (for parallel simulations)."""
