@@ -132,7 +132,8 @@ def _object(value: Any, field: str, required: Sequence[str], optional: Sequence[
 
 def _under(prefix: str, exc: ReportRejected) -> ReportRejected:
     """The same error with its field moved under ``prefix``."""
-    return ReportRejected(f"{prefix}.{exc.field}" if prefix else exc.field, exc.reason, exc.code)
+    field = ".".join(part for part in (prefix, exc.field) if part)
+    return ReportRejected(field, exc.reason, exc.code)
 
 
 def window_start(timestamp: float, time_precision: int) -> int:
