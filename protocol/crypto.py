@@ -288,7 +288,7 @@ class AggregatorKeys:
                 if (folder / name).exists():
                     raise ParameterError(name, f"{folder / name} exists; refusing to replace keys")
         for name, raw in files.items():
-            _write_private_file(folder / name, (b64e(raw) + "\n").encode("ascii"))
+            write_private_file(folder / name, (b64e(raw) + "\n").encode("ascii"))
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> AggregatorKeys:
@@ -306,7 +306,8 @@ class AggregatorKeys:
         )
 
 
-def _write_private_file(path: Path, data: bytes) -> None:
+def write_private_file(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically with mode 0600: temp file in the same folder, fsync, rename, fsync the folder."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o600)
@@ -383,4 +384,5 @@ __all__ = [
     "seal",
     "sign_document",
     "verify_document",
+    "write_private_file",
 ]
