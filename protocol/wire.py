@@ -779,12 +779,20 @@ def _validate_metrics(items: Any) -> tuple[MetricEntry, ...]:
 
 
 def _validate_round_document(document: Any, sign_public: bytes, metrics: tuple[MetricEntry, ...]) -> RoundAnnouncement:
-    announcement = validate_round_announcement(verify_document(sign_public, document))
+    """Verify one signed round and check it against the config's metrics (fields under ``payload``)."""
+    payload = verify_document(sign_public, document)
+    try:
+        announcement = validate_round_announcement(payload)
+    except ReportRejected as exc:
+        raise _under("payload", exc) from None
     entry = next((m for m in metrics if m.params.name == announcement.metric), None)
     if entry is None:
         raise ReportRejected("payload.metric", f"{announcement.metric!r} is not a metric of this config")
     if entry.digest != announcement.params_digest:
         raise ReportRejected("payload.params_digest", "is not the metric's digest")
+    for i, cohort in enumerate(announcement.cohorts or ()):
+        if cohort >= entry.params.num_cohorts:
+            raise ReportRejected(f"payload.cohorts[{i}]", f"must be < {entry.params.num_cohorts}, got {cohort}")
     return announcement
 
 

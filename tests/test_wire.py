@@ -551,7 +551,10 @@ def test_config_with_a_forged_or_tampered_round_is_refused() -> None:
         (lambda p: p.update(rounds=None), "rounds"),
         (lambda p: p.update(rounds=[KEYS.sign(ROUND | {"metric": "other"})]), "rounds[0].payload.metric"),
         (lambda p: p.update(rounds=[KEYS.sign(ROUND)]), "rounds[0].payload.params_digest"),
-        (lambda p: p.update(rounds=[KEYS.sign(ROUND | {"level_to": 0.5})]), "rounds[0].level_to"),
+        (lambda p: p.update(rounds=[KEYS.sign(ROUND | {"level_to": 0.5})]), "rounds[0].payload.level_to"),
+        (lambda p: p.update(rounds=[KEYS.sign(ROUND | {"params_digest": PARAMS.digest(), "cohorts": [1, 8]})]),
+         "rounds[0].payload.cohorts[1]"),
+        (lambda p: p.update(rounds=[{"payload": {}}]), "rounds[0].key_id"),
     ],
 )
 def test_config_errors_name_the_field(mutate: Any, field: str) -> None:
