@@ -1,0 +1,1231 @@
+"""Central (aggregator-side) release mechanisms with one-sided error (DESIGN 7).
+
+The aggregator holds exact counts ``c`` (one per place, say) and publishes
+noisy answers. The query "is place ``i`` safe, ``c_i <= t``?" is answered
+by the sanitizer ``answer_i <= t``.
+
+* **ALap** (ADP paper, Def. V.3): one-sided exponential noise of scale
+  ``D_p / eps``. For the policy "not having visited is non-sensitive" the
+  count's p-sensitivity is *monotonically decreasing* (a protected change
+  only removes a visit), the noise is ``>= 0`` and a "safe" answer is never
+  wrong: ``P(safe | c) = 1 - exp(-eps (t - c) / D_p)`` for ``c <= t``, 0 above.
+  Laplace when the p-sensitivity is not monotonic.
+* **AGeo** (Def. VIII.1): the discrete, optimal version for counts in
+  ``{0..n_max}``: ``min(c + G, n_max)`` with ``P(G >= k) = exp(-eps k)``.
+  ``P(safe | c) = 1 - exp(-eps (t - c + 1))`` for ``c <= t < n_max``.
+* **SALap** (Algorithm 1): threshold queries answered in sequence with the
+  whole budget ``eps`` each, until the first "above threshold" answer.
+* Competitors: eps-DP Laplace and two-sided geometric, and the virtual
+  (eps, delta)-DP sanitizer that meets the necessary condition (7) with
+  equality (Sec. III, VI-A).
+
+Published integers (AGeo, two-sided geometric) come from the exact integer
+samplers below: integer arithmetic and exact Bernoulli(exp(-gamma)) trials
+for rational ``gamma`` (the construction of Canonne, Kamath and Steinke,
+"The Discrete Gaussian for Differential Privacy", 2020, Algorithms 1-2),
+fed with exact uniform integers cut from the injected :class:`RandomSource`.
+ALap and Laplace are continuous mechanisms sampled by floating-point
+inversion; publish counts with AGeo.
+
+Gradual release (gradual-release paper, Sec. 3): a published answer is
+refined by a lazy Markov step on the noise kept server-side
+(:func:`relax_release`); the budget charged is the final level, not the sum.
+A :class:`Release` is the JSON-serialisable record a store persists.
+
+>>> ALapMechanism(epsilon=1.0).safe_probability(count=2, threshold=5) == 1 - math.exp(-3.0)
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .accounting import round_up
+from .errors import BudgetExceeded, ParameterError, TighteningRefused
+from .relaxation import relax_exponential, relax_laplace
+from .rng import FloatArray, RandomSource, as_rng
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+Monotonicity = Literal["decreasing", "increasing", "none"]
+MONOTONICITIES: tuple[str, ...] = ("decreasing", "increasing", "none")
+MechanismName = Literal["alap", "ageo", "salap", "laplace", "geometric"]
+MECHANISMS: tuple[str, ...] = ("alap", "ageo", "salap", "laplace", "geometric")
+
+__all__ = [
+    "AGeoMechanism",
+    "ALapMechanism",
+    "CentralGuarantee",
+    "GeometricMechanism",
+    "LaplaceMechanism",
+    "PSensitivity",
+    "Release",
+    "SALapMechanism",
+    "adp_epsilon_lower_bound",
+    "ageo",
+    "alap",
+    "approx_dp_delta_lower_bound",
+    "bernoulli_exp",
+    "dp_beta_upper_bound",
+    "dp_epsilon_lower_bound",
+    "exact_rate",
+    "exact_uniform_words",
+    "geometric_exact",
+    "geometric_mechanism",
+    "laplace_mechanism",
+    "make_release",
+    "relax_noise",
+    "relax_release",
+    "salap",
+    "sign_p",
+    "two_sided_geometric_exact",
+    "uniform_below",
+    "virtual_dp_sanitizer",
+]
+
+
+# ==========================================================================
+# Validation helpers
+# ==========================================================================
+
+
+def _check_epsilon(field: str, value: Any, *, allow_inf: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ParameterError(field, f"must be a number, got {value!r}")
+    if not value > 0:
+        raise ParameterError(field, f"must be > 0, got {value}")
+    if math.isinf(value) and not allow_inf:
+        raise ParameterError(field, f"must be finite, got {value}")
+    return float(value)
+
+
+def _check_monotonicity(value: Any) -> None:
+    if value not in MONOTONICITIES:
+        raise ParameterError("monotonicity", f"must be one of {MONOTONICITIES}, got {value!r}")
+
+
+def _as_counts(counts: npt.ArrayLike, *, integer: bool) -> npt.NDArray[Any]:
+    arr = np.asarray(counts)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+        raise ParameterError("counts", f"must be numbers, got dtype {arr.dtype}")
+    if integer:
+        if not np.issubdtype(arr.dtype, np.integer):
+            if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+                raise ParameterError("counts", "must be integers for an integer mechanism")
+        return arr.astype(np.int64)
+    if not np.all(np.isfinite(arr)):
+        raise ParameterError("counts", "must be finite")
+    return arr.astype(np.float64)
+
+
+# ==========================================================================
+# Exact integer sampling (no floating-point noise in published integers)
+# ==========================================================================
+
+WORD_BITS = 48
+"""Bits cut from one uniform: ``floor(u * 2**48)``.
+
+Exact whenever ``rng.uniform`` is uniform on a dyadic grid of at least
+``2**48`` cells (``SecureRandom``/``KeyedRandom``: ``(k + 1/2) / 2**52``;
+``SeededRandom``: NumPy's ``j / 2**53``): every cell of width ``2**-48``
+then holds the same number of grid points.
+"""
+_WIDE_BITS = 62  # two words: (a << 14) | (b >> 34)
+MAX_UNIFORM_BOUND = 2**_WIDE_BITS
+MAX_RATE_DENOMINATOR = 2**56
+MAX_RATE = float(2**20)
+
+
+def exact_uniform_words(rng: RandomSource, size: int) -> IntArray:
+    """``size`` exact uniform integers in ``[0, 2**48)``, one uniform each.
+
+    Raises:
+        ParameterError: ``rng`` produced a value outside (0, 1).
+    """
+    u = np.asarray(rng.uniform(size), dtype=np.float64)
+    if u.size and not (np.all(u > 0.0) and np.all(u < 1.0)):
+        raise ParameterError("rng", "uniform() must return values strictly inside (0, 1)")
+    return np.floor(u * float(2**WORD_BITS)).astype(np.int64)
+
+
+def _random_bits(rng: RandomSource, size: int, bits: int) -> IntArray:
+    if bits <= WORD_BITS:
+        return exact_uniform_words(rng, size) >> (WORD_BITS - bits)
+    high = exact_uniform_words(rng, size)
+    low = exact_uniform_words(rng, size)
+    return (high << (_WIDE_BITS - WORD_BITS)) | (low >> (2 * WORD_BITS - _WIDE_BITS))
+
+
+def uniform_below(rng: RandomSource, n: int, size: int) -> IntArray:
+    """Exact uniform integers in ``[0, n)`` by rejection, ``1 <= n <= 2**62``.
+
+    Draws ``b``-bit words (``b = 48`` or ``62``) and keeps those below the
+    largest multiple of ``n`` that fits, returning them modulo ``n``. The
+    acceptance rate is above 1/2; powers of two are never rejected.
+    """
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n <= MAX_UNIFORM_BOUND:
+        raise ParameterError("n", f"must be an integer in [1, 2**62], got {n!r}")
+    n = int(n)
+    out = np.zeros(size, dtype=np.int64)
+    if n == 1 or size == 0:
+        return out
+    bits = WORD_BITS if n <= 2**WORD_BITS else _WIDE_BITS
+    limit = (1 << bits) - (1 << bits) % n
+    filled = 0
+    while filled < size:
+        need = size - filled
+        words = _random_bits(rng, need, bits)
+        kept = words[words < limit][:need] % n
+        out[filled : filled + kept.size] = kept
+        filled += kept.size
+    return out
+
+
+def _bernoulli_exp_unit(rng: RandomSource, num: IntArray, den: int) -> BoolArray:
+    """Exact ``Bernoulli(exp(-num/den))`` per element, ``0 <= num <= den``.
+
+    Canonne-Kamath-Steinke Algorithm 1: with ``g = num/den``, draw
+    ``A_k ~ Bernoulli(g / k)`` for ``k = 1, 2, ...`` until the first 0 at
+    ``K``; ``P(K > k) = g^k / k!`` so ``P(K odd) = exp(-g)``. Each trial is
+    ``[R < num] and [W == 0]`` with ``R`` uniform below ``den`` and ``W``
+    uniform below ``k``: probability ``(num/den)(1/k)``. Vectorized by rounds
+    (every still-running element is at the same ``k``).
+    """
+    stop_at = np.zeros(num.size, dtype=np.int64)
+    active = np.arange(num.size)
+    k = 1
+    while active.size:
+        a = num[active]
+        hit = (uniform_below(rng, den, active.size) < a) if den > 1 else a > 0
+        if k > 1:
+            hit &= uniform_below(rng, k, active.size) == 0
+        stop_at[active[~hit]] = k
+        active = active[hit]
+        k += 1
+    return stop_at % 2 == 1
+
+
+def exact_rate(rate: float | Fraction) -> Fraction:
+    """The rational rate the exact samplers use for ``rate`` (never above it).
+
+    A float is a dyadic rational; it is used exactly when its denominator is
+    at most ``2**56`` (every float >= 1/16), otherwise rounded *down* to a
+    multiple of ``2**-56`` (relative change below ``2**-56 / rate``; more
+    noise, so the privacy claim still holds).
+    """
+    if isinstance(rate, bool) or not isinstance(rate, int | float | Fraction):
+        raise ParameterError("rate", f"must be a number, got {rate!r}")
+    if not 0 < rate <= MAX_RATE:
+        raise ParameterError("rate", f"must be in (0, 2**20] for the exact samplers, got {rate}")
+    exact = Fraction(rate)
+    if exact.denominator > MAX_RATE_DENOMINATOR:
+        exact = Fraction(math.floor(exact * MAX_RATE_DENOMINATOR), MAX_RATE_DENOMINATOR)
+    if exact == 0:
+        raise ParameterError("rate", f"must be >= 2**-56, got {rate}")
+    return exact
+
+
+def bernoulli_exp(rng: RandomSource, gamma: float | Fraction, size: int) -> BoolArray:
+    """Exact ``Bernoulli(exp(-gamma))`` for a rational ``gamma >= 0``.
+
+    ``exp(-gamma) = exp(-1)^floor(gamma) * exp(-(gamma - floor(gamma)))``:
+    ``floor(gamma)`` unit trials and one fractional trial, all must succeed.
+    """
+    g = Fraction(gamma)
+    if g < 0:
+        raise ParameterError("gamma", f"must be >= 0, got {gamma}")
+    whole = math.floor(g)
+    frac = g - whole
+    result = _bernoulli_exp_unit(rng, np.full(size, frac.numerator, dtype=np.int64), frac.denominator)
+    for _ in range(whole):
+        result &= _bernoulli_exp_unit(rng, np.ones(size, dtype=np.int64), 1)
+    return result
+
+
+def _accepted_offsets(rng: RandomSource, t: int, size: int) -> IntArray:
+    """``U`` uniform on ``{0..t-1}`` kept with probability ``exp(-U/t)`` (rejection)."""
+    out = np.zeros(size, dtype=np.int64)
+    if t == 1:
+        return out
+    pending = np.arange(size)
+    while pending.size:
+        cand = uniform_below(rng, t, pending.size)
+        keep = _bernoulli_exp_unit(rng, cand, t)
+        out[pending[keep]] = cand[keep]
+        pending = pending[~keep]
+    return out
+
+
+def _geometric_unit(rng: RandomSource, size: int) -> IntArray:
+    """``V`` with ``P(V >= v) = exp(-v)``: count successes of Bernoulli(exp(-1))."""
+    v = np.zeros(size, dtype=np.int64)
+    active = np.arange(size)
+    while active.size:
+        more = _bernoulli_exp_unit(rng, np.ones(active.size, dtype=np.int64), 1)
+        active = active[more]
+        v[active] += 1
+    return v
+
+
+def geometric_exact(rng: RandomSource | None, rate: float | Fraction, shape: int | tuple[int, ...]) -> IntArray:
+    """Exact one-sided geometric on ``{0, 1, ...}``: ``P(G >= k) = exp(-rate k)``.
+
+    With ``rate = s/t`` (see :func:`exact_rate`): ``X = U + t V`` where ``U``
+    is uniform on ``{0..t-1}`` accepted w.p. ``exp(-U/t)`` and
+    ``P(V >= v) = exp(-v)``, so ``P(X = x)`` is proportional to
+    ``exp(-x/t)``; then ``G = floor(X / s)`` has ``P(G >= k) = P(X >= ks) =
+    exp(-k s/t)`` (Canonne-Kamath-Steinke, Algorithm 2). Integer arithmetic
+    only; the number of uniforms drawn is random.
+    """
+    source = as_rng(rng)
+    exact = exact_rate(rate)
+    s, t = exact.numerator, exact.denominator
+    size = int(np.prod(shape)) if isinstance(shape, tuple) else int(shape)
+    u = _accepted_offsets(source, t, size)
+    v = _geometric_unit(source, size)
+    if int(v.max(initial=0)) < (2**62) // t:
+        g = (u + t * v) // s
+    else:  # astronomically rare: exact big-integer arithmetic
+        g = np.array([(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)], dtype=np.int64)
+    return g.reshape(shape)
+
+
+def two_sided_geometric_exact(
+    rng: RandomSource | None, rate: float | Fraction, shape: int | tuple[int, ...]
+) -> IntArray:
+    """Exact two-sided geometric (discrete Laplace): ``P(Z = z) = (1-q)/(1+q) q^|z|``, ``q = exp(-rate)``.
+
+    The difference of two independent one-sided geometrics with ratio ``q``.
+    """
+    source = as_rng(rng)
+    return geometric_exact(source, rate, shape) - geometric_exact(source, rate, shape)
+
+
+# ==========================================================================
+# p-sensitivity and guarantees
+# ==========================================================================
+
+
+def sign_p(monotonicity: Monotonicity) -> int:
+    """``Sign_p`` of Def. V.2: +1 increasing, -1 decreasing, 0 when not monotonic.
+
+    The ALap/AGeo noise points *against* ``Sign_p``: a decreasing
+    p-sensitivity (a protected change can only lower the count) gets noise
+    ``>= 0``, so that ``M(X)`` and ``M(X')`` with ``f(X') <= f(X)`` have
+    nested supports. (Def. V.3 as printed puts the decreasing case's noise
+    on ``lambda <= 0``, which contradicts Def. VIII.1 and the proof of
+    Theorem V.4; see docs/central.md.)
+    """
+    _check_monotonicity(monotonicity)
+    return {"increasing": 1, "decreasing": -1, "none": 0}[monotonicity]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PSensitivity:
+    """``D_p`` (Def. V.1) and its monotonicity (Def. V.2) for a query.
+
+    Attributes:
+        value: ``sup ||f(X') - f(X)||_1`` over p-neighbours ``X ~p X'``.
+        monotonicity: ``decreasing`` when ``f(X') <= f(X)`` coordinate-wise
+            for every p-neighbour pair, ``increasing`` when ``>=``, else ``none``.
+    """
+
+    value: float
+    monotonicity: Monotonicity
+
+    def __post_init__(self) -> None:
+        _check_epsilon("value", self.value, allow_inf=False)
+        _check_monotonicity(self.monotonicity)
+
+    @classmethod
+    def from_differences(cls, differences: npt.ArrayLike) -> PSensitivity:
+        """From observed ``f(X') - f(X)`` over p-neighbour pairs (rows; columns are coordinates).
+
+        A common sign across all coordinates gives a monotonic p-sensitivity;
+        mixed signs give ``none`` (Laplace is then used, valid for any sign).
+        """
+        diffs = np.atleast_2d(np.asarray(differences, dtype=np.float64))
+        if diffs.size == 0 or not np.all(np.isfinite(diffs)):
+            raise ParameterError("differences", "must be a non-empty finite array")
+        value = float(np.abs(diffs).sum(axis=1).max())
+        mono: Monotonicity = "decreasing" if np.all(diffs <= 0) else "increasing" if np.all(diffs >= 0) else "none"
+        return cls(value=value, monotonicity=mono)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CentralGuarantee:
+    """What a central release promises.
+
+    Attributes:
+        mechanism: ``alap``, ``ageo``, ``salap``, ``laplace``, ``geometric``, ...
+        epsilon: the privacy parameter, rounded up (6 decimals).
+        delta: 0 for every mechanism here.
+        definition: ``(eps, p)-ADP`` or ``eps-DP``.
+        neighbour: the change of the data the epsilon is about.
+        protects / reveals: the policy in words.
+        one_sided: which answers are never wrong (``None`` if none is).
+    """
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    definition: str
+    neighbour: str
+    protects: str
+    reveals: str
+    one_sided: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "definition": self.definition,
+            "neighbour": self.neighbour,
+            "protects": self.protects,
+            "reveals": self.reveals,
+            "one_sided": self.one_sided,
+        }
+
+
+_ADP_TEXT: dict[str, tuple[str, str, str | None]] = {
+    "decreasing": (
+        "that a person IS counted (e.g. visited the place): removing a contribution changes "
+        "no output probability by more than e^eps",
+        "that a person is NOT counted may be revealed (the policy declares it non-sensitive)",
+        "answer <= t certifies count <= t (never wrong)",
+    ),
+    "increasing": (
+        "that a person is NOT counted: adding a contribution changes no output probability by more than e^eps",
+        "that a person IS counted may be revealed (the policy declares it non-sensitive)",
+        "answer >= t certifies count >= t (never wrong)",
+    ),
+    "none": ("both presence and absence (two-sided noise)", "nothing beyond the epsilon", None),
+}
+
+
+def _adp_guarantee(mechanism: str, epsilon: float, monotonicity: Monotonicity, scale: str) -> CentralGuarantee:
+    protects, reveals, one_sided = _ADP_TEXT[monotonicity]
+    if monotonicity == "none":
+        return _dp_guarantee(mechanism, epsilon, scale)
+    return CentralGuarantee(
+        mechanism=mechanism,
+        epsilon=round_up(epsilon),
+        delta=0.0,
+        definition="(eps, p)-ADP",
+        neighbour=f"X ~p X': one record changed as the policy allows ({scale})",
+        protects=protects,
+        reveals=reveals,
+        one_sided=one_sided,
+    )
+
+
+def _dp_guarantee(mechanism: str, epsilon: float, scale: str) -> CentralGuarantee:
+    return CentralGuarantee(
+        mechanism=mechanism,
+        epsilon=round_up(epsilon),
+        delta=0.0,
+        definition="eps-DP",
+        neighbour=f"one record changed ({scale})",
+        protects="both presence and absence (two-sided noise)",
+        reveals="nothing beyond the epsilon",
+        one_sided=None,
+    )
+
+
+def _max_log_ratio(log_p: FloatArray, log_q: FloatArray) -> float:
+    """``max_z ln(p(z)/q(z))`` over ``p(z) > 0`` (``inf`` where ``q(z) = 0``)."""
+    support = np.isfinite(log_p)
+    if not np.any(support):
+        return -math.inf
+    diff = np.where(np.isfinite(log_q[support]), log_p[support] - log_q[support], math.inf)
+    return float(diff.max())
+
+
+# ==========================================================================
+# ALap (Def. V.3) and the eps-DP Laplace competitor
+# ==========================================================================
+
+
+@dataclass(frozen=True, kw_only=True)
+class ALapMechanism:
+    """Asymmetric Laplace mechanism (ADP paper, Def. V.3, Theorem V.4).
+
+    ``ALap(X)_i = f(X)_i + lambda_i`` with ``|lambda_i| ~ Exp(eps / D_p)``
+    pointing against ``Sign_p`` (``>= 0`` for a decreasing p-sensitivity,
+    ``<= 0`` for an increasing one); Laplace(``D_p / eps``) when not monotonic.
+    ``E|noise| = D_p / eps`` (Corollary V.5) against ``sqrt(2) D_p / eps``
+    for Laplace's RMS.
+
+    Attributes:
+        epsilon: > 0; ``inf`` releases the counts.
+        sensitivity: ``D_p(f)`` (L1 over the coordinates), > 0.
+        monotonicity: of the p-sensitivity; ``decreasing`` by default.
+    """
+
+    epsilon: float
+    sensitivity: float = 1.0
+    monotonicity: Monotonicity = "decreasing"
+
+    def __post_init__(self) -> None:
+        _check_epsilon("epsilon", self.epsilon)
+        _check_epsilon("sensitivity", self.sensitivity, allow_inf=False)
+        _check_monotonicity(self.monotonicity)
+
+    @property
+    def rate(self) -> float:
+        """``eps / D_p``."""
+        return self.epsilon / self.sensitivity
+
+    def noise(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> FloatArray:
+        """Fresh noise (one uniform per element)."""
+        source = as_rng(rng)
+        if math.isinf(self.epsilon):
+            return np.zeros(shape)
+        if self.monotonicity == "none":
+            return source.laplace(self.rate, shape)
+        return -sign_p(self.monotonicity) * source.exponential(self.rate, shape)
+
+    def release(self, counts: npt.ArrayLike, rng: RandomSource | int | None = None) -> FloatArray:
+        c = _as_counts(counts, integer=False)
+        return c + self.noise(c.shape, rng)
+
+    def log_density(self, outputs: npt.ArrayLike, count: float) -> FloatArray:
+        """``ln`` of the output density at ``outputs`` given the true ``count`` (``-inf`` off support)."""
+        x = np.asarray(outputs, dtype=np.float64) - count
+        r = self.rate
+        if self.monotonicity == "none":
+            return np.log(r / 2) - r * np.abs(x)
+        y = -sign_p(self.monotonicity) * x
+        with np.errstate(divide="ignore"):
+            return np.where(y >= 0, math.log(r) - r * y, -math.inf)
+
+    def safe_probability(self, count: float, threshold: float) -> float:
+        """``P(answer <= threshold | count)`` in closed form.
+
+        Decreasing: ``1 - exp(-eps (t - c) / D_p)`` for ``c <= t``, else 0.
+        """
+        d, r = threshold - count, self.rate
+        if self.monotonicity == "decreasing":
+            return -math.expm1(-r * d) if d >= 0 else 0.0
+        if self.monotonicity == "increasing":
+            return 1.0 if d >= 0 else math.exp(r * d)
+        return 1.0 - 0.5 * math.exp(-r * d) if d >= 0 else 0.5 * math.exp(r * d)
+
+    def guarantee(self) -> CentralGuarantee:
+        # Theorem V.4: the density ratio is at most exp(eps |f(X') - f(X)| / D_p) <= e^eps.
+        return _adp_guarantee("alap", self.epsilon, self.monotonicity, f"L1 change <= {self.sensitivity:g}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaplaceMechanism:
+    """The eps-DP Laplace mechanism (competitor): ``f(X) + Laplace(D / eps)``."""
+
+    epsilon: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_epsilon("epsilon", self.epsilon)
+        _check_epsilon("sensitivity", self.sensitivity, allow_inf=False)
+
+    @property
+    def rate(self) -> float:
+        return self.epsilon / self.sensitivity
+
+    def noise(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> FloatArray:
+        return ALapMechanism(epsilon=self.epsilon, sensitivity=self.sensitivity, monotonicity="none").noise(shape, rng)
+
+    def release(self, counts: npt.ArrayLike, rng: RandomSource | int | None = None) -> FloatArray:
+        c = _as_counts(counts, integer=False)
+        return c + self.noise(c.shape, rng)
+
+    def guarantee(self) -> CentralGuarantee:
+        return _dp_guarantee("laplace", self.epsilon, f"L1 change <= {self.sensitivity:g}")
+
+
+def alap(
+    counts: npt.ArrayLike,
+    epsilon: float,
+    *,
+    sensitivity: float = 1.0,
+    monotonicity: Monotonicity = "decreasing",
+    rng: RandomSource | int | None = None,
+) -> FloatArray:
+    """ALap answers (Def. V.3); decreasing p-sensitivity by default, so noise ``>= 0``.
+
+    >>> bool(np.all(alap([3, 0, 7], 1.0, rng=1) >= [3, 0, 7]))
+    True
+    """
+    return ALapMechanism(epsilon=epsilon, sensitivity=sensitivity, monotonicity=monotonicity).release(counts, rng)
+
+
+def laplace_mechanism(
+    counts: npt.ArrayLike, epsilon: float, *, sensitivity: float = 1.0, rng: RandomSource | int | None = None
+) -> FloatArray:
+    """eps-DP Laplace answers (competitor)."""
+    return LaplaceMechanism(epsilon=epsilon, sensitivity=sensitivity).release(counts, rng)
+
+
+# ==========================================================================
+# AGeo (Def. VIII.1) and the two-sided geometric competitor
+# ==========================================================================
+
+
+@dataclass(frozen=True, kw_only=True)
+class AGeoMechanism:
+    """Asymmetric geometric mechanism (ADP paper, Def. VIII.1, Theorems VIII.2-3).
+
+    For counts in ``{0..n_max}`` with p-sensitivity 1. With ``q = exp(-eps)``
+    and ``P(G >= k) = q^k`` (exact sampler):
+
+    * decreasing: ``min(c + G, n_max)``: ``P(z) = (1-q) q^(z-c)`` for
+      ``c <= z < n_max``, ``P(n_max) = q^(n_max - c)``;
+    * increasing: ``max(c - G, 0)``, the mirror image;
+    * none: ``c + Z``, ``Z`` two-sided geometric, untruncated as printed.
+
+    Optimal for any loss non-decreasing in ``|z - c|`` (Theorem VIII.3).
+
+    Attributes:
+        epsilon: > 0 (at most 2**20); ``inf`` releases the counts.
+        n_max: the largest possible count (the ``n`` of the paper), >= 0.
+        monotonicity: of the p-sensitivity; ``decreasing`` by default.
+    """
+
+    epsilon: float
+    n_max: int
+    monotonicity: Monotonicity = "decreasing"
+
+    def __post_init__(self) -> None:
+        _check_epsilon("epsilon", self.epsilon)
+        if not math.isinf(self.epsilon):
+            exact_rate(self.epsilon)
+        if isinstance(self.n_max, bool) or not isinstance(self.n_max, int | np.integer) or self.n_max < 0:
+            raise ParameterError("n_max", f"must be an integer >= 0, got {self.n_max!r}")
+        _check_monotonicity(self.monotonicity)
+
+    @property
+    def effective_epsilon(self) -> float:
+        """The rate the exact sampler uses (equal to ``epsilon`` for every float >= 1/16)."""
+        return math.inf if math.isinf(self.epsilon) else float(exact_rate(self.epsilon))
+
+    def noise(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> IntArray:
+        """The untruncated noise: ``G >= 0`` (monotonic) or two-sided ``Z``; exact."""
+        if math.isinf(self.epsilon):
+            return np.zeros(shape, dtype=np.int64)
+        if self.monotonicity == "none":
+            return two_sided_geometric_exact(as_rng(rng), self.epsilon, shape)
+        return geometric_exact(as_rng(rng), self.epsilon, shape)
+
+    def publish(self, counts: npt.ArrayLike, noise: npt.ArrayLike) -> IntArray:
+        """Answers from counts and stored noise (truncation included)."""
+        c = self.check_counts(counts)
+        g = np.asarray(noise, dtype=np.int64)
+        if self.monotonicity == "decreasing":
+            return np.minimum(c + g, self.n_max)
+        if self.monotonicity == "increasing":
+            return np.maximum(c - g, 0)
+        return c + g
+
+    def release(self, counts: npt.ArrayLike, rng: RandomSource | int | None = None) -> IntArray:
+        c = self.check_counts(counts)
+        return self.publish(c, self.noise(c.shape, rng))
+
+    def check_counts(self, counts: npt.ArrayLike) -> IntArray:
+        """Counts as int64, each in ``[0, n_max]``."""
+        c = _as_counts(counts, integer=True)
+        if c.size and (c.min() < 0 or c.max() > self.n_max):
+            raise ParameterError("counts", f"must lie in [0, n_max={self.n_max}]")
+        return c
+
+    def log_pmf(self, outputs: npt.ArrayLike, count: int) -> FloatArray:
+        """``ln P(answer = z | count)`` for integer ``outputs`` (Def. VIII.1 verbatim)."""
+        z = np.asarray(outputs, dtype=np.int64)
+        e = self.effective_epsilon
+        log_1mq = math.log(-math.expm1(-e))
+        if self.monotonicity == "none":
+            return math.log(-math.expm1(-e) / (1 + math.exp(-e))) - e * np.abs(z - count)
+        y = z - count if self.monotonicity == "decreasing" else count - z
+        end = self.n_max - count if self.monotonicity == "decreasing" else count
+        body = np.where(y == end, -e * y, log_1mq - e * y)
+        return np.where((y >= 0) & (y <= end), body, -math.inf)
+
+    def privacy_loss(self, *, reverse: bool = False) -> float:
+        """Exact ``max ln P(z | X) / P(z | X')`` over p-neighbours ``X ~p X'`` and outputs ``z``.
+
+        A p-neighbour changes the count by ``f(X') - f(X) = -1`` (decreasing),
+        ``+1`` (increasing) or either (none); counts range over ``[0, n_max]``
+        and the outcome space is finite (a window around it when not
+        monotonic), so this is a maximum, not a bound. ``reverse=True`` takes
+        the changes the policy does *not* protect (``inf``: they are revealed).
+        """
+        steps = {"decreasing": (-1,), "increasing": (1,), "none": (-1, 1)}[self.monotonicity]
+        if reverse:
+            steps = tuple(-s for s in steps)
+        n = self.n_max
+        outputs = np.arange(-n - 2, 2 * n + 3) if self.monotonicity == "none" else np.arange(n + 1)
+        worst = -math.inf
+        for c in range(n + 1):
+            for s in steps:
+                if 0 <= c + s <= n:
+                    worst = max(worst, _max_log_ratio(self.log_pmf(outputs, c), self.log_pmf(outputs, c + s)))
+        return worst
+
+    def safe_probability(self, count: int, threshold: int) -> float:
+        """``P(answer <= t | count)``; decreasing: ``1 - exp(-eps (t - c + 1))`` for ``c <= t < n_max``."""
+        e, d = self.effective_epsilon, threshold - count
+        if self.monotonicity == "decreasing":
+            if threshold >= self.n_max:
+                return 1.0
+            return -math.expm1(-e * (d + 1)) if d >= 0 else 0.0
+        if self.monotonicity == "increasing":
+            return 1.0 if d >= 0 else (math.exp(e * d) if threshold >= 0 else 0.0)
+        q = math.exp(-e)
+        return 1.0 - q ** (d + 1) / (1 + q) if d >= 0 else q ** (-d) / (1 + q)
+
+    def guarantee(self) -> CentralGuarantee:
+        # Theorem VIII.2; ratio exactly e^eps on the whole support (privacy_loss() is tight).
+        return _adp_guarantee("ageo", self.effective_epsilon, self.monotonicity, "count change <= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeometricMechanism:
+    """The eps-DP two-sided geometric mechanism (competitor; ADP paper Sec. VIII-A).
+
+    ``c + Z`` with ``P(Z = z)`` proportional to ``exp(-eps |z| / D)``; exact sampler.
+    """
+
+    epsilon: float
+    sensitivity: int = 1
+
+    def __post_init__(self) -> None:
+        _check_epsilon("epsilon", self.epsilon)
+        if isinstance(self.sensitivity, bool) or not isinstance(self.sensitivity, int) or self.sensitivity < 1:
+            raise ParameterError("sensitivity", f"must be an integer >= 1, got {self.sensitivity!r}")
+        if not math.isinf(self.epsilon):
+            exact_rate(Fraction(self.epsilon) / self.sensitivity)
+
+    @property
+    def rate(self) -> Fraction:
+        return exact_rate(Fraction(self.epsilon) / self.sensitivity)
+
+    def noise(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> IntArray:
+        if math.isinf(self.epsilon):
+            return np.zeros(shape, dtype=np.int64)
+        return two_sided_geometric_exact(as_rng(rng), self.rate, shape)
+
+    def release(self, counts: npt.ArrayLike, rng: RandomSource | int | None = None) -> IntArray:
+        c = _as_counts(counts, integer=True)
+        return c + self.noise(c.shape, rng)
+
+    def guarantee(self) -> CentralGuarantee:
+        eff = math.inf if math.isinf(self.epsilon) else float(self.rate) * self.sensitivity
+        return _dp_guarantee("geometric", eff, f"count change <= {self.sensitivity}")
+
+
+def ageo(
+    counts: npt.ArrayLike,
+    epsilon: float,
+    *,
+    n_max: int,
+    monotonicity: Monotonicity = "decreasing",
+    rng: RandomSource | int | None = None,
+) -> IntArray:
+    """AGeo answers (Def. VIII.1), exact integers in ``[0, n_max]``.
+
+    >>> a = ageo([3, 0, 7], 1.0, n_max=10, rng=1)
+    >>> bool(np.all((a >= [3, 0, 7]) & (a <= 10)))
+    True
+    """
+    return AGeoMechanism(epsilon=epsilon, n_max=n_max, monotonicity=monotonicity).release(counts, rng)
+
+
+def geometric_mechanism(
+    counts: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1, rng: RandomSource | int | None = None
+) -> IntArray:
+    """eps-DP two-sided geometric answers (competitor), exact integers."""
+    return GeometricMechanism(epsilon=epsilon, sensitivity=sensitivity).release(counts, rng)
+
+
+# ==========================================================================
+# SALap (Algorithm 1)
+# ==========================================================================
+
+
+@dataclass(frozen=True, kw_only=True)
+class SALapMechanism:
+    """Sanitized asymmetric Laplace mechanism (ADP paper, Algorithm 1, Theorem V.7).
+
+    Queries ``f_1..f_d``, each with monotonically decreasing p-sensitivity
+    ``<= 1``, are answered in order with ``z_i = f_i(X) + Exp(eps)``: output
+    ``None`` (the paper's bottom: "below threshold", a certificate that
+    ``f_i(X) <= t_i``) while ``z_i <= t_i``; at the first ``z_i > t_i``
+    output ``z_i`` and stop; every later answer is NaN. The whole sequence
+    is ``(eps, p)``-ADP: a bottom costs nothing, the one value costs eps.
+    """
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        _check_epsilon("epsilon", self.epsilon)
+
+    def noise(self, size: int, rng: RandomSource | int | None = None) -> FloatArray:
+        return ALapMechanism(epsilon=self.epsilon).noise(size, rng)
+
+    @staticmethod
+    def publish(counts: npt.ArrayLike, noise: npt.ArrayLike, thresholds: npt.ArrayLike) -> list[float | None]:
+        """The answers from counts, the noise and the thresholds (lines 2-12)."""
+        z = np.asarray(counts, dtype=np.float64) + np.asarray(noise, dtype=np.float64)
+        above = z > np.broadcast_to(np.asarray(thresholds, dtype=np.float64), z.shape)
+        stop = int(np.argmax(above)) if np.any(above) else z.size
+        answers: list[float | None] = [None] * stop
+        if stop < z.size:
+            answers.append(float(z[stop]))
+            answers.extend([math.nan] * (z.size - stop - 1))
+        return answers
+
+    def release(
+        self, counts: npt.ArrayLike, thresholds: npt.ArrayLike, rng: RandomSource | int | None = None
+    ) -> list[float | None]:
+        c, t = _salap_inputs(counts, thresholds)
+        return self.publish(c, self.noise(c.size, rng), t)
+
+    def prefix_probability(self, counts: npt.ArrayLike, thresholds: npt.ArrayLike) -> FloatArray:
+        """``P(answers 1..j are all None)`` for ``j = 1..d``: ``prod_{i<=j} (1 - exp(-eps (t_i - c_i)))``."""
+        c, t = _salap_inputs(counts, thresholds)
+        single = np.array([ALapMechanism(epsilon=self.epsilon).safe_probability(a, b) for a, b in zip(c, t, strict=True)])
+        return np.cumprod(single)
+
+    def guarantee(self) -> CentralGuarantee:
+        # Theorem V.7: bottoms have ratio <= 1 (monotone queries), the one value e^eps.
+        return _adp_guarantee("salap", self.epsilon, "decreasing", "each query's count change <= 1")
+
+
+def _salap_inputs(counts: npt.ArrayLike, thresholds: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    c = _as_counts(counts, integer=False).ravel()
+    t = np.asarray(thresholds, dtype=np.float64)
+    if t.ndim > 1 or (t.ndim == 1 and t.size != c.size):
+        raise ParameterError("thresholds", f"must be a scalar or have one entry per query ({c.size})")
+    if not np.all(np.isfinite(t)):
+        raise ParameterError("thresholds", "must be finite")
+    return c, np.broadcast_to(t, c.shape).astype(np.float64)
+
+
+def salap(
+    counts: npt.ArrayLike, thresholds: npt.ArrayLike, epsilon: float, *, rng: RandomSource | int | None = None
+) -> list[float | None]:
+    """SALap answers: ``None`` = "below threshold" (never wrong), the stopping value, then NaN.
+
+    >>> salap([0, 0, 9, 0], 5, float("inf"))
+    [None, None, 9.0, nan]
+    """
+    return SALapMechanism(epsilon=epsilon).release(counts, thresholds, rng)
+
+
+# ==========================================================================
+# Section III: necessary conditions and the (eps, delta)-DP competitor
+# ==========================================================================
+
+
+def _check_probability(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ParameterError(field, f"must be a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_steps(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ParameterError("k", f"must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def dp_epsilon_lower_bound(*, alpha: float, beta: float, k: int = 1) -> float:
+    """Inequality (5): an eps-DP mechanism that is ``(q, alpha, beta)``-one-sided needs ``eps > ln(beta/alpha)/k``.
+
+    ``k`` is the Hamming distance from the data to the nearest data where
+    the answer flips. ``alpha = 0`` gives ``inf`` (no finite eps works).
+    """
+    a, b, k = _check_probability("alpha", alpha), _check_probability("beta", beta), _check_steps(k)
+    if b == 0:
+        return -math.inf
+    return math.inf if a == 0 else math.log(b / a) / k
+
+
+def approx_dp_delta_lower_bound(*, alpha: float, beta: float, epsilon: float, k: int = 1) -> float:
+    """Inequality (7): ``delta > (beta - alpha e^(eps k)) / sum_{i=1..k} e^((i-1) eps)``.
+
+    Returned as printed (a negative value means no constraint on delta).
+    """
+    a, b, k = _check_probability("alpha", alpha), _check_probability("beta", beta), _check_steps(k)
+    e = _check_epsilon("epsilon", epsilon, allow_inf=False)
+    return (b - a * math.exp(e * k)) / _geometric_sum(e, k)
+
+
+def adp_epsilon_lower_bound(*, alpha: float, beta: float, k: int = 1) -> float:
+    """Proposition IV.7: an ``(eps, p)``-ADP one-sided mechanism needs ``eps >= ln((1-alpha)/(1-beta))/k``.
+
+    Finite at ``alpha = 0`` (ALap attains it with ``D_p = 1``, Corollary V.6).
+    """
+    a, b, k = _check_probability("alpha", alpha), _check_probability("beta", beta), _check_steps(k)
+    if b == 1:
+        return math.inf
+    return math.log((1 - a) / (1 - b)) / k
+
+
+def _geometric_sum(epsilon: float, k: int) -> float:
+    """``sum_{i=1..k} e^((i-1) eps)``."""
+    return math.fsum(math.exp((i - 1) * epsilon) for i in range(1, k + 1))
+
+
+def dp_beta_upper_bound(*, alpha: float, epsilon: float, delta: float = 0.0, k: int) -> float:
+    """The best ``beta`` any ``(eps, delta)``-DP sanitizer can reach at distance ``k``: (6) with (3).
+
+    ``min(1, alpha e^(eps k) + delta sum_{i=1..k} e^((i-1) eps))``: the
+    paper's virtual competitor (Sec. VI-A), an upper bound, not a mechanism.
+    """
+    a, d, k = _check_probability("alpha", alpha), _check_probability("delta", delta), _check_steps(k)
+    e = _check_epsilon("epsilon", epsilon, allow_inf=False)
+    return min(1.0, a * math.exp(e * k) + d * _geometric_sum(e, k))
+
+
+def virtual_dp_sanitizer(
+    counts: npt.ArrayLike,
+    threshold: int,
+    epsilon: float,
+    *,
+    alpha: float,
+    delta: float = 0.0,
+    rng: RandomSource | int | None = None,
+) -> BoolArray:
+    """"Safe" decisions of the virtual ``(eps, delta)``-DP competitor, for comparisons.
+
+    A count ``c <= t`` is ``k = t + 1 - c`` record changes from the nearest
+    unsafe count, so it is called safe with probability
+    :func:`dp_beta_upper_bound`; a count above ``t`` with probability ``alpha``.
+    """
+    c = _as_counts(counts, integer=True)
+    _check_epsilon("epsilon", epsilon, allow_inf=False)
+    a = _check_probability("alpha", alpha)
+    if isinstance(threshold, bool) or not isinstance(threshold, int | np.integer):
+        raise ParameterError("threshold", f"must be an integer, got {threshold!r}")
+    values = np.unique(c)
+    beta = np.array([
+        dp_beta_upper_bound(alpha=a, epsilon=epsilon, delta=delta, k=int(threshold + 1 - x)) if x <= threshold else a
+        for x in values
+    ])
+    return as_rng(rng).uniform(c.shape) < beta[np.searchsorted(values, c)]
+
+
+# ==========================================================================
+# Gradual release of published answers and the Release record
+# ==========================================================================
+
+RELEASE_SCHEMA = "onesided.release/v1"
+
+
+def relax_noise(
+    mechanism: MechanismName,
+    noise: npt.ArrayLike,
+    eps_from: float,
+    eps_to: float,
+    *,
+    sensitivity: float = 1.0,
+    monotonicity: Monotonicity = "decreasing",
+    rng: RandomSource | int | None = None,
+) -> npt.NDArray[Any]:
+    """The lazy step on stored noise, from ``eps_from`` to ``eps_to >= eps_from``.
+
+    * ``alap`` (monotonic): :func:`~protocol.relaxation.relax_exponential` on
+      ``|noise|`` at rates ``eps / D_p``; ``alap`` (none) and ``laplace``:
+      :func:`~protocol.relaxation.relax_laplace`.
+    * ``ageo`` (monotonic): ``G2 = min(G1, H)``, ``P(H >= k) = exp(-(e2 - e1) k)``
+      with ``e2 - e1`` exact and ``H`` from the exact sampler: the step of
+      :func:`~protocol.relaxation.relax_geometric`, without floating point.
+
+    The refined noise has exactly the one-shot ``eps_to`` law and the pair
+    is a post-processing of it: the release costs ``eps_to``, not the sum.
+
+    Raises:
+        TighteningRefused: ``eps_to < eps_from``.
+        ParameterError: the two-sided geometric and SALap have no lazy step here.
+    """
+    source = as_rng(rng)
+    e1 = _check_epsilon("eps_from", eps_from, allow_inf=False)
+    e2 = _check_epsilon("eps_to", eps_to)
+    if e2 < e1:
+        raise TighteningRefused(current=e1, requested=e2)
+    _check_monotonicity(monotonicity)
+    if mechanism in ("laplace", "alap") and (mechanism == "laplace" or monotonicity == "none"):
+        return relax_laplace(noise, e1 / sensitivity, e2 / sensitivity, source)
+    if mechanism == "alap":
+        direction = -sign_p(monotonicity)
+        mag = relax_exponential(np.abs(np.asarray(noise, dtype=np.float64)), e1 / sensitivity, e2 / sensitivity, source)
+        return direction * mag
+    if mechanism == "ageo" and monotonicity != "none":
+        return _relax_geometric_exact(noise, e1, e2, source)
+    raise ParameterError("mechanism", f"{mechanism!r} ({monotonicity}) has no lazy relaxation step")
+
+
+def _relax_geometric_exact(noise: npt.ArrayLike, e1: float, e2: float, rng: RandomSource) -> IntArray:
+    g = np.asarray(noise)
+    if g.size and not np.issubdtype(g.dtype, np.integer):
+        raise ParameterError("noise", "must be integers for the geometric step")
+    g = g.astype(np.int64)
+    if math.isinf(e2):
+        return np.zeros_like(g)
+    gap = Fraction(e2) - Fraction(e1)
+    if gap == 0:
+        return g.copy()
+    return np.minimum(g, geometric_exact(rng, exact_rate(gap), g.shape))
+
+
+def _mechanism_of(name: str, epsilon: float, sensitivity: float, monotonicity: Monotonicity, n_max: int | None) -> Any:
+    if name == "alap":
+        return ALapMechanism(epsilon=epsilon, sensitivity=sensitivity, monotonicity=monotonicity)
+    if name == "laplace":
+        return LaplaceMechanism(epsilon=epsilon, sensitivity=sensitivity)
+    if name == "ageo":
+        if n_max is None:
+            raise ParameterError("n_max", "is required for ageo")
+        return AGeoMechanism(epsilon=epsilon, n_max=n_max, monotonicity=monotonicity)
+    if name == "geometric":
+        if sensitivity != int(sensitivity):
+            raise ParameterError("sensitivity", f"must be an integer for the geometric mechanism, got {sensitivity}")
+        return GeometricMechanism(epsilon=epsilon, sensitivity=int(sensitivity))
+    if name == "salap":
+        return SALapMechanism(epsilon=epsilon)
+    raise ParameterError("mechanism", f"must be one of {MECHANISMS}, got {name!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """A central release as a store persists it (JSON via :meth:`to_json_dict`).
+
+    Attributes:
+        mechanism: one of :data:`MECHANISMS`.
+        levels: the epsilons released so far, strictly increasing; the
+            current answers are at ``levels[-1]``, which is also the budget
+            charged (lazy relaxation: the final level, not the sum).
+        counts: the exact values (server-side only).
+        noise: the noise at ``levels[-1]`` (server-side only; for AGeo the
+            untruncated ``G``).
+        answers: the published values; for SALap ``None`` is "below
+            threshold" and NaN "not answered" (after the stop).
+        sensitivity, monotonicity, n_max, thresholds: mechanism parameters.
+    """
+
+    mechanism: MechanismName
+    levels: tuple[float, ...]
+    counts: tuple[float, ...]
+    noise: tuple[float, ...]
+    answers: tuple[float | None, ...]
+    sensitivity: float = 1.0
+    monotonicity: Monotonicity = "decreasing"
+    n_max: int | None = None
+    thresholds: tuple[float, ...] | None = None
+    SCHEMA: ClassVar[str] = RELEASE_SCHEMA
+
+    def __post_init__(self) -> None:
+        if not self.levels:
+            raise ParameterError("levels", "must not be empty")
+        for i, lv in enumerate(self.levels):
+            _check_epsilon(f"levels[{i}]", lv, allow_inf=False)
+        if any(b <= a for a, b in zip(self.levels, self.levels[1:], strict=False)):
+            raise ParameterError("levels", f"must be strictly increasing, got {list(self.levels)}")
+        self.mechanism_params()  # validates mechanism, sensitivity, monotonicity, n_max
+        n = len(self.counts)
+        for name in ("noise", "answers"):
+            if len(getattr(self, name)) != n:
+                raise ParameterError(name, f"must have one entry per count ({n}), got {len(getattr(self, name))}")
+        if self.mechanism == "salap" and (self.thresholds is None or len(self.thresholds) != n):
+            raise ParameterError("thresholds", f"salap needs one threshold per query ({n})")
+
+    @property
+    def epsilon(self) -> float:
+        """The current level, which is the budget charged."""
+        return self.levels[-1]
+
+    def mechanism_params(self, epsilon: float | None = None) -> Any:
+        """The mechanism object at ``epsilon`` (default: the current level)."""
+        return _mechanism_of(
+            self.mechanism, self.epsilon if epsilon is None else epsilon, self.sensitivity, self.monotonicity, self.n_max
+        )
+
+    def guarantee(self) -> CentralGuarantee:
+        return self.mechanism_params().guarantee()
+
+    def public_dict(self) -> dict[str, Any]:
+        """What an analyst may see: no counts, no noise."""
+        return {
+            "schema": self.SCHEMA,
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "levels": list(self.levels),
+            "answers": _answers_to_json(self),
+            "num_answers": len(self.answers),
+            "thresholds": None if self.thresholds is None else list(self.thresholds),
+            "guarantee": self.guarantee().to_dict(),
+        }
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Everything, for the store; ``server`` holds the fields never shown to analysts."""
+        return {
+            "schema": self.SCHEMA,
+            "mechanism": self.mechanism,
+            "levels": list(self.levels),
+            "sensitivity": self.sensitivity,
+            "monotonicity": self.monotonicity,
+            "n_max": self.n_max,
+            "thresholds": None if self.thresholds is None else list(self.thresholds),
+            "answers": _answers_to_json(self),
+            "num_answers": len(self.answers),
+            "server": {"counts": list(self.counts), "noise": list(self.noise)},
+        }
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> Release:
+        """Inverse of :meth:`to_json_dict` (validated)."""
+        if not isinstance(data, dict) or data.get("schema") != RELEASE_SCHEMA:
+            raise ParameterError("schema", f"must be {RELEASE_SCHEMA!r}")
+        try:
+            server = data["server"]
+            n = int(data["num_answers"])
+            answers = list(data["answers"]) + [math.nan] * (n - len(data["answers"]))
+            thresholds = data.get("thresholds")
+            return cls(
+                mechanism=data["mechanism"],
+                levels=tuple(float(x) for x in data["levels"]),
+                counts=tuple(server["counts"]),
+                noise=tuple(server["noise"]),
+                answers=tuple(answers),
+                sensitivity=float(data["sensitivity"]),
+                monotonicity=data["monotonicity"],
+                n_max=data.get("n_max"),
+                thresholds=None if thresholds is None else tuple(float(x) for x in thresholds),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ParameterError):
+                raise
+            raise ParameterError("release", f"malformed release record: {exc}") from exc
+
+
+def _answers_to_json(release: Release) -> list[float | int | None]:
+    """SALap: answers up to and including the stop (``None`` = below threshold); others as is."""
+    if release.mechanism != "salap":
+        return list(release.answers)
+    out: list[float | int | None] = []
+    for a in release.answers:
+        if a is not None and math.isnan(a):
+            break
+        out.append(a)
+    return out
+
+
+def _publish(mech: Any, name: str, counts: npt.NDArray[Any], noise: npt.NDArray[Any], thresholds: Any) -> tuple[Any, ...]:
+    if name == "salap":
+        return tuple(SALapMechanism.publish(counts, noise, thresholds))
+    if name == "ageo":
+        return tuple(int(x) for x in mech.publish(counts, noise))
+    return tuple((counts + noise).tolist())
+
+
+def make_release(
+    mechanism: MechanismName,
+    counts: npt.ArrayLike,
+    epsilon: float,
+    *,
+    sensitivity: float = 1.0,
+    monotonicity: Monotonicity = "decreasing",
+    n_max: int | None = None,
+    thresholds: npt.ArrayLike | None = None,
+    rng: RandomSource | int | None = None,
+) -> Release:
+    """Run ``mechanism`` once at ``epsilon`` and record it (noise kept for later relaxation)."""
+    _check_epsilon("epsilon", epsilon, allow_inf=False)
+    mech = _mechanism_of(mechanism, epsilon, sensitivity, monotonicity, n_max)
+    integer = mechanism in ("ageo", "geometric")
+    if mechanism == "ageo":
+        c = mech.check_counts(counts)
+    else:
+        c = _as_counts(counts, integer=integer).ravel()
+    t: FloatArray | None = None
+    if mechanism == "salap":
+        if thresholds is None:
+            raise ParameterError("thresholds", "is required for salap")
+        c, t = _salap_inputs(c, thresholds)
+        noise = mech.noise(c.size, rng)
+    else:
+        noise = mech.noise(c.shape, rng)
+    return Release(
+        mechanism=mechanism,
+        levels=(float(epsilon),),
+        counts=tuple(c.tolist()),
+        noise=tuple(noise.tolist()),
+        answers=_publish(mech, mechanism, c, noise, t),
+        sensitivity=float(sensitivity),
+        monotonicity=monotonicity,
+        n_max=n_max,
+        thresholds=None if t is None else tuple(t.tolist()),
+    )
+
+
+def relax_release(
+    release: Release,
+    epsilon: float,
+    *,
+    ceiling: float | None = None,
+    rng: RandomSource | int | None = None,
+) -> Release:
+    """Refine a published release to the looser level ``epsilon`` (gradual-release paper, Sec. 3).
+
+    The stored noise takes one lazy step (:func:`relax_noise`), the answers
+    are recomputed from it, and ``epsilon`` is appended to ``levels``. The
+    refined answers have the one-shot ``epsilon`` error, and the budget
+    charged for the whole history is ``epsilon`` (not the sum of levels).
+
+    Raises:
+        TighteningRefused: ``epsilon`` below the current level.
+        BudgetExceeded: ``epsilon`` above ``ceiling``.
+        ParameterError: SALap and the two-sided geometric cannot be relaxed.
+    """
+    e2 = _check_epsilon("epsilon", epsilon, allow_inf=False)
+    if ceiling is not None and e2 > ceiling:
+        raise BudgetExceeded(requested=e2, remaining=ceiling, detail="relaxation ceiling")
+    if e2 == release.epsilon:
+        return release
+    noise = relax_noise(
+        release.mechanism, release.noise, release.epsilon, e2,
+        sensitivity=release.sensitivity, monotonicity=release.monotonicity, rng=rng,
+    )
+    mech = release.mechanism_params(e2)
+    counts = np.asarray(release.counts)
+    return Release(
+        mechanism=release.mechanism,
+        levels=(*release.levels, e2),
+        counts=release.counts,
+        noise=tuple(noise.tolist()),
+        answers=_publish(mech, release.mechanism, counts, noise, release.thresholds),
+        sensitivity=release.sensitivity,
+        monotonicity=release.monotonicity,
+        n_max=release.n_max,
+        thresholds=release.thresholds,
+    )
+
+
+def release_answers(release: Release) -> npt.NDArray[Any]:
+    """The answers as an array (float; SALap's ``None`` becomes ``-inf``, meaning "below threshold")."""
+    return np.array([-math.inf if a is None else a for a in release.answers], dtype=np.float64)
+
+
+def coerce_levels(levels: Sequence[float]) -> tuple[float, ...]:
+    """Validated, sorted, de-duplicated levels (for multi-level releases)."""
+    out = sorted({_check_epsilon(f"levels[{i}]", lv, allow_inf=False) for i, lv in enumerate(levels)})
+    if not out:
+        raise ParameterError("levels", "must not be empty")
+    return tuple(out)

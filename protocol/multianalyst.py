@@ -1,0 +1,362 @@
+"""Releases to several analysts, and what colluding analysts can learn (DESIGN 7).
+
+Two ways to serve analysts with different trust:
+
+* **Correlated** (gradual-release paper, Sec. 4.2): one draw of the lazy
+  noise process. Sort the analysts' levels, draw at the lowest, relax up
+  the chain (:func:`protocol.central.relax_noise`), give each analyst the
+  answer at its own level. Every lower-level answer is a post-processing
+  of a higher one (the chain can be tightened back down, eq. 28), so a
+  coalition learns no more than its most trusted member: privacy
+  ``max_j eps_j``, not ``sum_j eps_j``.
+* **Mechanism A** (multi-user non-zero-mean Laplace paper, Algorithm 1):
+  analyst ``i`` gets a secret location ``mu_i`` drawn from an interval;
+  each of its ``k`` queries is answered ``r_j + Lap(mu_i, k D / eps)``.
+  Accuracy: Theorem 2. Against the averaging attack the paper's claim
+  (Theorem 3) is that the coalition's mean converges to ``r + mean(mu)``,
+  not ``r``. It is still ``eps``-DP per analyst and ``i eps`` for ``i``
+  analysts by composition (the secret shift is independent of the data),
+  and an attacker who knows the mean of the interval removes the bias.
+
+:func:`collusion_experiment` runs the averaging attack against independent
+Laplace answers, Mechanism A (naive and calibrated attackers) and
+correlated answers, and compares with the paper's
+``i = max{30, 18 D^2 / (m^2 eps^2)}`` colluders.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .central import (
+    MechanismName,
+    Monotonicity,
+    Release,
+    coerce_levels,
+    make_release,
+    relax_release,
+)
+from .errors import ParameterError
+from .relaxation import relax_laplace
+from .rng import FloatArray, RandomSource, as_rng
+
+__all__ = [
+    "CollusionResult",
+    "MechanismA",
+    "coalition_epsilon",
+    "collusion_experiment",
+    "colluders_needed",
+    "correlated_releases",
+    "mechanism_a_accuracy_bound",
+]
+
+Scheme = Literal["independent", "mechanism_a", "mechanism_a_calibrated", "correlated"]
+SCHEMES: tuple[str, ...] = ("independent", "mechanism_a", "mechanism_a_calibrated", "correlated")
+
+
+def _positive(field: str, value: Any, *, finite: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or not value > 0:
+        raise ParameterError(field, f"must be a number > 0, got {value!r}")
+    if finite and math.isinf(value):
+        raise ParameterError(field, f"must be finite, got {value}")
+    return float(value)
+
+
+def _count(field: str, value: Any, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ParameterError(field, f"must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+# ==========================================================================
+# (a) correlated releases
+# ==========================================================================
+
+
+def correlated_releases(
+    counts: npt.ArrayLike,
+    levels: Sequence[float],
+    *,
+    mechanism: MechanismName = "laplace",
+    sensitivity: float = 1.0,
+    monotonicity: Monotonicity = "decreasing",
+    n_max: int | None = None,
+    rng: RandomSource | int | None = None,
+) -> list[Release]:
+    """One release per analyst (same order as ``levels``) from one draw of the noise process.
+
+    The distinct levels are sorted; the noise is drawn at the lowest and
+    relaxed level by level (:func:`protocol.central.relax_release`); each
+    analyst's :class:`Release` holds only its own level. Analysts at equal
+    levels get identical answers. Mechanisms: ``laplace``, ``alap``, ``ageo``
+    (those with a lazy step).
+    """
+    if mechanism not in ("laplace", "alap", "ageo"):
+        raise ParameterError("mechanism", f"must be laplace, alap or ageo for correlated releases, got {mechanism!r}")
+    chain = coerce_levels(levels)
+    source = as_rng(rng)
+    current = make_release(
+        mechanism, counts, chain[0], sensitivity=sensitivity, monotonicity=monotonicity, n_max=n_max, rng=source
+    )
+    at_level = {chain[0]: current}
+    for level in chain[1:]:
+        current = relax_release(current, level, rng=source)
+        at_level[level] = current
+    return [_single_level(at_level[float(lv)]) for lv in levels]
+
+
+def _single_level(release: Release) -> Release:
+    """The release as its holder sees it: only the final level (the chain below is not theirs)."""
+    return Release(
+        mechanism=release.mechanism,
+        levels=(release.epsilon,),
+        counts=release.counts,
+        noise=release.noise,
+        answers=release.answers,
+        sensitivity=release.sensitivity,
+        monotonicity=release.monotonicity,
+        n_max=release.n_max,
+        thresholds=release.thresholds,
+    )
+
+
+def coalition_epsilon(levels: Sequence[float], *, correlated: bool) -> float:
+    """Privacy of the data against a coalition holding answers at ``levels``.
+
+    Correlated answers: ``max`` (Sec. 4.2: the most trusted member's level).
+    Independent answers: ``sum`` (sequential composition, tight for Laplace).
+    """
+    values = [_positive(f"levels[{i}]", lv) for i, lv in enumerate(levels)]
+    if not values:
+        raise ParameterError("levels", "must not be empty")
+    return max(values) if correlated else math.fsum(values)
+
+
+# ==========================================================================
+# (b) Mechanism A: per-analyst non-zero-mean Laplace
+# ==========================================================================
+
+
+@dataclass(frozen=True, kw_only=True)
+class MechanismA:
+    """Mechanism A of the multi-user non-zero-mean Laplace paper (Algorithm 1, Theorem 1).
+
+    Attributes:
+        epsilon: each analyst's total budget over its ``queries``.
+        queries: ``k``, the number of queries per analyst; each answer gets
+            ``eps / k`` (noise scale ``b = k D / eps``).
+        sensitivity: ``D``, the global sensitivity of every query.
+        location_low, location_high: the interval the secret location
+            ``mu_i`` of each analyst is drawn from, uniformly.
+    """
+
+    epsilon: float
+    queries: int = 1
+    sensitivity: float = 1.0
+    location_low: float = 0.0
+    location_high: float = 0.0
+
+    def __post_init__(self) -> None:
+        _positive("epsilon", self.epsilon)
+        _count("queries", self.queries)
+        _positive("sensitivity", self.sensitivity)
+        for name in ("location_low", "location_high"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ParameterError(name, f"must be a finite number, got {v!r}")
+        if self.location_high < self.location_low:
+            raise ParameterError("location_high", f"must be >= location_low ({self.location_low}), got {self.location_high}")
+
+    @property
+    def scale(self) -> float:
+        """``b = k D / eps``: Theorem 1's per-query noise scale."""
+        return self.queries * self.sensitivity / self.epsilon
+
+    @property
+    def location_mean(self) -> float:
+        return (self.location_low + self.location_high) / 2.0
+
+    def draw_locations(self, analysts: int, rng: RandomSource | int | None = None) -> FloatArray:
+        """The secret ``mu_i``, uniform on ``[location_low, location_high]`` (kept server-side)."""
+        n = _count("analysts", analysts)
+        return self.location_low + (self.location_high - self.location_low) * as_rng(rng).uniform(n)
+
+    def answer(
+        self, true_answers: npt.ArrayLike, locations: npt.ArrayLike, rng: RandomSource | int | None = None
+    ) -> FloatArray:
+        """``r_hat[i, j] = r_j + mu_i + Lap(b)``: one row per analyst, one column per query."""
+        r = np.atleast_1d(np.asarray(true_answers, dtype=np.float64))
+        mu = np.atleast_1d(np.asarray(locations, dtype=np.float64))
+        if r.ndim != 1 or r.size > self.queries:
+            raise ParameterError("true_answers", f"must be a vector of at most k={self.queries} queries")
+        noise = as_rng(rng).laplace(1.0 / self.scale, (mu.size, r.size))
+        return r[None, :] + mu[:, None] + noise
+
+    def accuracy_bound(self, beta: float, location: float | None = None) -> float:
+        """Theorem 2 for this mechanism (``location`` defaults to the worst end of the interval)."""
+        mu = max(abs(self.location_low), abs(self.location_high)) if location is None else location
+        return mechanism_a_accuracy_bound(
+            beta, epsilon=self.epsilon, sensitivity=self.sensitivity, location=mu, queries=self.queries
+        )
+
+    def coalition_epsilon(self, analysts: int) -> float:
+        """``i * eps``: sequential composition. The secret location does not lower the worst case:
+        for an output above every ``r + mu``, each answer's density ratio between
+        neighbours is exactly ``e^(eps/k)`` per query, whatever ``mu``."""
+        return _count("analysts", analysts) * self.epsilon
+
+
+def mechanism_a_accuracy_bound(
+    beta: float, *, epsilon: float, sensitivity: float = 1.0, location: float = 0.0, queries: int = 1
+) -> float:
+    """Theorem 2: ``P(|noise| > alpha) < beta`` once ``alpha >= -b ln(2 beta / (e^(mu/b) + e^(-mu/b)))``.
+
+    As printed, ``b = D / eps`` (the ``k = 1`` case); with ``k`` queries
+    Mechanism A's noise has scale ``b = k D / eps`` and that ``b`` is used.
+    From Lemma 1, ``P(|Y| > alpha) = e^(-alpha/b) cosh(mu/b)`` for
+    ``alpha >= |mu|``; the bound solves it for ``beta``. It lies in that
+    range whenever ``beta <= 1/2``, which is required.
+    """
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta <= 0.5:
+        raise ParameterError("beta", f"must be in (0, 1/2] (Lemma 1 needs alpha >= |mu|), got {beta!r}")
+    b = _count("queries", queries) * _positive("sensitivity", sensitivity) / _positive("epsilon", epsilon)
+    if isinstance(location, bool) or not isinstance(location, int | float) or not math.isfinite(location):
+        raise ParameterError("location", f"must be a finite number, got {location!r}")
+    m = abs(location) / b
+    # -b ln(2 beta / (e^m + e^-m)) = b (m + ln(1 + e^(-2m)) - ln(2 beta)), stable for large m.
+    return b * (m + math.log1p(math.exp(-2.0 * m)) - math.log(2.0 * beta))
+
+
+# ==========================================================================
+# Collusion: the averaging attack
+# ==========================================================================
+
+
+def colluders_needed(margin: float, epsilon: float, sensitivity: float = 1.0) -> int:
+    """The paper's ``i = max{30, 18 D^2 / (m^2 eps^2)}`` (rounded up).
+
+    ``i`` colluders averaging independent ``Lap(D/eps)`` answers have
+    standard error ``sigma / sqrt(i)``, ``sigma^2 = 2 D^2 / eps^2``; ``i``
+    makes ``3 sigma / sqrt(i) <= m`` (about 99.7% within ``m`` by the CLT;
+    the paper says 99%) and ``30`` is the CLT's rule of thumb.
+    """
+    m = _positive("margin", margin)
+    d = _positive("sensitivity", sensitivity)
+    e = _positive("epsilon", epsilon)
+    return max(30, math.ceil(18.0 * d * d / (m * m * e * e) - 1e-9))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollusionResult:
+    """The averaging attack's error per coalition size.
+
+    Attributes:
+        scheme: ``independent``, ``mechanism_a``, ``mechanism_a_calibrated``
+            (the attacker subtracts the interval's mean) or ``correlated``.
+        colluders: coalition sizes ``i`` (the first ``i`` analysts).
+        rmse: root mean squared error of the coalition's estimate.
+        within_margin: fraction of trials with ``|estimate - r| < margin``.
+        best_member_rmse: RMSE of the most trusted member's answer alone
+            (same trials; correlated: the coalition can do no better, Sec. 4.2).
+        paper_colluders: ``colluders_needed(margin, eps, D)``.
+    """
+
+    scheme: str
+    colluders: tuple[int, ...]
+    rmse: tuple[float, ...]
+    within_margin: tuple[float, ...]
+    best_member_rmse: tuple[float, ...]
+    margin: float
+    paper_colluders: int
+    trials: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def _analyst_noise(
+    scheme: str, trials: int, analysts: int, mech: MechanismA, levels: FloatArray, rng: RandomSource
+) -> FloatArray:
+    """Noise of each analyst's answer to the shared query: shape ``(trials, analysts)``."""
+    if scheme == "independent":
+        return rng.laplace(1.0 / mech.scale, (trials, analysts))
+    if scheme in ("mechanism_a", "mechanism_a_calibrated"):
+        mu = mech.location_low + (mech.location_high - mech.location_low) * rng.uniform((trials, analysts))
+        noise = mu + rng.laplace(1.0 / mech.scale, (trials, analysts))
+        return noise - mech.location_mean if scheme == "mechanism_a_calibrated" else noise
+    return _correlated_chain(trials, levels / (mech.queries * mech.sensitivity), rng)
+
+
+def _correlated_chain(trials: int, rates: FloatArray, rng: RandomSource) -> FloatArray:
+    """Laplace noise from one lazy chain per trial: column ``j`` at rate ``rates[j]``."""
+    order = np.argsort(rates, kind="stable")
+    out = np.empty((trials, rates.size))
+    current = rng.laplace(float(rates[order[0]]), trials)
+    previous = float(rates[order[0]])
+    for j in order:
+        current = relax_laplace(current, previous, float(rates[j]), rng)
+        previous = float(rates[j])
+        out[:, j] = current
+    return out
+
+
+def collusion_experiment(
+    scheme: Scheme,
+    colluders: Sequence[int],
+    *,
+    epsilon: float,
+    margin: float,
+    sensitivity: float = 1.0,
+    trials: int = 2000,
+    levels: Sequence[float] | None = None,
+    location: tuple[float, float] = (0.0, 0.0),
+    true_value: float = 0.0,
+    rng: RandomSource | int | None = None,
+) -> CollusionResult:
+    """Run the averaging attack of the multi-user paper (Sec. B, Theorem 3).
+
+    Every analyst asks the same count query (true answer ``true_value``);
+    a coalition of the first ``i`` analysts averages its answers.
+
+    * ``independent``: each answer ``r + Lap(D/eps)`` (the paper's "common
+      practice"); the error shrinks like ``sqrt(2) D / (eps sqrt(i))``.
+    * ``mechanism_a``: ``r + Lap(mu_i, D/eps)``, ``mu_i`` uniform on
+      ``location``; the error shrinks towards ``|mean(mu)|``.
+    * ``mechanism_a_calibrated``: the same answers, the attacker subtracts
+      the interval's mean; the error shrinks to 0 again.
+    * ``correlated``: one lazy Laplace chain, analyst ``j`` at ``levels[j]``
+      (default: all at ``epsilon``); the error stays at least the most
+      trusted member's, ``sqrt(2) D / max_j eps_j``.
+    """
+    if scheme not in SCHEMES:
+        raise ParameterError("scheme", f"must be one of {SCHEMES}, got {scheme!r}")
+    sizes = tuple(_count(f"colluders[{i}]", c) for i, c in enumerate(colluders))
+    if not sizes:
+        raise ParameterError("colluders", "must not be empty")
+    n = max(sizes)
+    mech = MechanismA(epsilon=epsilon, sensitivity=sensitivity, location_low=location[0], location_high=location[1])
+    lv = np.full(n, float(epsilon)) if levels is None else np.asarray([_positive("levels", x) for x in levels])
+    if lv.size < n:
+        raise ParameterError("levels", f"must give a level to each of the {n} analysts, got {lv.size}")
+    lv = lv[:n]
+    noise = _analyst_noise(scheme, _count("trials", trials), n, mech, lv, as_rng(rng))
+    estimates = true_value + np.cumsum(noise, axis=1)[:, [i - 1 for i in sizes]] / np.asarray(sizes)
+    errors = estimates - true_value
+    # The most trusted member of each coalition: highest level (first one on ties).
+    best = [int(np.argmax(lv[:i])) for i in sizes]
+    return CollusionResult(
+        scheme=scheme,
+        colluders=sizes,
+        rmse=tuple(float(x) for x in np.sqrt(np.mean(errors**2, axis=0))),
+        within_margin=tuple(float(x) for x in np.mean(np.abs(errors) < margin, axis=0)),
+        best_member_rmse=tuple(float(np.sqrt(np.mean(noise[:, j] ** 2))) for j in best),
+        margin=float(margin),
+        paper_colluders=colluders_needed(margin, epsilon, sensitivity),
+        trials=int(trials),
+    )
