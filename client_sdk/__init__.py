@@ -1,1 +1,23 @@
-"""onesided client SDK: on-device encoding, memoized randomization, ledger, sealed transport."""
+"""onesided client SDK: on-device encoding, memoized randomization, ledger, sealed transport.
+
+The host app embeds :class:`Client`; see ``docs/client.md``.
+"""
+
+from .client import Client, FlushResult, ReportsDropped
+from .ledger import Ceiling, Ledger, LedgerEntry, LedgerEvent
+from .state import StateCorrupted
+from .transport import RetryPolicy, Transport, TransportError
+
+__all__ = [
+    "Ceiling",
+    "Client",
+    "FlushResult",
+    "Ledger",
+    "LedgerEntry",
+    "LedgerEvent",
+    "ReportsDropped",
+    "RetryPolicy",
+    "StateCorrupted",
+    "Transport",
+    "TransportError",
+]

@@ -1,0 +1,543 @@
+"""``Client``: the SDK a host app embeds (DESIGN 1, 4-6, 9, 10).
+
+>>> # doctest: +SKIP
+>>> client = Client("https://telemetry.example", "~/.app/onesided.state",
+...                 server_public_keys=["<base64url Ed25519 key>"], max_epsilon=4.0)
+>>> client.sync()                              # signed config, verified against the pinned key
+>>> client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, seal, queue
+>>> client.flush()                             # batch upload with retries; never raises
+>>> client.ledger()["places"].remaining
+
+Foreground calls (:meth:`sync`, :meth:`report`, :meth:`relax`) raise on bad
+input, bad signatures and refused budgets. :meth:`flush` and the background
+sender never raise: errors go to ``on_error`` and the ``onesided.client``
+log, whose lines never hold secrets, values, bits or noise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from protocol.crypto import b64d, key_id
+from protocol.encodings import Value, canonical_value
+from protocol.errors import (
+    OnesidedError,
+    ParameterError,
+    PolicyError,
+    ReportRejected,
+    SignatureError,
+)
+from protocol.rng import RandomSource, SecureRandom, as_rng
+from protocol.wire import (
+    STATUS_ACCEPTED,
+    STATUS_REPLAYED,
+    ConfigPayload,
+    MetricEntry,
+    ReportEnvelope,
+    ReportResult,
+    build_report,
+    verify_config,
+    window_start,
+)
+
+from .ledger import (
+    Ceiling,
+    Ledger,
+    LedgerEntry,
+    LedgerEvent,
+    MetricRecord,
+    check_new_value,
+    check_relaxation,
+    ledger_entry,
+)
+from .memo import permanent_bits, value_fingerprint
+from .state import ClientState, StateCorrupted, StateStore
+from .transport import RetryPolicy, Transport, TransportError
+
+log = logging.getLogger("onesided.client")
+
+OnError = Callable[[Exception], None]
+CORRUPT_POLICIES = ("raise", "reset")
+# Whole-batch answers after which resending the same batch cannot help: the batch is dropped.
+_POISON_STATUSES = frozenset({400, 415, 422})
+_DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
+
+
+class ReportsDropped(OnesidedError):
+    """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
+
+    code = "reports_dropped"
+
+    def __init__(self, count: int, reason: str) -> None:
+        super().__init__(f"{count} queued report(s) dropped: {reason}")
+        self.count = count
+        self.reason = reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlushResult:
+    """What one :meth:`Client.flush` did.
+
+    Attributes:
+        delivered: reports the aggregator stored (``accepted``) or already had (``replayed``).
+        rejected: reports with a final non-delivered status (dropped; see ``on_error``).
+        dropped: reports discarded because their whole batch was refused.
+        remaining: reports still queued.
+        deferred: nothing was tried: the server's ``Retry-After`` has not passed.
+        error: the error that stopped sending early, if any.
+    """
+
+    delivered: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    remaining: int = 0
+    deferred: bool = False
+    error: Exception | None = None
+
+
+def pinned_keys(keys: bytes | str | Iterable[bytes | str]) -> dict[str, bytes]:
+    """Raw Ed25519 public keys (32 bytes, or base64url text) by key id."""
+    items: Iterable[bytes | str] = [keys] if isinstance(keys, bytes | str) else keys
+    out: dict[str, bytes] = {}
+    for i, key in enumerate(items):
+        raw = b64d(key, f"server_public_keys[{i}]") if isinstance(key, str) else key
+        if not isinstance(raw, bytes) or len(raw) != 32:
+            raise ParameterError(f"server_public_keys[{i}]", "must be a 32-byte Ed25519 public key")
+        out[key_id(raw)] = raw
+    if not out:
+        raise ParameterError("server_public_keys", "must pin at least one Ed25519 public key")
+    return out
+
+
+class Client:
+    """One device's telemetry client.
+
+    Args:
+        server_url: the aggregator, e.g. ``https://telemetry.example``.
+        state_path: this client's state file (one per client).
+        server_public_keys: the pinned Ed25519 key(s) (raw or base64url); a
+            config must be signed by one of them.
+        max_epsilon: the ceiling per metric: a number, or a mapping by metric
+            name with ``"*"`` as the default (unlisted metrics are refused).
+        on_error: called with every error of background work (never raises into the app).
+        state_key: the host app's AES key (16 or 32 bytes) for the state;
+            ``None`` uses a key file (``key_path``, default ``<state_path>.key``, 0600).
+        on_corrupt: ``"raise"`` (default) or ``"reset"``; see ``docs/client.md``.
+        retry, session, batch_format: transport settings (:class:`Transport`).
+        max_queue: bound of the offline queue; the oldest report goes first.
+        batch_size: reports per upload.
+        autosave: persist after every :meth:`report` (else at :meth:`flush`,
+            :meth:`save` and :meth:`close`).
+        clock, sleep: injectable time (tests).
+        rng: the source of cohorts, IRR and jitter (``None``: secure).
+
+    Raises:
+        StateCorrupted: the state does not open and ``on_corrupt="raise"``.
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        state_path: str | Path,
+        *,
+        server_public_keys: bytes | str | Iterable[bytes | str],
+        max_epsilon: float | Mapping[str, float],
+        on_error: OnError | None = None,
+        state_key: bytes | None = None,
+        key_path: str | Path | None = None,
+        on_corrupt: str = "raise",
+        retry: RetryPolicy | None = None,
+        session: Any = None,
+        batch_format: str = "json",
+        max_queue: int = 10_000,
+        batch_size: int = 500,
+        autosave: bool = True,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: RandomSource | int | None = None,
+    ) -> None:
+        if on_corrupt not in CORRUPT_POLICIES:
+            raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {on_corrupt!r}")
+        for name, value in (("max_queue", max_queue), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ParameterError(name, f"must be an integer >= 1, got {value!r}")
+        self._keys = pinned_keys(server_public_keys)
+        self._ceiling = Ceiling.of(max_epsilon)
+        self._on_error = on_error
+        self._rng = SecureRandom() if rng is None else as_rng(rng)
+        self._clock = clock
+        self.max_queue = max_queue
+        self.batch_size = batch_size
+        self.autosave = autosave
+        self.transport = Transport(
+            server_url, retry=retry, session=session, sleep=sleep, clock=clock, rng=self._rng,
+            batch_format=batch_format,
+        )
+        self._lock = threading.RLock()
+        self._not_before = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._store = StateStore(state_path, key=state_key, key_path=key_path)
+        self._state = self._open_state(on_corrupt)
+        self._config = self._stored_config()
+
+    # --- state ------------------------------------------------------------------
+
+    def _open_state(self, on_corrupt: str) -> ClientState:
+        try:
+            state = self._store.load()
+        except StateCorrupted as exc:
+            if on_corrupt == "raise":
+                raise
+            return self._reset_after_loss(exc)
+        if state is None:
+            state = ClientState.fresh()
+            self._store.save(state)
+        return state
+
+    def _reset_after_loss(self, error: StateCorrupted) -> ClientState:
+        """The ``reset`` policy: keep the bad file, start over, charge the lost spend in full.
+
+        The lost state may have spent up to the whole ceiling then in force on
+        every metric, and the new secret's noise is independent of the old
+        one, so every metric starts with ``prior`` = that ceiling.
+        """
+        now = self._clock()
+        moved = self._store.quarantine(f"{int(now)}")
+        state = ClientState.fresh()
+        state.lost.append({"at": now, "reason": error.reason, "ceiling": self._ceiling.to_dict()})
+        state.record_event(LedgerEvent(
+            at=now, kind="state_lost", metric=None,
+            detail=f"{error.reason}; {'kept as ' + str(moved) if moved else 'no file kept'}; "
+            "prior spend charged at the ceiling",
+        ))
+        self._store.save(state)
+        log.warning("client state lost (%s); started a new state and charged the ceiling", error.reason)
+        self._notify(error)
+        return state
+
+    def _stored_config(self) -> ConfigPayload | None:
+        document = self._state.config
+        if document is None:
+            return None
+        try:
+            return self._verify(document)
+        except ReportRejected as exc:
+            log.warning("stored config no longer verifies (%s); call sync()", exc.field)
+            return None
+
+    def save(self) -> None:
+        """Write the state now (atomic, fsync'ed)."""
+        with self._lock:
+            self._store.save(self._state)
+
+    def _prior(self, metric: str) -> float:
+        return sum(Ceiling.from_dict(lost["ceiling"]).for_metric(metric) for lost in self._state.lost)
+
+    # --- config -----------------------------------------------------------------
+
+    def _verify(self, document: Any) -> ConfigPayload:
+        if not isinstance(document, dict) or "signature" not in document or "key_id" not in document:
+            raise SignatureError("signature", "the config is not a signed document")
+        public = self._keys.get(document["key_id"]) if isinstance(document["key_id"], str) else None
+        if public is None:
+            raise SignatureError("key_id", "the config is not signed by a pinned key")
+        return verify_config(document, sign_public=public)
+
+    def sync(self) -> ConfigPayload:
+        """Fetch ``GET /v1/config``, verify it against the pinned key(s), keep it.
+
+        Open round announcements come verified with it (``config.rounds``);
+        applying them is :meth:`relax` (issue 6 will automate it here).
+
+        Raises:
+            SignatureError: unsigned, signed by another key, or tampered.
+            ReportRejected: a malformed payload (field by path).
+            TransportError: the aggregator could not be reached.
+        """
+        document = self.transport.fetch_config()
+        config = self._verify(document)
+        with self._lock:
+            self._state.config = document
+            self._config = config
+            for name, record in self._state.metrics.items():
+                entry = config.metric(name)
+                if entry is not None and entry.digest != record.digest:
+                    self._event("params_changed", name, "the metric's parameters changed; its reports are refused")
+            self._store.save(self._state)
+        log.info("config synced: %d metrics, %d open rounds", len(config.metrics), len(config.rounds))
+        return config
+
+    @property
+    def config(self) -> ConfigPayload | None:
+        """The last verified config (``None`` before the first :meth:`sync`)."""
+        return self._config
+
+    def _entry(self, metric: str) -> MetricEntry:
+        if self._config is None:
+            raise ParameterError("metric", "no verified config yet: call sync() first")
+        entry = self._config.metric(metric)
+        if entry is None:
+            raise ParameterError("metric", f"{metric!r} is not a metric of the signed config")
+        return entry
+
+    def _record(self, entry: MetricEntry) -> MetricRecord:
+        """The metric's record, made on first use with a cohort drawn once, uniformly."""
+        params = entry.params
+        record = self._state.metrics.get(params.name)
+        if record is None:
+            cohort = int(self._rng.integers(params.num_cohorts, 1)[0])
+            record = MetricRecord(
+                params=params.to_dict(), digest=entry.digest, cohort=cohort, levels=[params.level], rounds=[0]
+            )
+            self._state.metrics[params.name] = record
+        elif record.digest != entry.digest:
+            raise PolicyError(
+                "metric", f"{params.name!r} changed its parameters since this client first reported it"
+            )
+        return record
+
+    # --- reporting ----------------------------------------------------------------
+
+    def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str:
+        """Encode, randomize (memoized noise, fresh IRR), seal and queue one report.
+
+        Args:
+            metric: a metric of the signed config.
+            value_or_set: a value, or a set of values (e.g. the places visited today).
+
+        Returns:
+            The report id (base64url).
+
+        Raises:
+            BudgetExceeded: a new value would pass the ceiling (nothing is queued).
+            ParameterError: unknown metric, no config, a value outside a direct domain.
+            PolicyError: the metric's parameters changed since it was first used.
+        """
+        with self._lock:
+            entry = self._entry(metric)
+            params = entry.params
+            record = self._record(entry)
+            value_key = canonical_value(value_or_set)
+            bits = params.encoding.encode(value_or_set, record.cohort)
+            secret = self._state.secret
+            fingerprint = value_fingerprint(secret, metric, value_key)
+            if fingerprint not in record.value_steps:
+                self._check(lambda: check_new_value(record, params, self._ceiling.for_metric(metric),
+                                                    self._prior(metric)), metric)
+            permanent = permanent_bits(secret, params, bits, value_key, record.levels)
+            envelope = self._seal(entry, record, permanent)
+            record.value_steps.setdefault(fingerprint, record.step)
+            self._enqueue(envelope)
+            if self.autosave:
+                self._store.save(self._state)
+        log.debug("queued a report for metric %s (round %d)", metric, record.round)
+        return envelope.report_id_text
+
+    def _seal(self, entry: MetricEntry, record: MetricRecord, permanent: Any) -> ReportEnvelope:
+        """Fresh IRR over the permanent bits, then pack and seal to the config's X25519 key."""
+        params = entry.params
+        randomizer = params.randomizer(record.levels[-1])
+        config = self._config
+        if config is None:  # pragma: no cover - _entry checked it under the same lock
+            raise ParameterError("metric", "no verified config yet: call sync() first")
+        return build_report(
+            params_digest=entry.digest,
+            metric=params.name,
+            round=record.round,
+            window=window_start(self._clock(), params.time_precision),
+            cohort=record.cohort,
+            level=record.levels[-1],
+            bits=randomizer.instantaneous(permanent, self._rng),
+            seal_public=config.aggregator.seal_public,
+        )
+
+    def _check(self, check: Callable[[], float], metric: str) -> float:
+        """Run a ceiling check; a refusal is recorded in the ledger events, then raised."""
+        try:
+            return check()
+        except OnesidedError as exc:
+            self._event("refused", metric, str(exc))
+            raise
+
+    def _enqueue(self, envelope: ReportEnvelope) -> None:
+        queue = self._state.queue
+        queue.append(envelope.to_json())
+        overflow = len(queue) - self.max_queue
+        if overflow > 0:
+            del queue[:overflow]
+            self._state.dropped += overflow
+            self._event("dropped", None, f"{overflow} oldest report(s) dropped: queue full ({self.max_queue})")
+            self._notify(ReportsDropped(overflow, f"offline queue full ({self.max_queue}); oldest dropped"))
+
+    def relax(self, metric: str, level_to: float, round_id: int) -> LedgerEntry:
+        """Move the metric's memoized noise to ``level_to`` (the local part of a round).
+
+        Every value already released is charged as if re-released at
+        ``level_to``; later reports carry ``round_id``. Re-applying the same
+        level is a no-op.
+
+        Raises:
+            TighteningRefused: ``level_to`` is below the current level.
+            BudgetExceeded: the relaxation would pass the ceiling.
+            ParameterError: bad ``round_id``, unknown metric, trusted mode.
+        """
+        if isinstance(round_id, bool) or not isinstance(round_id, int) or not 1 <= round_id < 2**32:
+            raise ParameterError("round_id", f"must be an integer in [1, 2^32), got {round_id!r}")
+        if isinstance(level_to, bool) or not isinstance(level_to, int | float) or not 0 < level_to < math.inf:
+            raise ParameterError("level_to", f"must be > 0 and finite, got {level_to!r}")
+        with self._lock:
+            entry = self._entry(metric)
+            params = entry.params
+            if params.mode == "trusted":
+                raise ParameterError("metric", f"{metric!r} is trusted: there is no noise to relax")
+            record = self._record(entry)
+            if level_to != record.levels[-1]:
+                ceiling = self._ceiling.for_metric(metric)
+                self._check(lambda: check_relaxation(record, params, float(level_to), ceiling,
+                                                     self._prior(metric)), metric)
+                record.levels.append(float(level_to))
+                record.rounds.append(round_id)
+                self._event("relax", metric, f"level {record.levels[-2]:.6g} -> {level_to:.6g} (round {round_id})")
+                self._store.save(self._state)
+                log.info("metric %s relaxed to level %.6g for round %d", metric, level_to, round_id)
+            return self._ledger_entry(metric, record)
+
+    # --- sending ----------------------------------------------------------------
+
+    def flush(self) -> FlushResult:
+        """Upload the queue in batches; never raises (errors go to ``on_error``).
+
+        The state is saved before anything is sent (the ledger always covers
+        what left the device) and after each batch. Delivered (``accepted``
+        or ``replayed``) and finally rejected reports leave the queue; on a
+        network failure the rest stays for the next call.
+        """
+        if self._clock() < self._not_before:
+            return FlushResult(remaining=len(self._state.queue), deferred=True)
+        delivered = rejected = dropped = 0
+        error: Exception | None = None
+        try:
+            self.save()
+            while True:
+                with self._lock:
+                    batch = [ReportEnvelope.from_json(r) for r in self._state.queue[: self.batch_size]]
+                if not batch:
+                    break
+                try:
+                    results = self.transport.upload(batch)
+                except TransportError as exc:
+                    dropped += self._after_batch_error(batch, exc)
+                    if exc.retryable:
+                        raise
+                    continue
+                ok, bad = self._after_results(results)
+                delivered, rejected = delivered + ok, rejected + bad
+        except Exception as exc:  # background sending never raises into the app
+            error = exc
+            self._notify(exc)
+        return FlushResult(
+            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._state.queue), error=error
+        )
+
+    def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
+        """Handle a whole-batch failure; returns how many reports were dropped."""
+        if exc.retryable:
+            if exc.retry_after is not None:
+                self._not_before = self._clock() + exc.retry_after
+            return 0
+        if exc.status == 413 and len(batch) > 1:
+            self.batch_size = max(1, len(batch) // 2)
+            log.info("batch too large; batch size now %d", self.batch_size)
+            return 0
+        if exc.status not in _POISON_STATUSES:
+            raise exc
+        ids = {r.report_id_text for r in batch}
+        with self._lock:
+            before = len(self._state.queue)
+            self._state.queue = [r for r in self._state.queue if r["report_id"] not in ids]
+            count = before - len(self._state.queue)
+            self._state.dropped += count
+            self._event("dropped", None, f"{count} report(s) dropped: batch refused ({exc.error_code})")
+            self._store.save(self._state)
+        self._notify(ReportsDropped(count, f"the aggregator refused the batch: {exc}"))
+        return count
+
+    def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
+        done = {r.report_id for r in results}
+        failed = [r for r in results if r.status not in _DELIVERED]
+        with self._lock:
+            self._state.queue = [r for r in self._state.queue if r["report_id"] not in done]
+            self._store.save(self._state)
+        log.info("uploaded %d reports: %d delivered, %d rejected", len(results), len(results) - len(failed),
+                 len(failed))
+        for result in failed:
+            self._notify(ReportRejected(result.field or "report", result.detail or result.status, code=result.status))
+        return len(results) - len(failed), len(failed)
+
+    def start(self, interval: float = 60.0) -> None:
+        """Flush in a background thread every ``interval`` seconds until :meth:`close`."""
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+            raise ParameterError("interval", f"must be > 0, got {interval!r}")
+        if self._thread is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                self.flush()
+
+        self._thread = threading.Thread(target=loop, name="onesided-client", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the background sender, save the state, close the HTTP session."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.save()
+        self.transport.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- ledger -------------------------------------------------------------------
+
+    def _ledger_entry(self, metric: str, record: MetricRecord) -> LedgerEntry:
+        return ledger_entry(record, record.metric_params(), self._ceiling.for_metric(metric), self._prior(metric))
+
+    def ledger(self) -> Ledger:
+        """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
+        with self._lock:
+            return Ledger(
+                entries=tuple(self._ledger_entry(m, r) for m, r in sorted(self._state.metrics.items())),
+                events=tuple(self._state.events),
+                dropped_reports=self._state.dropped,
+                queued_reports=len(self._state.queue),
+            )
+
+    def _event(self, kind: str, metric: str | None, detail: str) -> None:
+        self._state.record_event(LedgerEvent(at=self._clock(), kind=kind, metric=metric, detail=detail))
+
+    def _notify(self, error: Exception) -> None:
+        log.warning("%s: %s", type(error).__name__, error)
+        if self._on_error is None:
+            return
+        try:
+            self._on_error(error)
+        except Exception:  # a faulty callback must not break sending
+            log.exception("on_error callback raised")
+
+
+__all__ = ["Client", "FlushResult", "ReportsDropped", "pinned_keys"]

@@ -1,0 +1,183 @@
+"""An in-memory stand-in for the aggregator's client endpoints, for tests.
+
+:class:`FakeAggregator` answers ``GET /v1/config`` (signed) and
+``POST /v1/reports`` (opened, validated, stored once per report id) like
+the real server does on the wire (docs/wire.md 7 and 8), and can be told to
+fail: ``fail_next(n, status=503)`` makes the next ``n`` requests fail, after
+storing the batch or not. Pass it as the client's ``session``. It keeps the
+opened payloads so a test can compare what was sent with what was counted.
+
+It is not the aggregator: no database, no decoding, no rounds logic beyond
+serving signed announcements.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import numpy.typing as npt
+import requests
+
+from protocol.crypto import AggregatorKeys, b64e
+from protocol.errors import ReportRejected
+from protocol.params import MetricParams
+from protocol.wire import (
+    STATUS_ACCEPTED,
+    STATUS_OUTDATED_CONFIG,
+    STATUS_REPLAYED,
+    STATUS_UNKNOWN_METRIC,
+    MetricEntry,
+    ReportEnvelope,
+    ReportPayload,
+    ReportResult,
+    RoundAnnouncement,
+    build_config_payload,
+    open_report,
+    parse_batch_binary,
+    parse_batch_json,
+    upload_response,
+)
+
+
+@dataclass
+class FakeResponse:
+    """The part of ``requests.Response`` the transport reads."""
+
+    status_code: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        if self.body is None:
+            raise ValueError("no JSON body")
+        return self.body
+
+
+@dataclass
+class _Failure:
+    status: int | None
+    retry_after: str | None
+    store_first: bool
+
+
+class FakeAggregator:
+    """Config and report endpoints in memory, with scripted failures.
+
+    Args:
+        metrics: the metrics it serves.
+        keys: its keys (fresh ones when ``None``).
+        max_reports: the batch limit (``413 too_many_reports`` beyond).
+    """
+
+    def __init__(
+        self, metrics: Sequence[MetricParams], *, keys: AggregatorKeys | None = None, max_reports: int = 1000
+    ) -> None:
+        self.keys = keys or AggregatorKeys.generate()
+        self.entries = {m.name: MetricEntry.of(m) for m in metrics}
+        self.max_reports = max_reports
+        self.rounds: list[dict[str, Any]] = []
+        self.stored: dict[tuple[str, str], tuple[ReportEnvelope, ReportPayload]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self._failures: deque[_Failure] = deque()
+        self.signer = self.keys
+
+    @property
+    def sign_public(self) -> str:
+        """The Ed25519 key a client pins (base64url)."""
+        return b64e(self.keys.sign_public_raw)
+
+    def fail_next(
+        self, count: int, *, status: int | None = 503, retry_after: str | None = None, store_first: bool = False
+    ) -> None:
+        """The next ``count`` requests fail: HTTP ``status``, or a connection error when ``None``.
+
+        ``store_first``: a report batch is stored before the failure (the answer is lost).
+        """
+        self._failures.extend(_Failure(status, retry_after, store_first) for _ in range(count))
+
+    def open_round(self, announcement: RoundAnnouncement) -> None:
+        self.rounds.append(self.keys.sign(announcement.to_payload()))
+
+    def config_document(self) -> dict[str, Any]:
+        payload = build_config_payload(
+            issued_at=0, aggregator=self.keys.public_info(), metrics=list(self.entries.values()), rounds=self.rounds
+        )
+        return self.signer.sign(payload)
+
+    # --- the session interface ------------------------------------------------
+
+    def request(self, method: str, url: str, *, data: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float | None = None) -> FakeResponse:
+        path = urlsplit(url).path
+        self.requests.append((method, path))
+        failure = self._failures.popleft() if self._failures else None
+        if failure is not None and not failure.store_first:
+            return self._fail(failure)
+        if (method, path) == ("GET", "/v1/config"):
+            response = FakeResponse(200, self.config_document())
+        elif (method, path) == ("POST", "/v1/reports"):
+            response = self._upload(data or b"", (headers or {}).get("Content-Type", ""))
+        else:
+            response = FakeResponse(404, {"error": "not_found", "field": None, "detail": path})
+        return self._fail(failure) if failure is not None else response
+
+    def close(self) -> None:
+        """Nothing to close (the session interface)."""
+
+    def _fail(self, failure: _Failure) -> FakeResponse:
+        if failure.status is None:
+            raise requests.ConnectionError("scripted connection failure")
+        headers = {} if failure.retry_after is None else {"Retry-After": failure.retry_after}
+        return FakeResponse(failure.status, {"error": "unavailable", "field": None, "detail": "scripted"}, headers)
+
+    def _upload(self, data: bytes, content_type: str) -> FakeResponse:
+        try:
+            if content_type.startswith("application/vnd.onesided.batch"):
+                batch = parse_batch_binary(data, max_reports=self.max_reports)
+            else:
+                batch = parse_batch_json(json.loads(data), max_reports=self.max_reports)
+        except ReportRejected as exc:
+            status = 413 if exc.code == "too_many_reports" else 400
+            return FakeResponse(status, {"error": exc.code, "field": exc.field, "detail": exc.reason})
+        return FakeResponse(200, upload_response([self._store(r) for r in batch]))
+
+    def _store(self, report: ReportEnvelope) -> ReportResult:
+        rid = report.report_id_text
+        entry = self.entries.get(report.metric)
+        if entry is None:
+            return ReportResult(report_id=rid, status=STATUS_UNKNOWN_METRIC, field="metric")
+        if report.params_digest != entry.digest:
+            return ReportResult(report_id=rid, status=STATUS_OUTDATED_CONFIG, field="params_digest")
+        if (report.metric, rid) in self.stored:
+            return ReportResult(report_id=rid, status=STATUS_REPLAYED)
+        try:
+            payload = open_report(
+                report, seal_private=self.keys.seal_private, num_bits=entry.params.num_bits,
+                num_cohorts=entry.params.num_cohorts, allow_plain=False,
+            )
+        except ReportRejected as exc:
+            return ReportResult.from_error(report.report_id, exc)
+        self.stored[(report.metric, rid)] = (report, payload)
+        return ReportResult(report_id=rid, status=STATUS_ACCEPTED)
+
+    # --- what a test checks --------------------------------------------------------
+
+    def payloads(self, metric: str) -> list[ReportPayload]:
+        return [p for (m, _), (_, p) in self.stored.items() if m == metric]
+
+    def bit_counts(self, metric: str) -> npt.NDArray[np.int64]:
+        """Ones per (cohort, bit) over the stored reports of ``metric``."""
+        params = self.entries[metric].params
+        counts = np.zeros((params.num_cohorts, params.num_bits), dtype=np.int64)
+        for payload in self.payloads(metric):
+            counts[payload.cohort] += payload.bits
+        return counts
+
+
+__all__ = ["FakeAggregator", "FakeResponse"]

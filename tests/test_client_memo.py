@@ -1,0 +1,155 @@
+"""Memoized noise: same value -> same permanent bits (also across restarts), new value -> independent noise,
+IRR fresh per report, relaxation chains."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from client_sdk import Client
+from client_sdk.memo import memoized_noise, permanent_bits, value_fingerprint
+from client_sdk.testing import FakeAggregator
+from protocol.encodings import BloomEncoding, canonical_value
+from protocol.errors import ParameterError
+from protocol.params import MetricParams
+from protocol.rng import KeyedRandom
+
+SECRET = bytes(range(32))
+BLOOM = BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=8)
+ASYM = MetricParams(name="places", encoding=BLOOM, mode="asymmetric", level=1.0)
+SYM_IRR = MetricParams(name="urls", encoding=BLOOM, mode="symmetric", level=1.0, irr_p=0.25, irr_q=0.75)
+
+
+def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
+    kwargs.setdefault("max_epsilon", 100.0)
+    return Client("http://agg.test", path, server_public_keys=[fake.sign_public], session=fake,
+                  rng=kwargs.pop("rng", 1), **kwargs)  # type: ignore[arg-type]
+
+
+def test_noise_is_a_pure_function_of_secret_metric_value_and_levels() -> None:
+    key = canonical_value("home")
+    a = memoized_noise(SECRET, ASYM, key, [1.0])
+    assert np.array_equal(a, memoized_noise(SECRET, ASYM, key, [1.0]))
+    assert not np.array_equal(a, memoized_noise(bytes(32), ASYM, key, [1.0]))
+    assert not np.array_equal(a, memoized_noise(SECRET, ASYM, canonical_value("work"), [1.0]))
+    # step 0 is exactly draw_noise with the step-0 keyed stream (the decided design)
+    expected = ASYM.randomizer(1.0).draw_noise(128, KeyedRandom.for_value(SECRET, "places", key, 0))
+    assert np.array_equal(a, expected)
+
+
+def test_relaxation_chain_follows_the_levels_used() -> None:
+    key = canonical_value({"cafe", "park"})
+    v0 = memoized_noise(SECRET, ASYM, key, [1.0])
+    v1 = memoized_noise(SECRET, ASYM, key, [1.0, 2.0])
+    expected = ASYM.randomizer(1.0).relax_noise(v0, 2.0, KeyedRandom.for_value(SECRET, "places", key, 1))
+    assert np.array_equal(v1, expected)
+    # exponential relaxation is min(V, E): noise never grows, so a permanent 0 stays 0
+    assert np.all(v1 <= v0)
+    # a jump 1 -> 3 is one step, a different chain than 1 -> 2 -> 3
+    assert not np.array_equal(memoized_noise(SECRET, ASYM, key, [1.0, 3.0]),
+                              memoized_noise(SECRET, ASYM, key, [1.0, 2.0, 3.0]))
+    with pytest.raises(ParameterError):
+        memoized_noise(SECRET, ASYM, key, [2.0, 1.0])
+
+
+def test_different_values_have_independent_noise() -> None:
+    # Pearson correlation of the uniforms behind pairs of values: 4000 pairs x 128 bits,
+    # under independence r ~ N(0, 1/n); |r| < 6/sqrt(n) fails with probability 2e-9.
+    values = [f"place-{i}" for i in range(8000)]
+    noise = np.array([memoized_noise(SECRET, ASYM, canonical_value(v), [1.0]) for v in values])
+    u = 1.0 - np.exp(-noise)  # back to uniforms (Exp(1) CDF)
+    r = np.corrcoef(u[0::2].ravel(), u[1::2].ravel())[0, 1]
+    assert abs(r) < 6 / math.sqrt(u[0::2].size)
+    # and each value's uniforms are uniform: KS at alpha = 1e-6
+    assert stats.kstest(u.ravel(), "uniform").pvalue > 1e-6
+
+
+def test_sets_are_keyed_by_their_members_not_their_order() -> None:
+    a = permanent_bits(SECRET, ASYM, BLOOM.encode(["b", "a"], 3), canonical_value(["b", "a", "a"]), [1.0])
+    b = permanent_bits(SECRET, ASYM, BLOOM.encode({"a", "b"}, 3), canonical_value({"a", "b"}), [1.0])
+    assert np.array_equal(a, b)
+    assert value_fingerprint(SECRET, "places", canonical_value(["b", "a"])) == value_fingerprint(
+        SECRET, "places", canonical_value({"a", "b"}))
+    assert value_fingerprint(SECRET, "places", canonical_value("a")) != value_fingerprint(
+        SECRET, "other", canonical_value("a"))
+
+
+def test_same_value_same_permanent_bits_across_restarts(tmp_path: Path) -> None:
+    # asymmetric without IRR: what is sent IS the permanent bits
+    fake = FakeAggregator([ASYM])
+    path = tmp_path / "state"
+    sent = []
+    for run in range(3):
+        client = make_client(fake, path, rng=run)
+        client.sync()
+        client.report("places", {"home", "cafe"})
+        client.report("places", {"home", "gym"})
+        assert client.flush().delivered == 2
+        client.close()
+        ours = [fake.stored[(m, rid)][1] for (m, rid) in list(fake.stored)[-2:]]
+        sent.append([p.bits for p in ours])
+        assert len({p.cohort for p in ours}) == 1
+    for run in (1, 2):
+        assert np.array_equal(sent[run][0], sent[0][0])
+        assert np.array_equal(sent[run][1], sent[0][1])
+    assert not np.array_equal(sent[0][0], sent[0][1])
+    # the cohort was chosen once and kept
+    assert len({p.cohort for p in fake.payloads("places")}) == 1
+    # another client (another secret) has other noise: 128 bits, different sets of noise ones
+    other = make_client(fake, tmp_path / "other", rng=9)
+    other.sync()
+    other.report("places", {"home", "cafe"})
+    other.flush()
+    assert len(fake.payloads("places")) == 7
+
+
+def test_irr_is_fresh_per_report(tmp_path: Path) -> None:
+    fake = FakeAggregator([SYM_IRR])
+    client = make_client(fake, tmp_path / "s", rng=5, autosave=False)
+    client.sync()
+    n = 400
+    for _ in range(n):
+        client.report("urls", "https://example.org/")
+    client.flush()
+    bits = np.array([p.bits for p in fake.payloads("urls")])
+    assert bits.shape == (n, 128)
+    # Two reports agree on a bit w.p. p^2 + (1-p)^2 <= 0.625: identical 128-bit reports have
+    # probability <= 0.625^128 ~ 1e-26 per pair.
+    assert len({b.tobytes() for b in bits}) == n
+    record = client._state.metrics["urls"]
+    perm = permanent_bits(client._state.secret, SYM_IRR, SYM_IRR.encoding.encode("https://example.org/", record.cohort),
+                          canonical_value("https://example.org/"), record.levels)
+    # Frequency of reported ones given the permanent bit: q = 0.75 or p = 0.25.
+    # Two-sided binomial tests at alpha = 1e-6 each.
+    for mask, prob in ((perm, 0.75), (~perm, 0.25)):
+        ones = int(bits[:, mask].sum())
+        total = int(mask.sum()) * n
+        assert stats.binomtest(ones, total, prob).pvalue > 1e-6
+    # the permanent bits did not change in between: the same permanent vector explains every report,
+    # which it would not if the memoized noise were redrawn (checked against a second value's bits)
+    other = permanent_bits(client._state.secret, SYM_IRR, SYM_IRR.encoding.encode("https://x.org/", record.cohort),
+                           canonical_value("https://x.org/"), record.levels)
+    assert not np.array_equal(perm, other)
+
+
+def test_report_after_relaxation_uses_the_relaxed_noise_and_round(tmp_path: Path) -> None:
+    fake = FakeAggregator([ASYM])
+    client = make_client(fake, tmp_path / "s")
+    client.sync()
+    client.report("places", "home")
+    client.relax("places", 3.0, round_id=7)
+    client.report("places", "home")
+    client.flush()
+    (first, p1), (second, p2) = list(fake.stored.values())
+    assert (first.round, p1.level) == (0, 1.0)
+    assert (second.round, p2.level) == (7, 3.0)
+    # one-sided: relaxing only turns noise ones off, never on
+    assert np.all(p2.bits <= p1.bits)
+    record = client._state.metrics["places"]
+    key = canonical_value("home")
+    expected = permanent_bits(client._state.secret, ASYM, ASYM.encoding.encode("home", record.cohort), key, [1.0, 3.0])
+    assert np.array_equal(p2.bits, expected)
