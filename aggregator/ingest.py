@@ -1,0 +1,170 @@
+"""Report ingestion: from a parsed batch to per-report results (docs/wire.md 7).
+
+For each report, in this order (cheap checks before decryption):
+
+1. the metric exists (``unknown_metric``, field ``metric``);
+2. ``params_digest`` is the metric's (``outdated_config``);
+3. ``window`` is a multiple of the metric's ``time_precision``
+   (``invalid_message``), starts at most ``clock_skew_seconds`` in the future
+   (``too_early``) and ended at most ``retention_seconds`` ago (``expired``):
+   expired iff ``window + time_precision <= now - retention``, the same rule
+   as ``Storage.purge_expired``, so a purged report id can never be replayed;
+4. round ``r > 0`` is a round of this metric (``invalid_message``, field
+   ``round``) that is open (``expired``, field ``round``);
+5. the envelope opens with the aggregator's X25519 key, its metadata bound
+   as AAD (``decrypt_error``); plaintext only if the operator allows it;
+6. the payload is well formed (``invalid_message``, ``payload.*``), its
+   level is the metric's base level (round 0) or the round's ``level_to``,
+   and its cohort is one the round asked for.
+
+The survivors are stored in one transaction (``Storage.store_reports``),
+which adds ``accepted`` / ``replayed`` (and catches a metric or round that
+changed meanwhile). Nothing of a rejected report is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from protocol.crypto import AggregatorKeys
+from protocol.errors import ReportRejected
+from protocol.wire import (
+    STATUS_ACCEPTED,
+    STATUS_EXPIRED,
+    STATUS_INVALID_MESSAGE,
+    STATUS_OUTDATED_CONFIG,
+    STATUS_REPLAYED,
+    STATUS_TOO_EARLY,
+    STATUS_UNKNOWN_METRIC,
+    ReportEnvelope,
+    ReportResult,
+    open_report,
+)
+
+from .settings import Settings
+from .storage import MetricBinding, MetricRecord, ReportRow, RoundRecord, Storage
+
+BODY_HASH_BYTES = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchContext:
+    """What the checks of one batch read from the database, once."""
+
+    metrics: dict[str, MetricRecord]
+    rounds: dict[int, RoundRecord]
+    now: float
+
+
+def _reject(field: str, reason: str, status: str) -> ReportRejected:
+    return ReportRejected(field, reason, code=status)
+
+
+def check_metadata(env: ReportEnvelope, ctx: BatchContext, settings: Settings) -> tuple[MetricRecord, RoundRecord | None]:
+    """Steps 1 to 4: the clear metadata against the metric, the clock and the rounds.
+
+    Raises:
+        ReportRejected: with the status as its code and the field named.
+    """
+    metric = ctx.metrics.get(env.metric)
+    if metric is None:
+        raise _reject("metric", f"no metric named {env.metric!r}", STATUS_UNKNOWN_METRIC)
+    if env.params_digest != metric.digest:
+        raise _reject("params_digest", "is not the metric's current parameters digest; fetch /v1/config", STATUS_OUTDATED_CONFIG)
+    precision = metric.params.time_precision
+    if env.window % precision:
+        raise _reject("window", f"must be a multiple of time_precision ({precision})", STATUS_INVALID_MESSAGE)
+    if env.window > ctx.now + settings.clock_skew_seconds:
+        raise _reject("window", "starts in the future", STATUS_TOO_EARLY)
+    if env.window + precision <= ctx.now - settings.retention_seconds:
+        raise _reject("window", "is older than the retention period", STATUS_EXPIRED)
+    if env.round == 0:
+        return metric, None
+    round_ = ctx.rounds.get(env.round)
+    if round_ is None or round_.metric != metric.name:
+        raise _reject("round", f"no round {env.round} for metric {metric.name!r}", STATUS_INVALID_MESSAGE)
+    if not round_.is_open(ctx.now):
+        raise _reject("round", f"round {env.round} is closed or expired", STATUS_EXPIRED)
+    return metric, round_
+
+
+def open_and_check(
+    env: ReportEnvelope, metric: MetricRecord, round_: RoundRecord | None, keys: AggregatorKeys, allow_plain: bool
+) -> ReportRow:
+    """Steps 5 and 6: open the envelope and check the payload against the metric or round.
+
+    Raises:
+        ReportRejected: ``decrypt_error`` (a ``DecryptError``) or ``invalid_message``.
+    """
+    params = metric.params
+    payload = open_report(
+        env, seal_private=keys.seal_private, num_bits=params.num_bits, num_cohorts=params.num_cohorts,
+        allow_plain=allow_plain,
+    )
+    expected = params.level if round_ is None else round_.level_to
+    if payload.level != expected:
+        where = "the metric's level" if round_ is None else f"round {round_.id}'s level_to"
+        raise ReportRejected("payload.level", f"must be {where} ({expected}), got {payload.level}")
+    if round_ is not None and round_.cohorts is not None and payload.cohort not in round_.cohorts:
+        raise ReportRejected("payload.cohort", f"round {round_.id} is for cohorts {list(round_.cohorts)}")
+    return ReportRow(
+        metric_id=metric.id,
+        report_id=env.report_id,
+        round=env.round,
+        window=env.window,
+        cohort=payload.cohort,
+        bits=np.packbits(payload.bits, bitorder="little").tobytes(),
+        body_hash=hashlib.sha256(env.body).digest()[:BODY_HASH_BYTES],
+    )
+
+
+class Ingestor:
+    """Turns parsed batches into stored reports and per-report results."""
+
+    def __init__(self, *, storage: Storage, keys: AggregatorKeys, settings: Settings) -> None:
+        self.storage = storage
+        self.keys = keys
+        self.settings = settings
+
+    def context(self, envelopes: Sequence[ReportEnvelope], now: float) -> BatchContext:
+        """Read the batch's metrics and rounds (one query each)."""
+        metrics = self.storage.metrics_by_name({e.metric for e in envelopes})
+        rounds = self.storage.rounds_by_id({e.round for e in envelopes if e.round > 0})
+        return BatchContext(metrics=metrics, rounds=rounds, now=now)
+
+    def ingest(self, envelopes: Sequence[ReportEnvelope], *, now: float) -> list[ReportResult]:
+        """Check, open and store a batch; one result per envelope, in order."""
+        ctx = self.context(envelopes, now)
+        results: list[ReportResult | None] = [None] * len(envelopes)
+        rows: list[ReportRow] = []
+        positions: list[int] = []
+        for i, env in enumerate(envelopes):
+            try:
+                metric, round_ = check_metadata(env, ctx, self.settings)
+                rows.append(open_and_check(env, metric, round_, self.keys, self.settings.allow_plaintext))
+                positions.append(i)
+            except ReportRejected as exc:
+                results[i] = ReportResult.from_error(env.report_id, exc)
+        bindings = {
+            m.id: MetricBinding(metric_id=m.id, digest=m.digest, num_bits=m.params.num_bits)
+            for m in ctx.metrics.values()
+        }
+        statuses = self.storage.store_reports(rows, bindings, now=int(now))
+        for i, status in zip(positions, statuses, strict=True):
+            env = envelopes[i]
+            if status == STATUS_ACCEPTED:
+                results[i] = ReportResult(report_id=env.report_id_text, status=status)
+            else:
+                results[i] = ReportResult(report_id=env.report_id_text, status=status, detail=_STORE_DETAILS[status])
+        return [r for r in results if r is not None]
+
+
+_STORE_DETAILS = {
+    STATUS_REPLAYED: "a different report with this report_id was stored before",
+    STATUS_OUTDATED_CONFIG: "the metric's parameters changed while this batch was processed",
+    STATUS_EXPIRED: "the round was closed while this batch was processed",
+}

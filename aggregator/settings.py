@@ -1,0 +1,138 @@
+"""Aggregator settings: one frozen record, validated once at start-up.
+
+Every knob an operator can turn lives here (docs/operations.md lists them).
+``Settings.from_mapping`` reads a plain dict (flask-style config, tests);
+``Settings.from_env`` fills what the command line left out from
+``ONESIDED_*`` environment variables.
+
+>>> s = Settings(data_dir="/srv/onesided")
+>>> s.database_url
+'sqlite:////srv/onesided/onesided.db'
+>>> s.dialect
+'sqlite'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import ParameterError
+
+DEFAULT_DATA_DIR = "onesided-data"
+DB_FILE = "onesided.db"
+KEY_DIR = "keys"
+MiB = 1024 * 1024
+DAY = 86400
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ParameterError(name, f"must be an integer in [{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What an aggregator process needs to run.
+
+    Attributes:
+        data_dir: folder for the embedded SQLite database and, by default, the keys.
+        db_url: SQLAlchemy URL; ``None`` means SQLite (WAL) at ``data_dir/onesided.db``.
+            PostgreSQL: ``postgresql+psycopg://user@host:5432/dbname``.
+        key_dir: folder of the aggregator's private keys; ``None`` means ``data_dir/keys``.
+        allow_plaintext: accept unsealed (``plain``) reports. For simulations only:
+            a plaintext report is readable by anyone on the path.
+        max_body_bytes: largest request body; larger ones get ``413 payload_too_large``.
+        max_reports: most reports in one batch; more get ``413 too_many_reports``.
+        clock_skew_seconds: how far in the future a window may start before
+            its reports are ``too_early``.
+        retention_seconds: raw reports (the replay set) are kept this long after
+            their window ends; older windows are ``expired`` and purged.
+        db_retries: attempts of a batch transaction after a unique-violation or
+            serialization race between processes.
+    """
+
+    data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR
+    db_url: str | None = None
+    key_dir: str | os.PathLike[str] | None = None
+    allow_plaintext: bool = False
+    max_body_bytes: int = 16 * MiB
+    max_reports: int = 10_000
+    clock_skew_seconds: int = 300
+    retention_seconds: int = 90 * DAY
+    db_retries: int = 5
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data_dir, str | os.PathLike) or not str(self.data_dir):
+            raise ParameterError("data_dir", "must be a non-empty path")
+        if self.db_url is not None and (not isinstance(self.db_url, str) or "://" not in self.db_url):
+            raise ParameterError("db_url", f"must be a SQLAlchemy URL like sqlite:///path, got {self.db_url!r}")
+        if self.db_url is not None and self.dialect not in ("sqlite", "postgresql"):
+            raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {self.dialect!r}")
+        if self.key_dir is not None and not isinstance(self.key_dir, str | os.PathLike):
+            raise ParameterError("key_dir", "must be a path")
+        if not isinstance(self.allow_plaintext, bool):
+            raise ParameterError("allow_plaintext", "must be true or false")
+        _check_int("max_body_bytes", self.max_body_bytes, 1024, 1024 * MiB)
+        _check_int("max_reports", self.max_reports, 1, 1_000_000)
+        _check_int("clock_skew_seconds", self.clock_skew_seconds, 0, DAY)
+        _check_int("retention_seconds", self.retention_seconds, 60, 100 * 365 * DAY)
+        _check_int("db_retries", self.db_retries, 1, 100)
+
+    @property
+    def database_url(self) -> str:
+        """The effective SQLAlchemy URL."""
+        if self.db_url is not None:
+            return self.db_url
+        return f"sqlite:///{Path(self.data_dir).absolute() / DB_FILE}"
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql`` (the part of the URL before ``+`` or ``:``)."""
+        return self.database_url.split(":", 1)[0].split("+", 1)[0]
+
+    @property
+    def key_path(self) -> Path:
+        """The effective key directory."""
+        return Path(self.key_dir) if self.key_dir is not None else Path(self.data_dir) / KEY_DIR
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> Settings:
+        """Build from a dict of field names; unknown names are an error (typos)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ParameterError(unknown[0], "is not a known setting")
+        return cls(**dict(config))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``ONESIDED_DATA_DIR``, ``ONESIDED_DB``, ``ONESIDED_KEY_DIR``,
+        ``ONESIDED_ALLOW_PLAINTEXT`` (``1``/``true``), ``ONESIDED_MAX_BODY_BYTES``,
+        ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``;
+        ``overrides`` that are not ``None`` win (command-line flags)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        text_vars = {"data_dir": "ONESIDED_DATA_DIR", "db_url": "ONESIDED_DB", "key_dir": "ONESIDED_KEY_DIR"}
+        for name, var in text_vars.items():
+            if env.get(var):
+                values[name] = env[var]
+        int_vars = {
+            "max_body_bytes": "ONESIDED_MAX_BODY_BYTES",
+            "max_reports": "ONESIDED_MAX_REPORTS",
+            "clock_skew_seconds": "ONESIDED_CLOCK_SKEW",
+            "retention_seconds": "ONESIDED_RETENTION",
+        }
+        for name, var in int_vars.items():
+            if env.get(var):
+                try:
+                    values[name] = int(env[var])
+                except ValueError as exc:
+                    raise ParameterError(name, f"{var} must be an integer, got {env[var]!r}") from exc
+        if env.get("ONESIDED_ALLOW_PLAINTEXT"):
+            values["allow_plaintext"] = env["ONESIDED_ALLOW_PLAINTEXT"].lower() in ("1", "true", "yes")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_mapping(values)

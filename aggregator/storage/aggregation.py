@@ -1,0 +1,105 @@
+"""Summing a batch's reported bits per collection, in numpy.
+
+A *collection* is ``(window, round, cohort)`` of one metric. For a batch of
+``n`` reports with packed bits (LSB first, docs/wire.md 4), the aggregate
+update is, for every collection ``g`` present and bit ``b``,
+
+    ones[g, b] = sum over the batch's reports r in g of bit_b(r),
+    reports[g] = number of the batch's reports in g,
+
+computed with one ``unpackbits`` and one ``add.reduceat``, so a batch costs
+one upsert row per (collection, bit with ones > 0), never a statement per
+report or per bit.
+
+>>> import numpy as np
+>>> packed = np.array([[0b101], [0b001], [0b100]], dtype=np.uint8)
+>>> s = sum_bits(windows=[0, 0, 60], rounds=[0, 0, 0], cohorts=[1, 1, 1], packed=packed, num_bits=3)
+>>> s.keys.tolist(), s.ones.tolist(), s.reports.tolist()
+([[0, 0, 1], [60, 0, 1]], [[2, 0, 1], [0, 0, 1]], [2, 1])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.errors import ParameterError
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchSums:
+    """Per-collection sums of a batch, collections sorted by (window, round, cohort).
+
+    Attributes:
+        keys: ``(g, 3)`` int64: window, round, cohort.
+        ones: ``(g, num_bits)`` int64: reports with each bit set.
+        reports: ``(g,)`` int64: reports per collection.
+    """
+
+    keys: IntArray
+    ones: IntArray
+    reports: IntArray
+
+    def __post_init__(self) -> None:
+        g = self.keys.shape[0]
+        if self.keys.shape != (g, 3) or self.ones.shape[0] != g or self.reports.shape != (g,):
+            raise ParameterError("keys", "keys, ones and reports must describe the same collections")
+
+    def aggregate_rows(self, metric_id: int) -> Iterator[dict[str, int]]:
+        """Rows for the ``aggregates`` upsert: only bits with ones > 0, in key order."""
+        groups, bits = np.nonzero(self.ones)
+        for g, b in zip(groups.tolist(), bits.tolist(), strict=True):
+            window, round_id, cohort = self.keys[g].tolist()
+            yield {
+                "metric_id": metric_id,
+                "window_start": window,
+                "round_id": round_id,
+                "cohort": cohort,
+                "bit": b,
+                "ones": int(self.ones[g, b]),
+            }
+
+    def total_rows(self, metric_id: int) -> Iterator[dict[str, int]]:
+        """Rows for the ``cohort_totals`` upsert, in key order."""
+        for (window, round_id, cohort), n in zip(self.keys.tolist(), self.reports.tolist(), strict=True):
+            yield {"metric_id": metric_id, "window_start": window, "round_id": round_id, "cohort": cohort, "reports": n}
+
+
+def sum_bits(
+    *,
+    windows: npt.ArrayLike,
+    rounds: npt.ArrayLike,
+    cohorts: npt.ArrayLike,
+    packed: npt.ArrayLike,
+    num_bits: int,
+) -> BatchSums:
+    """Sum a batch's bits per collection.
+
+    Args:
+        windows, rounds, cohorts: ``(n,)`` integers, one per report.
+        packed: ``(n, ceil(num_bits / 8))`` uint8, bits LSB first.
+        num_bits: the metric's ``num_bits``.
+
+    Returns:
+        The per-collection sums (see :class:`BatchSums`).
+    """
+    keys = np.stack([np.asarray(a, dtype=np.int64).reshape(-1) for a in (windows, rounds, cohorts)], axis=1)
+    packed_arr = np.asarray(packed, dtype=np.uint8)
+    if packed_arr.ndim != 2 or packed_arr.shape[0] != keys.shape[0] or packed_arr.shape[1] * 8 < num_bits:
+        raise ParameterError("packed", f"must have shape ({keys.shape[0]}, >= {(num_bits + 7) // 8})")
+    if keys.shape[0] == 0:
+        empty = np.zeros((0, 3), dtype=np.int64)
+        return BatchSums(keys=empty, ones=np.zeros((0, num_bits), dtype=np.int64), reports=np.zeros(0, dtype=np.int64))
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bits = np.unpackbits(packed_arr[order], axis=1, count=num_bits, bitorder="little").astype(np.int64)
+    starts = np.searchsorted(inverse[order], np.arange(unique.shape[0]))
+    ones = np.add.reduceat(bits, starts, axis=0)
+    reports = np.bincount(inverse, minlength=unique.shape[0]).astype(np.int64)
+    return BatchSums(keys=unique, ones=ones, reports=reports)

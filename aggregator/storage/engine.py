@@ -1,0 +1,99 @@
+"""Database engines and transactions that survive races between processes.
+
+SQLite (the embedded default) runs in WAL mode with ``synchronous=NORMAL``,
+foreign keys on, a 30 s busy timeout, and every transaction started with
+``BEGIN IMMEDIATE`` so that two writers queue on the lock instead of failing
+when a reader upgrades. PostgreSQL uses READ COMMITTED; the few statements
+that race (the replay set's unique key, the aggregate upserts) are retried
+as a whole transaction by :func:`run_transaction`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from protocol.errors import ParameterError
+from protocol.rng import as_rng
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+SQLITE_BUSY_MS = 30_000
+# PostgreSQL SQLSTATEs worth a retry: serialization failure, deadlock, unique violation.
+RETRY_SQLSTATES = frozenset({"40001", "40P01", "23505"})
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
+
+    Raises:
+        ParameterError: ``db_url`` names another dialect or is malformed.
+    """
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ParameterError("db_url", f"is not a database URL: {exc}") from exc
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed)
+    if parsed.get_backend_name() == "postgresql":
+        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {parsed.get_backend_name()!r}")
+
+
+def _sqlite_engine(url: sa.engine.URL) -> Engine:
+    if not url.database or url.database == ":memory:":
+        raise ParameterError("db_url", "SQLite needs a file (several connections share it), not :memory:")
+    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """A race another attempt can win: unique violation, deadlock, serialization, busy."""
+    if isinstance(exc, sa.exc.IntegrityError):
+        code = getattr(getattr(exc, "orig", None), "sqlstate", None)
+        return code is None or code in RETRY_SQLSTATES
+    if isinstance(exc, sa.exc.OperationalError):
+        code = getattr(getattr(exc, "orig", None), "sqlstate", None)
+        return code in RETRY_SQLSTATES or "database is locked" in str(exc)
+    return False
+
+
+def run_transaction(engine: Engine, work: Callable[[Connection], T], *, attempts: int = 5) -> T:
+    """Run ``work(conn)`` in one transaction, again from scratch after a retryable race.
+
+    Everything ``work`` does is rolled back before a retry, so it must read
+    what it depends on inside the transaction (as the replay check does).
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            with engine.begin() as conn:
+                return work(conn)
+        except sa.exc.DBAPIError as exc:
+            if attempt == attempts or not is_retryable(exc):
+                raise
+            log.info("transaction race (attempt %d of %d): %s", attempt, attempts, type(exc.orig).__name__)
+            time.sleep(float(as_rng(None).uniform(())) * 0.01 * 2**attempt)  # jittered backoff
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,124 @@
+"""The aggregator's tables (SQLAlchemy Core), portable across SQLite and PostgreSQL.
+
+Times are integer Unix seconds. JSON documents are stored as canonical JSON
+text (``protocol.params.canonical_json``), so a signed announcement reads
+back byte for byte. ``window`` and ``round`` are SQL keywords in some
+dialects, hence ``window_start`` and ``round_id``.
+
+Tables:
+
+* ``schema_version``: one row per applied migration.
+* ``metrics``: name, parameters (JSON), their digest.
+* ``rounds``: relaxation rounds with their signed announcement.
+* ``reports``: the raw reports, which are also the replay set
+  (primary key ``(metric_id, report_id)``).
+* ``aggregates``: ``(metric, window, round, cohort, bit) -> ones``.
+* ``cohort_totals``: ``(metric, window, round, cohort) -> reports``.
+* ``tokens``: bearer tokens, stored as SHA-256 hex.
+* ``releases``: central releases to analysts (body is JSON).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table(
+    "schema_version",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("applied_at", sa.BigInteger, nullable=False),
+)
+
+metrics = sa.Table(
+    "metrics",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(64), nullable=False, unique=True),
+    sa.Column("params", sa.Text, nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+rounds = sa.Table(
+    "rounds",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("metric_id", sa.Integer, sa.ForeignKey("metrics.id"), nullable=False, index=True),
+    sa.Column("level_from", sa.Float, nullable=False),
+    sa.Column("level_to", sa.Float, nullable=False),
+    sa.Column("cohorts", sa.Text, nullable=True),
+    sa.Column("opened_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
+    sa.Column("closed_at", sa.BigInteger, nullable=True),
+    sa.Column("announcement", sa.Text, nullable=True),
+)
+
+reports = sa.Table(
+    "reports",
+    metadata,
+    sa.Column("metric_id", sa.Integer, sa.ForeignKey("metrics.id"), primary_key=True, autoincrement=False),
+    sa.Column("report_id", sa.LargeBinary(16), primary_key=True),
+    sa.Column("round_id", sa.Integer, nullable=False),
+    sa.Column("window_start", sa.BigInteger, nullable=False),
+    sa.Column("cohort", sa.Integer, nullable=False),
+    sa.Column("bits", sa.LargeBinary, nullable=False),
+    sa.Column("body_hash", sa.LargeBinary(16), nullable=False),
+    sa.Column("received_at", sa.BigInteger, nullable=False),
+    sa.Index("reports_metric_window", "metric_id", "window_start"),
+)
+
+def _collection_columns() -> list[sa.Column[int]]:
+    """``(metric_id, window_start, round_id, cohort)``: the key of a collection."""
+    return [
+        sa.Column("metric_id", sa.Integer, sa.ForeignKey("metrics.id"), nullable=False),
+        sa.Column("window_start", sa.BigInteger, nullable=False),
+        sa.Column("round_id", sa.Integer, nullable=False),
+        sa.Column("cohort", sa.Integer, nullable=False),
+    ]
+
+
+_COLLECTION_KEY = ("metric_id", "window_start", "round_id", "cohort")
+
+aggregates = sa.Table(
+    "aggregates",
+    metadata,
+    *_collection_columns(),
+    sa.Column("bit", sa.Integer, nullable=False),
+    sa.Column("ones", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint(*_COLLECTION_KEY, "bit"),
+)
+
+cohort_totals = sa.Table(
+    "cohort_totals",
+    metadata,
+    *_collection_columns(),
+    sa.Column("reports", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint(*_COLLECTION_KEY),
+)
+
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(64), nullable=False, unique=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("revoked_at", sa.BigInteger, nullable=True),
+)
+
+releases = sa.Table(
+    "releases",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("analyst", sa.String(64), nullable=False, index=True),
+    sa.Column("metric_id", sa.Integer, sa.ForeignKey("metrics.id"), nullable=False, index=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+VERSION_1_TABLES = (metrics, rounds, reports, aggregates, cohort_totals, tokens, releases)
