@@ -107,7 +107,10 @@ def pinned_keys(keys: bytes | str | Iterable[bytes | str]) -> dict[str, bytes]:
     items: Iterable[bytes | str] = [keys] if isinstance(keys, bytes | str) else keys
     out: dict[str, bytes] = {}
     for i, key in enumerate(items):
-        raw = b64d(key, f"server_public_keys[{i}]") if isinstance(key, str) else key
+        try:
+            raw = b64d(key, f"server_public_keys[{i}]") if isinstance(key, str) else key
+        except ReportRejected as exc:
+            raise ParameterError(exc.field, exc.reason) from None
         if not isinstance(raw, bytes) or len(raw) != 32:
             raise ParameterError(f"server_public_keys[{i}]", "must be a 32-byte Ed25519 public key")
         out[key_id(raw)] = raw

@@ -1,0 +1,171 @@
+"""Client state at rest: survives restarts, encrypted, atomic, tampering detected, documented loss policy."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from client_sdk import Client, StateCorrupted
+from client_sdk.state import ClientState, StateStore
+from client_sdk.testing import FakeAggregator
+from protocol.encodings import BloomEncoding
+from protocol.errors import BudgetExceeded, ParameterError
+from protocol.params import MetricParams
+
+ASYM = MetricParams(name="places", encoding=BloomEncoding(num_bits=64, num_hashes=2, num_cohorts=16),
+                    mode="asymmetric", level=1.0)
+
+
+def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
+    kwargs.setdefault("max_epsilon", 4.0)
+    return Client("http://agg.test", path, server_public_keys=fake.sign_public, session=fake,
+                  **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fake() -> FakeAggregator:
+    return FakeAggregator([ASYM])
+
+
+def test_state_survives_restart(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    client = make_client(fake, path)
+    client.sync()
+    client.report("places", "home")
+    client.relax("places", 1.5, round_id=2)
+    before = client.ledger()
+    secret, cohort = client._state.secret, client._state.metrics["places"].cohort
+    client.close()
+    again = make_client(fake, path)
+    assert again._state.secret == secret
+    assert again._state.metrics["places"].cohort == cohort
+    assert again.ledger() == before
+    assert again.config is not None  # the verified config is kept: reports work offline
+    again.report("places", "home")
+    assert again.ledger()["places"].spent == before["places"].spent
+
+
+def test_file_is_encrypted_and_private(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    client = make_client(fake, path)
+    client.sync()
+    client.report("places", "my-home-address")
+    data = path.read_bytes()
+    assert data[:4] == b"ONSC"
+    assert b"my-home-address" not in data and b"places" not in data
+    for p in (path, Path(f"{path}.key")):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temp file left
+
+
+def test_every_flipped_byte_is_detected(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    client = make_client(fake, path)
+    client.sync()
+    client.report("places", "home")
+    client.close()
+    original = path.read_bytes()
+    for i in range(len(original)):
+        tampered = bytearray(original)
+        tampered[i] ^= 0x01
+        path.write_bytes(bytes(tampered))
+        with pytest.raises(StateCorrupted):
+            StateStore(path).load()
+    path.write_bytes(original[:-1])
+    with pytest.raises(StateCorrupted, match="does not decrypt"):
+        make_client(fake, path)
+    path.write_bytes(original)
+    assert StateStore(path).load() is not None
+
+
+def test_wrong_key_is_detected(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    make_client(fake, path, state_key=b"k" * 32).close()
+    with pytest.raises(StateCorrupted):
+        make_client(fake, path, state_key=b"x" * 32)
+    assert make_client(fake, path, state_key=b"k" * 32)._state is not None
+
+
+def test_missing_state_next_to_its_key_is_detected(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    make_client(fake, path).close()
+    path.unlink()
+    with pytest.raises(StateCorrupted, match="missing"):
+        make_client(fake, path)
+
+
+def test_key_file_permissions_are_checked(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    make_client(fake, path).close()
+    os.chmod(f"{path}.key", 0o644)
+    with pytest.raises(ParameterError) as info:
+        make_client(fake, path)
+    assert info.value.field == "key_path"
+
+
+def test_reset_policy_never_silently_rerandomizes(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    client = make_client(fake, path, max_epsilon=4.0)
+    client.sync()
+    client.report("places", "home")
+    old_secret = client._state.secret
+    client.close()
+    blob = bytearray(path.read_bytes())
+    blob[-1] ^= 0x80
+    path.write_bytes(bytes(blob))
+
+    # default policy: refuse, leave the file alone
+    with pytest.raises(StateCorrupted):
+        make_client(fake, path)
+    assert path.read_bytes() == bytes(blob)
+
+    # reset: the bad file is kept, the loss is in the ledger and reported, the lost spend charged
+    errors: list[Exception] = []
+    client = make_client(fake, path, on_corrupt="reset", on_error=errors.append, max_epsilon=4.0, clock=lambda: 1000.0)
+    assert client._state.secret != old_secret
+    assert [type(e) for e in errors] == [StateCorrupted]
+    assert (tmp_path / "state.corrupt-1000").read_bytes() == bytes(blob)
+    assert [e.kind for e in client.ledger().events] == ["state_lost"]
+    client.sync()
+    with pytest.raises(BudgetExceeded) as info:  # the old state may have spent the whole ceiling
+        client.report("places", "home")
+    assert info.value.remaining == 0.0
+    client.close()
+    # the app may raise its ceiling knowingly; the charge persists across restarts
+    client = make_client(fake, path, max_epsilon=6.0)
+    client.report("places", "home")
+    entry = client.ledger()["places"]
+    assert (entry.prior, entry.spent, entry.remaining) == (4.0, 5.0, 1.0)
+
+
+def test_atomic_write_leaves_old_state_on_failure(fake: FakeAggregator, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "state"
+    store = StateStore(path)
+    store.save(ClientState.fresh())
+    before = path.read_bytes()
+
+    def crash(src: object, dst: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        store.save(ClientState.fresh())
+    assert path.read_bytes() == before
+    assert {p.name for p in tmp_path.iterdir()} == {"state", "state.key"}  # temp file removed
+
+
+def test_bad_key_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ParameterError):
+        StateStore(tmp_path / "s", key=b"short")
+    with pytest.raises(ParameterError):
+        StateStore(tmp_path / "s", key=b"k" * 16, key_path=tmp_path / "k")
+    (tmp_path / "k").write_text("not base64!")
+    os.chmod(tmp_path / "k", 0o600)
+    store = StateStore(tmp_path / "s", key_path=tmp_path / "k")
+    (tmp_path / "s").write_bytes(b"ONSC\x01" + bytes(40))
+    with pytest.raises(ParameterError):
+        store.load()
