@@ -1,0 +1,93 @@
+"""End to end: the real aggregator on loopback, 1,000 clients with their own state files.
+
+The aggregator's bit counts must equal the sum of what the clients sent,
+where "what was sent" is read back by opening each client's queued,
+sealed reports with the aggregator's key before they are uploaded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from aggregator import create_app
+from aggregator.storage import Storage
+from client_sdk import Client, RetryPolicy
+from protocol.crypto import AggregatorKeys
+from protocol.encodings import BloomEncoding
+from protocol.params import MetricParams
+from protocol.rng import SeededRandom
+from protocol.wire import ReportEnvelope, open_report
+
+PLACES = MetricParams(
+    name="places", encoding=BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=16), mode="asymmetric",
+    level=2.0, irr_q=0.1, time_precision=3600,
+)
+CITY = [f"place-{i:03d}" for i in range(200)]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, AggregatorKeys, Storage]]:
+    keys = AggregatorKeys.generate()
+    storage = Storage.open(f"sqlite:///{tmp_path / 'agg.db'}")
+    storage.put_metric(PLACES)
+    app = create_app({"data_dir": str(tmp_path / "agg")}, storage=storage, keys=keys)
+    httpd: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}", keys, storage
+    finally:
+        httpd.shutdown()
+        thread.join()
+        storage.close()
+
+
+def sent_payloads(client: Client, keys: AggregatorKeys) -> list[tuple[int, np.ndarray]]:
+    """Open this client's queued reports (only a test holding the aggregator's key can)."""
+    out = []
+    for item in client._state.queue:
+        envelope = ReportEnvelope.from_json(item)
+        payload = open_report(envelope, seal_private=keys.seal_private, num_bits=PLACES.num_bits,
+                              num_cohorts=PLACES.num_cohorts, allow_plain=False)
+        out.append((payload.cohort, payload.bits))
+    return out
+
+
+@pytest.mark.slow
+def test_thousand_clients_counts_match(server: tuple[str, AggregatorKeys, Storage], tmp_path: Path) -> None:
+    url, keys, storage = server
+    rng = SeededRandom(2024)
+    expected = np.zeros((PLACES.num_cohorts, PLACES.num_bits), dtype=np.int64)
+    totals = np.zeros(PLACES.num_cohorts, dtype=np.int64)
+    sent = 0
+    session = requests.Session()
+    retry = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
+    for i in range(1000):
+        client = Client(url, tmp_path / "clients" / f"{i}.state", server_public_keys=keys.sign_public_raw,
+                        max_epsilon=10.0, session=session, retry=retry, rng=rng, autosave=False)
+        client.sync()
+        visits = rng.integers(len(CITY), int(rng.integers(4, 1)[0]) + 1)
+        client.report("places", {CITY[j] for j in visits})
+        if i % 10 == 0:  # some clients report a second, different day
+            client.report("places", {CITY[j] for j in visits[:1]})
+        mine = sent_payloads(client, keys)
+        for cohort, bits in mine:
+            expected[cohort] += bits
+            totals[cohort] += 1
+        sent += len(mine)
+        result = client.flush()
+        assert (result.delivered, result.remaining, result.error) == (len(mine), 0, None)
+        client.close()
+    ones, counted = storage.bit_counts("places")
+    assert sent == 1100 and counted.sum() == sent
+    assert np.array_equal(counted, totals)
+    assert np.array_equal(ones, expected)
+    # the clients' cohorts are spread over all 16 (each chosen uniformly once)
+    assert (totals > 0).all()
