@@ -1,0 +1,92 @@
+"""The regression of bit estimates on candidates (RAPPOR's design matrix).
+
+Rows are the (cohort ``j``, bit ``b``) pairs of the cohorts that have
+reports, columns the candidates; ``X[(j, b), i] = 1`` when candidate ``i``
+sets bit ``b`` in cohort ``j`` (a bit hit by two hashes counts once, as in
+the filter). With ``pi_i`` the share of the population holding ``i`` and
+clients spread uniformly over cohorts::
+
+    E[t_hat_jb / N_j] = sum_i X[(j, b), i] pi_i
+
+Rows are weighted by ``N_j`` (a proportion estimated from ``N_j`` reports
+has variance ~ ``1 / N_j``), so the working system is ``A pi ~ a`` with
+``A = diag(sqrt(N_j)) X`` and ``a_jb = t_hat_jb / sqrt(N_j)``, and
+``Var a_jb = Var(t_hat_jb) / N_j``. The weights do not depend on the
+observed counts, which keeps the least-squares estimate unbiased; for a
+candidate whose bits no other candidate shares it is
+``sum_jb t_hat_jb / k``, unbiased for its count however its holders are
+spread over cohorts. Counts are ``N pi``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import sparse
+
+from protocol.errors import ParameterError
+
+from .counts import BitCounts, estimates_from_probabilities
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class Design:
+    """The weighted system ``A pi ~ a`` of the module docstring."""
+
+    matrix: sparse.csc_matrix
+    response: FloatArray
+    response_variance: FloatArray
+    num_reports: int
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.matrix.shape[0])
+
+
+def check_bit_table(bit_table: npt.ArrayLike, counts: BitCounts, num_candidates: int) -> IntArray:
+    """Validate ``(num_cohorts, num_candidates, num_hashes)`` bit indices against the counts."""
+    table = np.asarray(bit_table)
+    expected = (counts.num_cohorts, num_candidates)
+    if table.ndim != 3 or table.shape[:2] != expected or table.shape[2] < 1:
+        raise ParameterError("bit_table", f"must have shape {expected} + (num_hashes,), got {table.shape}")
+    if not np.issubdtype(table.dtype, np.integer):
+        raise ParameterError("bit_table", f"must hold integers, got {table.dtype}")
+    if table.size and (table.min() < 0 or table.max() >= counts.num_bits):
+        raise ParameterError("bit_table", f"bit indices must be in [0, {counts.num_bits})")
+    return table.astype(np.int64)
+
+
+def incidence(bit_table: IntArray, cohorts: IntArray, num_bits: int) -> sparse.csc_matrix:
+    """0/1 matrix over (kept cohort, bit) x candidate, duplicates counted once."""
+    _, num_candidates, num_hashes = bit_table.shape
+    sub = bit_table[cohorts]  # (kept, S, h)
+    rows = (np.arange(cohorts.size)[:, None, None] * num_bits + sub).ravel()
+    cols = np.broadcast_to(np.arange(num_candidates)[None, :, None], sub.shape).ravel()
+    keys = np.unique(rows * num_candidates + cols)
+    data = np.ones(keys.size)
+    shape = (cohorts.size * num_bits, num_candidates)
+    return sparse.csc_matrix((data, (keys // num_candidates, keys % num_candidates)), shape=shape)
+
+
+def build_design(counts: BitCounts, p_star: float, q_star: float, bit_table: IntArray) -> Design:
+    """The weighted design for ``counts`` decoded with ``(p*, q*)``.
+
+    Raises:
+        ParameterError: ``counts`` holds no report.
+    """
+    kept = np.nonzero(counts.totals > 0)[0]
+    if kept.size == 0:
+        raise ParameterError("counts", "holds no report: nothing to decode")
+    estimates, variances = estimates_from_probabilities(counts, p_star, q_star)
+    sizes = counts.totals[kept].astype(np.float64)
+    root = np.repeat(np.sqrt(sizes), counts.num_bits)
+    x = incidence(bit_table, kept, counts.num_bits)
+    matrix = sparse.csc_matrix(sparse.diags(root) @ x)
+    response = estimates[kept].ravel() / root
+    response_variance = variances[kept].ravel() / root**2
+    return Design(matrix, response, response_variance, counts.num_reports)
