@@ -1,8 +1,10 @@
 """onesided.protocol: what the client and the aggregator share.
 
 Encodings, randomness, thresholded bit randomizers, relaxation steps,
-privacy accounting, metric parameters (and, in their own modules, wire
-schemas and crypto envelopes). Pure: no I/O, no global state.
+privacy accounting, metric parameters, central mechanisms (ALap, AGeo,
+SALap, gradual and multi-analyst releases). Wire schemas and crypto
+envelopes live in :mod:`protocol.wire` and :mod:`protocol.crypto`.
+Pure: no I/O, no global state.
 """
 
 from .accounting import (
@@ -13,6 +15,18 @@ from .accounting import (
     round_up,
     sequence_bit_epsilon,
     sequence_pattern_probabilities,
+)
+from .central import (
+    ALapMechanism,
+    AGeoMechanism,
+    LaplaceMechanism,
+    Release,
+    SALapMechanism,
+    ageo,
+    alap,
+    make_release,
+    relax_release,
+    salap,
 )
 from .encodings import (
     BloomEncoding,
@@ -33,6 +47,7 @@ from .errors import (
     SignatureError,
     TighteningRefused,
 )
+from .multianalyst import MechanismA, collusion_experiment, correlated_releases
 from .params import MetricParams, canonical_json
 from .randomizers import Randomizer, laplace_rate_from_f, threshold_bits
 from .relaxation import (
@@ -46,6 +61,19 @@ from .relaxation import (
 from .rng import KeyedRandom, RandomSource, SecureRandom, SeededRandom, as_rng, noise_seed
 
 __all__ = [
+    "AGeoMechanism",
+    "ALapMechanism",
+    "LaplaceMechanism",
+    "MechanismA",
+    "Release",
+    "SALapMechanism",
+    "ageo",
+    "alap",
+    "collusion_experiment",
+    "correlated_releases",
+    "make_release",
+    "relax_release",
+    "salap",
     "BloomEncoding",
     "BudgetExceeded",
     "DecryptError",

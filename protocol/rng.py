@@ -9,6 +9,11 @@ Three sources implement :class:`RandomSource`:
 * :class:`KeyedRandom`: deterministic uniforms derived from a client secret,
   for memoized noise (DESIGN 4, RAPPOR's permanent randomized response).
 
+Every source's uniforms lie on an evenly spaced grid of at least 2**48
+points (``k / 2**52 + 2**-53`` for the word mapping, ``k / 2**53`` for the
+seeded stream): :mod:`protocol.central` turns them back into exact random
+integers and relies on it. Keep it so when adding a source.
+
 All samplers (exponential, Laplace, geometric, Bernoulli) are written once,
 on top of :meth:`RandomSource.uniform`, by inversion. Every sampler draws a
 fixed number of uniforms per output element, whatever the values, so a keyed
