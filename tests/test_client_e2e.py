@@ -7,6 +7,8 @@ sealed reports with the aggregator's key before they are uploaded.
 
 from __future__ import annotations
 
+import argparse
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +21,10 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from aggregator import create_app
 from aggregator.storage import Storage
 from client_sdk import Client, RetryPolicy
-from protocol.crypto import AggregatorKeys
+from client_sdk.cli import register
+from protocol.crypto import AggregatorKeys, b64e
 from protocol.encodings import BloomEncoding
+from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.rng import SeededRandom
 from protocol.wire import ReportEnvelope, open_report
@@ -91,3 +95,32 @@ def test_thousand_clients_counts_match(server: tuple[str, AggregatorKeys, Storag
     assert np.array_equal(ones, expected)
     # the clients' cohorts are spread over all 16 (each chosen uniformly once)
     assert (totals > 0).all()
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="onesided")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def test_cli_report_flush_ledger(server: tuple[str, AggregatorKeys, Storage], tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, keys, storage = server
+    monkeypatch.setenv("ONESIDED_SERVER_KEY", b64e(keys.sign_public_raw))
+    common = ["--server", url, "--state", str(tmp_path / "cli.state")]
+    assert run_cli(["client", "report", *common, "--metric", "places", "home", "cafe"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["flush"]["delivered"] == 1 and out["ledger"]["spent"] == 2.0  # k * level / 2
+    assert run_cli(["client", "report", *common, "--no-send", "--metric", "places", "home"]) == 0
+    assert json.loads(capsys.readouterr().out)["flush"] is None
+    assert run_cli(["client", "flush", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["delivered"] == 1
+    assert run_cli(["client", "ledger", *common]) == 0
+    ledger = json.loads(capsys.readouterr().out)
+    assert ledger["entries"][0]["distinct_values"] == 2 and ledger["queued_reports"] == 0
+    assert storage.bit_counts("places")[1].sum() == 2
+    monkeypatch.delenv("ONESIDED_SERVER_KEY")
+    with pytest.raises(ParameterError) as info:
+        run_cli(["client", "ledger", *common])
+    assert info.value.field == "server_key"
