@@ -1,12 +1,13 @@
 """``Client``: the SDK a host app embeds (DESIGN 1, 4-6, 9, 10).
 
->>> # doctest: +SKIP
->>> client = Client("https://telemetry.example", "~/.app/onesided.state",
-...                 server_public_keys=["<base64url Ed25519 key>"], max_epsilon=4.0)
->>> client.sync()                              # signed config, verified against the pinned key
->>> client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, seal, queue
->>> client.flush()                             # batch upload with retries; never raises
->>> client.ledger()["places"].remaining
+Usage (``docs/client.md``)::
+
+    client = Client("https://telemetry.example", "/var/lib/app/onesided.state",
+                    server_public_keys=["<base64url Ed25519 key>"], max_epsilon=4.0)
+    client.sync()                              # signed config, verified against the pinned key
+    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, seal, queue
+    client.flush()                             # batch upload with retries; never raises
+    client.ledger()["places"].remaining
 
 Foreground calls (:meth:`sync`, :meth:`report`, :meth:`relax`) raise on bad
 input, bad signatures and refused budgets. :meth:`flush` and the background
@@ -321,12 +322,15 @@ class Client:
 
         Raises:
             BudgetExceeded: a new value would pass the ceiling (nothing is queued).
-            ParameterError: unknown metric, no config, a value outside a direct domain.
+            ParameterError: unknown metric, no config, a value outside a direct domain,
+                a set for a categorical metric.
             PolicyError: the metric's parameters changed since it was first used.
         """
         with self._lock:
             entry = self._entry(metric)
             params = entry.params
+            if params.value_kind == "categorical" and not isinstance(value_or_set, str | bytes):
+                raise ParameterError("value", f"{metric!r} is categorical: report one value, not a set")
             record = self._record(entry)
             value_key = canonical_value(value_or_set)
             bits = params.encoding.encode(value_or_set, record.cohort)

@@ -118,6 +118,11 @@ def test_ledger_view(tmp_path: Path) -> None:
     assert entry.remaining == pytest.approx(20.0 - entry.spent)
     assert "absence" in entry.protects
     assert "os" in client.ledger() and "places" not in client.ledger()
+    with pytest.raises(ParameterError):
+        client.report("os", {"mac", "linux"})  # one value per report for categorical data
+    with pytest.raises(ParameterError):
+        client.report("os", "beos")  # outside the declared domain
+    assert client.ledger()["os"].distinct_values == 1
 
 
 def test_unlisted_metric_without_default_is_refused(tmp_path: Path) -> None:
