@@ -50,7 +50,9 @@ def _snake(name: str) -> str:
 def _protocol_error(exc: OnesidedError) -> tuple[Response, int]:
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.code, exc.field, exc.detail)
-    field = getattr(exc, "field", None)
+    field = getattr(exc, "field", None) or None
+    if field is None and exc.code in ("invalid_message", "invalid_parameter"):
+        field = "body"  # the whole body is wrong, e.g. a JSON list where an object belongs
     detail = getattr(exc, "detail", None) or getattr(exc, "reason", None) or str(exc)
     status = 413 if exc.code == CODE_TOO_MANY_REPORTS else 400
     return error_response(status, exc.code, field, str(detail))

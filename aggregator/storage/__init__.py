@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from . import migrations
 from .engine import make_engine
 from .metrics import MetricStore
-from .records import Collection, MetricRecord, ReleaseRecord, RoundRecord, TokenRecord
+from .records import ROLES, Collection, MetricRecord, ReleaseRecord, RoundRecord, TokenRecord
 from .releases import ReleaseStore
 from .reports import MetricBinding, ReportRow, ReportStore
 from .rounds import RoundStore
@@ -73,6 +73,7 @@ class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore):
 
 
 __all__ = [
+    "ROLES",
     "Collection",
     "MetricBinding",
     "MetricRecord",

@@ -50,7 +50,7 @@ def make_engine(url: str) -> Engine:
 def _sqlite_engine(url: sa.engine.URL) -> Engine:
     if not url.database or url.database == ":memory:":
         raise ParameterError("db_url", "SQLite needs a file (several connections share it), not :memory:")
-    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    Path(url.database).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000})
 
     @event.listens_for(engine, "connect")

@@ -25,6 +25,7 @@ from . import schema
 from .metrics import load_metric, with_metric_name
 from .records import RoundRecord, loads
 
+MAX_ROUND_ID = 2**31 - 1  # the id column is a 32-bit signed integer; larger ids cannot exist
 SignFunction = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -96,13 +97,15 @@ class RoundStore:
 
     def get_round(self, round_id: int) -> RoundRecord | None:
         """The round with this id, or ``None``."""
+        if not 0 < round_id <= MAX_ROUND_ID:
+            return None
         with self.engine.connect() as conn:
             row = conn.execute(with_metric_name(schema.rounds).where(schema.rounds.c.id == round_id)).first()
         return None if row is None else round_from_row(row)
 
     def rounds_by_id(self, round_ids: Iterable[int]) -> dict[int, RoundRecord]:
         """The rounds among ``round_ids`` that exist, by id (one query)."""
-        wanted = sorted(set(round_ids))
+        wanted = sorted({i for i in round_ids if 0 < i <= MAX_ROUND_ID})
         if not wanted:
             return {}
         with self.engine.connect() as conn:
