@@ -64,6 +64,14 @@ def build_parser(commands: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
+    """A command with actions (``onesided NAME ACTION ...``); returns the actions' subparsers."""
+    parser = subparsers.add_parser(name, help=help_text)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    return actions
+
+
 def add_storage_options(parser: argparse.ArgumentParser) -> None:
     """``--db URL``, ``--data-dir D``, ``--key-dir K`` (default from ``ONESIDED_*``)."""
     parser.add_argument("--db", dest="db_url", help="database URL (default: SQLite in the data directory; "

@@ -292,3 +292,27 @@ def _wait_ready(process: subprocess.Popen[bytes], log: Any, url: str, within: fl
             pass
         time.sleep(0.1)
     raise RuntimeError(f"onesided serve did not answer on {url} within {within} s")
+
+
+def upload_worker(url: str, batches: list[list[ReportEnvelope]], seed: int, batch_format: str) -> list[str]:
+    """Upload each batch twice, as a device whose first answer got lost would.
+
+    The first attempt has a 5 ms timeout, so the answer is usually lost while
+    the server still stores the batch; the second (patient, with the client's
+    retry policy) repeats the same batch. Runs in a child process.
+    """
+    from client_sdk.transport import RetryPolicy, Transport, TransportError
+
+    hasty = Transport(url, retry=RetryPolicy(max_attempts=1, timeout=0.005), rng=seed, batch_format=batch_format)
+    patient = Transport(
+        url, retry=RetryPolicy(max_attempts=10, base_delay=0.05, max_delay=1.0, timeout=120), rng=seed + 1,
+        batch_format=batch_format,
+    )
+    statuses: list[str] = []
+    for batch in batches:
+        with contextlib.suppress(TransportError):
+            hasty.upload(batch)
+        statuses.extend(r.status for r in patient.upload(batch))
+    hasty.close()
+    patient.close()
+    return statuses

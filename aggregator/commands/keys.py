@@ -12,13 +12,11 @@ import argparse
 from protocol.crypto import AggregatorKeys
 
 from ..app import load_keys
-from ..cli import Subparsers, add_storage_options, print_json, settings_from_args
+from ..cli import Subparsers, add_storage_options, command_group, print_json, settings_from_args
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("keys", help="create or show the aggregator's keys")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    actions = command_group(subparsers, "keys", "create or show the aggregator's keys")
     init = actions.add_parser("init", help="create the sealing (X25519) and signing (Ed25519) keys")
     add_storage_options(init)
     init.add_argument("--force", action="store_true", help="replace existing keys (clients must re-pin!)")

@@ -15,13 +15,11 @@ from typing import Any
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 
-from ..cli import Subparsers, add_server_options, client_from_args, print_json
+from ..cli import Subparsers, add_server_options, client_from_args, command_group, print_json
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("metric", help="register and list metrics (HTTP API)")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    actions = command_group(subparsers, "metric", "register and list metrics (HTTP API)")
     create = actions.add_parser("create", help="register a metric (admin token)")
     add_server_options(create)
     _add_param_flags(create)

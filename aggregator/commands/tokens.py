@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..cli import Subparsers, add_storage_options, print_json, settings_from_args
+from ..cli import Subparsers, add_storage_options, command_group, print_json, settings_from_args
 from ..storage import ROLES, Storage
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("token", help="create, list or revoke bearer tokens (on the database)")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    actions = command_group(subparsers, "token", "create, list or revoke bearer tokens (on the database)")
     create = actions.add_parser("create", help="create a token and print its secret once")
     add_storage_options(create)
     create.add_argument("--role", required=True, choices=ROLES)
