@@ -6,6 +6,7 @@ import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -18,7 +19,7 @@ from protocol.crypto import SEAL_KEY_FILE, SIGN_KEY_FILE, AggregatorKeys
 from protocol.errors import ParameterError
 
 
-def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert main(list(args)) == 0
     data = json.loads(capsys.readouterr().out)
     assert isinstance(data, dict)
@@ -66,7 +67,7 @@ def test_tokens_are_managed_on_the_database(db_url: str, capsys: pytest.CaptureF
         token = storage.authenticate(secret)
         assert token is not None and token.role == "admin"
         listed = cli_json(capsys, "token", "list", "--db", db_url)
-        assert [t["name"] for t in listed["tokens"]] == ["ops"]  # type: ignore[index]
+        assert [t["name"] for t in listed["tokens"]] == ["ops"]
         assert secret not in json.dumps(listed)
         assert main(["token", "create", "--role", "admin", "--name", "ops", "--db", db_url]) == 2
         assert "exists" in capsys.readouterr().err
@@ -86,7 +87,7 @@ def test_metric_commands_drive_the_api(tmp_path: Path, capsys: pytest.CaptureFix
         monkeypatch.setenv("ONESIDED_SERVER", server.url)
         monkeypatch.setenv("ONESIDED_TOKEN", analyst)
         listed = cli_json(capsys, "metric", "list")
-        assert [m["name"] for m in listed["metrics"]] == ["places"]  # type: ignore[index]
+        assert [m["name"] for m in listed["metrics"]] == ["places"]
         assert cli_json(capsys, "metric", "show", "places")["reports"] == 0
         assert main(["metric", "create", *flags]) == 2  # analyst token: forbidden
         assert "403 forbidden" in capsys.readouterr().err
