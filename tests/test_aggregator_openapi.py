@@ -12,7 +12,13 @@ from flask import Flask
 
 from aggregator import create_app
 from aggregator.api import api_modules
-from aggregator.openapi import HTTP_METHODS, app_operations, document_operations, flask_path, openapi_document
+from aggregator.openapi import (
+    HTTP_METHODS,
+    app_operations,
+    document_operations,
+    flask_path,
+    openapi_document,
+)
 from protocol.crypto import AggregatorKeys
 
 PUBLIC = {
