@@ -122,7 +122,9 @@ def _minimum_counts(counts: BitCounts, table: IntArray) -> tuple[IntArray, Float
     """Per candidate: ``M = sum_j min_b c_jb`` and ``log K = sum_j log k_j`` over cohorts with reports."""
     kept = np.nonzero(counts.totals > 0)[0]
     sub = table[kept]  # (cohorts, S, h)
-    per_bit = np.take_along_axis(counts.ones[kept][:, None, :], sub.reshape(kept.size, 1, -1), axis=2)
+    per_bit = np.take_along_axis(
+        counts.ones[kept][:, None, :], sub.reshape(kept.size, 1, -1), axis=2
+    )
     per_bit = per_bit.reshape(sub.shape)
     minimum = per_bit.min(axis=2).sum(axis=0).astype(np.int64)
     ordered = np.sort(sub, axis=2)
@@ -130,7 +132,9 @@ def _minimum_counts(counts: BitCounts, table: IntArray) -> tuple[IntArray, Float
     return minimum, np.log(distinct).sum(axis=0)
 
 
-def _binomial_bounds(minimum: IntArray, log_k: FloatArray, num_reports: int, q: float, alpha: float) -> IntArray:
+def _binomial_bounds(
+    minimum: IntArray, log_k: FloatArray, num_reports: int, q: float, alpha: float
+) -> IntArray:
     """``U = max{h <= M : F_h(M - h) > alpha / K}`` by vectorized bisection (module docstring)."""
     if alpha == 0.0 or q == 0.0:
         return minimum.copy()
@@ -170,7 +174,10 @@ def upper_bounds_from_table(
         raise ParameterError("q", f"must be in [0, 1), got {q!r}")
     table = np.asarray(bit_table)
     if table.ndim != 3:
-        raise ParameterError("bit_table", f"must be (num_cohorts, num_candidates, num_hashes), got shape {table.shape}")
+        raise ParameterError(
+            "bit_table",
+            f"must be (num_cohorts, num_candidates, num_hashes), got shape {table.shape}",
+        )
     table = check_bit_table(table, counts, table.shape[1])
     if counts.num_reports == 0:
         return np.zeros(table.shape[1], dtype=np.int64)
@@ -179,7 +186,12 @@ def upper_bounds_from_table(
 
 
 def one_sided_upper_bounds(
-    counts: BitCounts, params: MetricParams, level: float | None, candidates: Sequence[str], *, alpha: float
+    counts: BitCounts,
+    params: MetricParams,
+    level: float | None,
+    candidates: Sequence[str],
+    *,
+    alpha: float,
 ) -> IntArray:
     """``U`` per candidate: ``P(count > U) <= alpha`` (module docstring).
 
@@ -221,4 +233,7 @@ def certify(
     t = _check_threshold(threshold)
     cands = check_candidates(candidates)
     bounds = one_sided_upper_bounds(counts, params, level, cands, alpha=alpha)
-    return [Certificate(candidate=c, upper_bound=int(u), safe=bool(u <= t)) for c, u in zip(cands, bounds, strict=True)]
+    return [
+        Certificate(candidate=c, upper_bound=int(u), safe=bool(u <= t))
+        for c, u in zip(cands, bounds, strict=True)
+    ]

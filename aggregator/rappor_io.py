@@ -13,6 +13,8 @@ reads three CSV files:
   ``get_bloom_bits`` (``1 << i`` in the client's integer), i.e. the *last*
   character of a report printed as a bit string, which RAPPOR prints most
   significant bit first.
+* **reports** (input of RAPPOR's ``sum_bits``): a header with ``cohort`` and
+  ``irr``, the report as a bit string, most significant bit first.
 * **map**: no header, one row per candidate: the string, then ``h * m``
   1-based row indices ``cohort * k + bit + 1`` (cohort-major, the ``h``
   hashes of cohort 0 first). The reader renames ``""`` to ``"Empty"`` and
@@ -63,7 +65,15 @@ IntArray = npt.NDArray[np.int64]
 PathLike = str | Path
 
 PARAMS_HEADER = ("k", "h", "m", "p", "q", "f")
-RESULT_COLUMNS = ("string", "estimate", "std_error", "proportion", "prop_std_error", "prop_low_95", "prop_high_95")
+RESULT_COLUMNS = (
+    "string",
+    "estimate",
+    "std_error",
+    "proportion",
+    "prop_std_error",
+    "prop_low_95",
+    "prop_high_95",
+)
 _Z95 = 1.96  # RAPPOR's 95% multiplier
 
 
@@ -107,7 +117,9 @@ class RapporParams:
         """The equivalent symmetric metric with RAPPOR's md5 hashing (needs ``0 < f < 1``, ``p < q``)."""
         return MetricParams(
             name=name,
-            encoding=BloomEncoding(num_bits=self.k, num_hashes=self.h, num_cohorts=self.m, hashing="rappor-md5"),
+            encoding=BloomEncoding(
+                num_bits=self.k, num_hashes=self.h, num_cohorts=self.m, hashing="rappor-md5"
+            ),
             mode="symmetric",
             level=laplace_rate_from_f(self.f),
             irr_p=self.p,
@@ -155,10 +167,14 @@ def read_params(path: PathLike) -> RapporParams:
     """Read a params file (header ``k,h,m,p,q,f``, spaces allowed, one row)."""
     rows = _read_rows(path)
     if len(rows) != 2:
-        raise ParameterError("params", f"{path}: needs a header and exactly one row, got {len(rows)} rows")
+        raise ParameterError(
+            "params", f"{path}: needs a header and exactly one row, got {len(rows)} rows"
+        )
     header = tuple(cell.strip() for cell in rows[0])
     if header != PARAMS_HEADER:
-        raise ParameterError("params", f"{path}: header must be {','.join(PARAMS_HEADER)}, got {','.join(header)}")
+        raise ParameterError(
+            "params", f"{path}: header must be {','.join(PARAMS_HEADER)}, got {','.join(header)}"
+        )
     if len(rows[1]) != 6:
         raise ParameterError("params", f"{path}: needs 6 values, got {len(rows[1])}")
     values = dict(zip(PARAMS_HEADER, rows[1], strict=True))
@@ -176,7 +192,9 @@ def write_params(path: PathLike, params: RapporParams) -> None:
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(PARAMS_HEADER)
-        writer.writerow([params.k, params.h, params.m, _fmt(params.p), _fmt(params.q), _fmt(params.f)])
+        writer.writerow(
+            [params.k, params.h, params.m, _fmt(params.p), _fmt(params.q), _fmt(params.f)]
+        )
 
 
 def read_counts(path: PathLike, params: RapporParams | None = None) -> BitCounts:
@@ -186,13 +204,19 @@ def read_counts(path: PathLike, params: RapporParams | None = None) -> BitCounts
         raise ParameterError("counts", f"{path}: is empty")
     width = len(rows[0])
     if any(len(r) != width for r in rows) or width < 2:
-        raise ParameterError("counts", f"{path}: every row needs the same number (k + 1 >= 2) of columns")
+        raise ParameterError(
+            "counts", f"{path}: every row needs the same number (k + 1 >= 2) of columns"
+        )
     if params is not None and (len(rows) != params.m or width != params.k + 1):
         raise ParameterError(
-            "counts", f"{path}: must be m={params.m} rows of k+1={params.k + 1} columns, got {len(rows)} x {width}"
+            "counts",
+            f"{path}: must be m={params.m} rows of k+1={params.k + 1} columns, got {len(rows)} x {width}",
         )
     table = np.array(
-        [[_parse_count(cell, f"counts[{i}][{j}]") for j, cell in enumerate(r)] for i, r in enumerate(rows)],
+        [
+            [_parse_count(cell, f"counts[{i}][{j}]") for j, cell in enumerate(r)]
+            for i, r in enumerate(rows)
+        ],
         dtype=np.int64,
     )
     return BitCounts(ones=table[:, 1:], totals=table[:, 0])
@@ -202,6 +226,33 @@ def write_counts(path: PathLike, counts: BitCounts) -> None:
     table = np.column_stack([counts.totals, counts.ones])
     with open(path, "w", newline="", encoding="utf-8") as fh:
         csv.writer(fh, lineterminator="\n").writerows(table.tolist())
+
+
+def read_reports(path: PathLike, params: RapporParams) -> BitCounts:
+    """Sum a reports CSV (header with ``cohort`` and ``irr`` columns, as RAPPOR's simulator writes).
+
+    ``irr`` is the report as a bit string, most significant bit first, so
+    character ``i`` is Bloom bit ``k - 1 - i`` (RAPPOR's ``sum_bits``).
+    """
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh, skipinitialspace=True)
+        if reader.fieldnames is None or not {"cohort", "irr"} <= {
+            f.strip() for f in reader.fieldnames
+        }:
+            raise ParameterError(
+                "reports", f"{path}: needs a header with 'cohort' and 'irr' columns"
+            )
+        rows = [(row["cohort"], row["irr"].strip()) for row in reader]
+    cohorts = np.array([_parse_count(c, "reports.cohort") for c, _ in rows], dtype=np.int64)
+    if any(len(bits) != params.k or set(bits) - {"0", "1"} for _, bits in rows):
+        raise ParameterError(
+            "reports", f"{path}: every irr must be {params.k} characters of 0 and 1"
+        )
+    strings = np.array([bits for _, bits in rows], dtype=f"S{params.k}")
+    msb_first = np.frombuffer(strings.tobytes(), dtype=np.uint8).reshape(
+        len(rows), params.k
+    ) == ord("1")
+    return BitCounts.from_reports(msb_first[:, ::-1], cohorts, params.m)
 
 
 def read_map(path: PathLike, params: RapporParams) -> tuple[list[str], IntArray]:
@@ -217,13 +268,17 @@ def read_map(path: PathLike, params: RapporParams) -> tuple[list[str], IntArray]
     positions: list[list[int]] = []
     for i, row in enumerate(_read_rows(path)):
         if len(row) != h * m + 1:
-            raise ParameterError("map", f"{path} row {i + 1}: needs 1 + h*m = {h * m + 1} columns, got {len(row)}")
+            raise ParameterError(
+                "map", f"{path} row {i + 1}: needs 1 + h*m = {h * m + 1} columns, got {len(row)}"
+            )
         name = row[0] if row[0] != "" else "Empty"
         if name in seen:
             continue
         seen.add(name)
         names.append(name)
-        positions.append([_parse_count(cell, f"map[{i}][{j + 1}]") for j, cell in enumerate(row[1:])])
+        positions.append(
+            [_parse_count(cell, f"map[{i}][{j + 1}]") for j, cell in enumerate(row[1:])]
+        )
     if not names:
         raise ParameterError("map", f"{path}: has no candidate")
     index = np.array(positions, dtype=np.int64) - 1  # (S, h*m), 0-based rows of the (m*k) filter
@@ -233,16 +288,24 @@ def read_map(path: PathLike, params: RapporParams) -> tuple[list[str], IntArray]
     order = np.argsort(cohort, axis=1, kind="stable")
     cohort = np.take_along_axis(cohort, order, axis=1)
     if not np.array_equal(cohort, np.broadcast_to(np.repeat(np.arange(m), h), cohort.shape)):
-        raise ParameterError("map", f"{path}: every candidate needs exactly h={h} indices in each of the m={m} cohorts")
+        raise ParameterError(
+            "map",
+            f"{path}: every candidate needs exactly h={h} indices in each of the m={m} cohorts",
+        )
     bits = (np.take_along_axis(index, order, axis=1) % k).reshape(len(names), m, h)
     return names, np.ascontiguousarray(bits.transpose(1, 0, 2))
 
 
-def write_map(path: PathLike, candidates: Sequence[str], bit_table: npt.ArrayLike, num_bits: int) -> None:
+def write_map(
+    path: PathLike, candidates: Sequence[str], bit_table: npt.ArrayLike, num_bits: int
+) -> None:
     """Write a map file from ``bit_table[j, i]`` = bits of candidate ``i`` in cohort ``j``."""
     cands = check_candidates(candidates)
     if "" in cands:
-        raise ParameterError("candidates", "the empty string does not survive RAPPOR's map reader (it becomes 'Empty')")
+        raise ParameterError(
+            "candidates",
+            "the empty string does not survive RAPPOR's map reader (it becomes 'Empty')",
+        )
     table = np.asarray(bit_table, dtype=np.int64)
     if table.ndim != 3 or table.shape[1] != len(cands):
         raise ParameterError("bit_table", f"must be (m, {len(cands)}, h), got shape {table.shape}")
@@ -291,7 +354,9 @@ def decode_rappor(
     rappor = read_params(params_path)
     counts = read_counts(counts_path, rappor)
     names, table = read_map(map_path, rappor)
-    fit = fit_bit_table(counts, rappor.probabilities(), table, names, alpha=alpha, correction=correction)
+    fit = fit_bit_table(
+        counts, rappor.probabilities(), table, names, alpha=alpha, correction=correction
+    )
     n = max(fit.num_reports, 1)
     out = []
     for row in fit.rows(detected_only=True):
@@ -319,7 +384,9 @@ def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(RESULT_COLUMNS)
     for row in rows:
-        writer.writerow([row[c] if isinstance(row[c], str | int) else _fmt(row[c]) for c in RESULT_COLUMNS])
+        writer.writerow(
+            [row[c] if isinstance(row[c], str | int) else _fmt(row[c]) for c in RESULT_COLUMNS]
+        )
     return buf.getvalue()
 
 
@@ -329,18 +396,24 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
     Prints the detected strings as CSV on stdout; returns 0, or 2 with a
     message on stderr when an input is unusable.
     """
-    parser = argparse.ArgumentParser(prog="onesided decode-rappor", description="Decode RAPPOR counts/map/params files.")
+    parser = argparse.ArgumentParser(
+        prog="onesided decode-rappor", description="Decode RAPPOR counts/map/params files."
+    )
     parser.add_argument("--params", required=True, help="params CSV (k,h,m,p,q,f)")
     parser.add_argument("--counts", required=True, help="counts CSV (m rows of k+1 integers)")
     parser.add_argument("--map", required=True, help="map CSV (string, then h*m 1-based indices)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="family level of the detections (default 0.05)")
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="family level of the detections (default 0.05)"
+    )
     parser.add_argument("--correction", choices=("bonferroni", "bh"), default="bonferroni")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        rows = decode_rappor(args.params, args.counts, args.map, alpha=args.alpha, correction=args.correction)
+        rows = decode_rappor(
+            args.params, args.counts, args.map, alpha=args.alpha, correction=args.correction
+        )
     except (ParameterError, OSError, UnicodeDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

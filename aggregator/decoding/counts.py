@@ -51,7 +51,9 @@ def _as_count_array(name: str, value: Any, ndim: int) -> IntArray:
     arr = np.asarray(value)
     if arr.ndim != ndim:
         raise ParameterError(name, f"must be a {ndim}-D array, got shape {arr.shape}")
-    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
         raise ParameterError(name, f"must hold integers, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
@@ -87,11 +89,14 @@ class BitCounts:
                 "totals", f"must have one entry per cohort ({ones.shape[0]}), got {totals.shape[0]}"
             )
         if ones.shape[0] == 0 or ones.shape[1] == 0:
-            raise ParameterError("ones", f"must have at least one cohort and one bit, got shape {ones.shape}")
+            raise ParameterError(
+                "ones", f"must have at least one cohort and one bit, got shape {ones.shape}"
+            )
         if np.any(ones > totals[:, None]):
             j, b = np.argwhere(ones > totals[:, None])[0]
             raise ParameterError(
-                "ones", f"cohort {j} bit {b}: {ones[j, b]} ones exceed the {totals[j]} reports of the cohort"
+                "ones",
+                f"cohort {j} bit {b}: {ones[j, b]} ones exceed the {totals[j]} reports of the cohort",
             )
         object.__setattr__(self, "ones", ones)
         object.__setattr__(self, "totals", totals)
@@ -112,7 +117,9 @@ class BitCounts:
         if not isinstance(other, BitCounts):
             return NotImplemented
         if other.ones.shape != self.ones.shape:
-            raise ParameterError("counts", f"shapes differ: {self.ones.shape} and {other.ones.shape}")
+            raise ParameterError(
+                "counts", f"shapes differ: {self.ones.shape} and {other.ones.shape}"
+            )
         return BitCounts(ones=self.ones + other.ones, totals=self.totals + other.totals)
 
     def check_shape(self, num_cohorts: int, num_bits: int) -> None:
@@ -125,10 +132,14 @@ class BitCounts:
 
     @classmethod
     def zeros(cls, num_cohorts: int, num_bits: int) -> BitCounts:
-        return cls(ones=np.zeros((num_cohorts, num_bits), np.int64), totals=np.zeros(num_cohorts, np.int64))
+        return cls(
+            ones=np.zeros((num_cohorts, num_bits), np.int64), totals=np.zeros(num_cohorts, np.int64)
+        )
 
     @classmethod
-    def from_reports(cls, reports: npt.ArrayLike, cohorts: npt.ArrayLike, num_cohorts: int) -> BitCounts:
+    def from_reports(
+        cls, reports: npt.ArrayLike, cohorts: npt.ArrayLike, num_cohorts: int
+    ) -> BitCounts:
         """Count raw reports: ``reports`` ``(n, num_bits)`` bools, ``cohorts`` ``(n,)`` ints.
 
         One float32 matrix product per chunk of 16,384 reports (cohort one-hot
@@ -137,11 +148,17 @@ class BitCounts:
         rep = np.asarray(reports)
         coh = np.asarray(cohorts)
         if rep.ndim != 2 or rep.dtype != np.bool_:
-            raise ParameterError("reports", f"must be a 2-D bool array, got {rep.dtype} shape {rep.shape}")
+            raise ParameterError(
+                "reports", f"must be a 2-D bool array, got {rep.dtype} shape {rep.shape}"
+            )
         if coh.shape != (rep.shape[0],) or not np.issubdtype(coh.dtype, np.integer):
-            raise ParameterError("cohorts", f"must be {rep.shape[0]} integers, got {coh.dtype} shape {coh.shape}")
+            raise ParameterError(
+                "cohorts", f"must be {rep.shape[0]} integers, got {coh.dtype} shape {coh.shape}"
+            )
         if coh.size and (coh.min() < 0 or coh.max() >= num_cohorts):
-            raise ParameterError("cohorts", f"must be in [0, {num_cohorts}), got {int(coh.min())}..{int(coh.max())}")
+            raise ParameterError(
+                "cohorts", f"must be in [0, {num_cohorts}), got {int(coh.min())}..{int(coh.max())}"
+            )
         ones = np.zeros((num_cohorts, rep.shape[1]), dtype=np.float64)
         labels = np.arange(num_cohorts)[:, None]
         for start in range(0, rep.shape[0], _CHUNK):
@@ -176,16 +193,23 @@ class BitCounts:
         if b.size and (b.min() < 0 or b.max() >= num_bits):
             raise ParameterError("bit", f"must be in [0, {num_bits})")
         flat = np.bincount(c * num_bits + b, weights=v, minlength=num_cohorts * num_bits)
-        return cls(ones=flat.reshape(num_cohorts, num_bits).astype(np.int64), totals=np.asarray(report_totals))
+        return cls(
+            ones=flat.reshape(num_cohorts, num_bits).astype(np.int64),
+            totals=np.asarray(report_totals),
+        )
 
 
 def check_probabilities(p_star: float, q_star: float) -> None:
     """``0 <= p* < q* <= 1``: a bit carries information."""
     if not 0.0 <= p_star < q_star <= 1.0:
-        raise ParameterError("probabilities", f"need 0 <= p* < q* <= 1, got p*={p_star!r}, q*={q_star!r}")
+        raise ParameterError(
+            "probabilities", f"need 0 <= p* < q* <= 1, got p*={p_star!r}, q*={q_star!r}"
+        )
 
 
-def estimates_from_probabilities(counts: BitCounts, p_star: float, q_star: float) -> tuple[FloatArray, FloatArray]:
+def estimates_from_probabilities(
+    counts: BitCounts, p_star: float, q_star: float
+) -> tuple[FloatArray, FloatArray]:
     """:func:`bit_estimates` for explicit ``(p*, q*)`` (RAPPOR files give them directly)."""
     check_probabilities(p_star, q_star)
     c = counts.ones.astype(np.float64)
@@ -212,4 +236,3 @@ def bit_estimates(counts: BitCounts, randomizer: Randomizer) -> tuple[FloatArray
     """
     p_star, q_star = randomizer.probabilities()
     return estimates_from_probabilities(counts, p_star, q_star)
-

@@ -42,10 +42,45 @@ class Design:
     response: FloatArray
     response_variance: FloatArray
     num_reports: int
+    num_bits: int
+    cohort_sizes: FloatArray  # N_j of the kept cohorts; row r belongs to kept cohort r // num_bits
 
     @property
     def num_rows(self) -> int:
         return int(self.matrix.shape[0])
+
+    def coefficient_variances(
+        self, kept: IntArray, coefficients: FloatArray, influence: FloatArray
+    ) -> FloatArray:
+        """Variances of refitted coefficients: report noise plus the cohort draw.
+
+        ``B diag(Var a) B'`` is the noise of the reports. Clients also pick
+        their cohort at random, so the ``n_i`` holders of candidate ``i`` split
+        over cohorts as a multinomial with shares ``s_j = N_j / N``; the
+        model only expects ``s_j n_i`` in cohort ``j``. The deviation enters
+        the response as ``W_i (n_ij - s_j n_i)`` with
+        ``W_i[(j, b), j] = A[(j, b), i] / N_j``, so it adds
+        ``sum_i n_i (B W_i) (diag s - s s') (B W_i)'`` (plug-in ``n_i`` from
+        the positive refitted counts). It cancels for a candidate whose bits no
+        other candidate shares, and matters for those that share bits with
+        large ones.
+        """
+        noise = (influence * influence) @ self.response_variance
+        present = coefficients > 0
+        if not present.any():
+            return noise
+        holders = self.num_reports * coefficients[present]
+        columns = self.matrix[:, kept[present]].tocsr()
+        shares = self.cohort_sizes / self.cohort_sizes.sum()
+        first = np.zeros((influence.shape[0], holders.size))
+        second = np.zeros_like(first)
+        for j, size in enumerate(self.cohort_sizes):
+            rows = slice(j * self.num_bits, (j + 1) * self.num_bits)
+            g = (columns[rows].T @ influence[:, rows].T).T / size  # (kept, present): (B W_i)[:, j]
+            first += shares[j] * g * g
+            second += shares[j] * g
+        split: FloatArray = (first - second * second) @ holders
+        return noise + split
 
 
 def check_bit_table(bit_table: npt.ArrayLike, counts: BitCounts, num_candidates: int) -> IntArray:
@@ -53,7 +88,9 @@ def check_bit_table(bit_table: npt.ArrayLike, counts: BitCounts, num_candidates:
     table = np.asarray(bit_table)
     expected = (counts.num_cohorts, num_candidates)
     if table.ndim != 3 or table.shape[:2] != expected or table.shape[2] < 1:
-        raise ParameterError("bit_table", f"must have shape {expected} + (num_hashes,), got {table.shape}")
+        raise ParameterError(
+            "bit_table", f"must have shape {expected} + (num_hashes,), got {table.shape}"
+        )
     if not np.issubdtype(table.dtype, np.integer):
         raise ParameterError("bit_table", f"must hold integers, got {table.dtype}")
     if table.size and (table.min() < 0 or table.max() >= counts.num_bits):
@@ -89,4 +126,4 @@ def build_design(counts: BitCounts, p_star: float, q_star: float, bit_table: Int
     matrix = sparse.csc_matrix(sparse.diags(root) @ x)
     response = estimates[kept].ravel() / root
     response_variance = variances[kept].ravel() / root**2
-    return Design(matrix, response, response_variance, counts.num_reports)
+    return Design(matrix, response, response_variance, counts.num_reports, counts.num_bits, sizes)

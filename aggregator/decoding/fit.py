@@ -103,10 +103,20 @@ class CandidateFit:
 
     def __post_init__(self) -> None:
         size = len(self.candidates)
-        for name in ("estimates", "std_errors", "lower", "upper", "p_values", "detected", "selected"):
+        for name in (
+            "estimates",
+            "std_errors",
+            "lower",
+            "upper",
+            "p_values",
+            "detected",
+            "selected",
+        ):
             arr = np.asarray(getattr(self, name))
             if arr.shape != (size,):
-                raise ParameterError(name, f"must have one entry per candidate ({size}), got shape {arr.shape}")
+                raise ParameterError(
+                    name, f"must have one entry per candidate ({size}), got shape {arr.shape}"
+                )
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)
 
@@ -165,10 +175,14 @@ def check_candidates(candidates: Sequence[str]) -> tuple[str, ...]:
     return cands
 
 
-def _check_confidence(confidence: float) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0.0 < confidence < 1.0:
+def _check_settings(alpha: float, correction: str, confidence: float) -> tuple[float, str, float]:
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, int | float)
+        or not 0.0 < confidence < 1.0
+    ):
         raise ParameterError("confidence", f"must be in (0, 1), got {confidence!r}")
-    return float(confidence)
+    return check_alpha(alpha), check_correction(correction), float(confidence)
 
 
 def _assemble(
@@ -209,7 +223,9 @@ def _selection_z(num_candidates: int) -> float:
 
 def _score_sd(design: Design) -> FloatArray:
     """Null standard deviation of each column's score ``A_i' r``: ``sqrt(sum_r A_ri^2 Var a_r)``."""
-    return np.sqrt(np.asarray(design.matrix.multiply(design.matrix).T @ design.response_variance).ravel())
+    return np.sqrt(
+        np.asarray(design.matrix.multiply(design.matrix).T @ design.response_variance).ravel()
+    )
 
 
 def _capped_support(design: Design, x: FloatArray, cap: int) -> IntArray:
@@ -222,7 +238,8 @@ def _capped_support(design: Design, x: FloatArray, cap: int) -> IntArray:
 
 
 def _refit(design: Design, support: IntArray) -> tuple[IntArray, FloatArray, FloatArray]:
-    return least_squares_refit(design.matrix, design.response, design.response_variance, support)
+    kept, coef, influence = least_squares_refit(design.matrix, design.response, support)
+    return kept, coef, design.coefficient_variances(kept, coef, influence)
 
 
 def _nnls_fit(design: Design, cap: int) -> tuple[IntArray, FloatArray, FloatArray]:
@@ -255,7 +272,9 @@ def _lasso_fit(design: Design, cap: int) -> tuple[IntArray, FloatArray, FloatArr
     return kept, coef, var
 
 
-def _solve(design: Design, num_candidates: int, method: str) -> tuple[str, IntArray, FloatArray, FloatArray]:
+def _solve(
+    design: Design, num_candidates: int, method: str
+) -> tuple[str, IntArray, FloatArray, FloatArray]:
     cap = max(1, int(SUPPORT_FRACTION * design.num_rows))
     if method in ("auto", "ols") and (method == "ols" or num_candidates <= cap):
         kept, coef, var = _refit(design, np.arange(num_candidates, dtype=np.int64))
@@ -293,9 +312,7 @@ def fit_bit_table(
         alpha, correction, confidence, method: see :func:`fit_candidates`.
     """
     cands = check_candidates(candidates)
-    alpha = check_alpha(alpha)
-    correction = check_correction(correction)
-    confidence = _check_confidence(confidence)
+    alpha, correction, confidence = _check_settings(alpha, correction, confidence)
     if method not in METHODS:
         raise ParameterError("method", f"must be one of {METHODS}, got {method!r}")
     p_star, q_star = probabilities
@@ -311,8 +328,15 @@ def fit_bit_table(
     selected = np.zeros(len(cands), dtype=bool)
     selected[kept] = True
     return _assemble(
-        cands, estimates, std_errors, selected, num_reports=design.num_reports, method=chosen,
-        alpha=alpha, correction=correction, confidence=confidence,
+        cands,
+        estimates,
+        std_errors,
+        selected,
+        num_reports=design.num_reports,
+        method=chosen,
+        alpha=alpha,
+        correction=correction,
+        confidence=confidence,
     )
 
 
@@ -352,13 +376,25 @@ def fit_candidates(
     counts.check_shape(params.num_cohorts, params.num_bits)
     if isinstance(params.encoding, DirectEncoding):
         return direct_estimates(
-            counts, params, level, candidates, alpha=alpha, correction=correction, confidence=confidence
+            counts,
+            params,
+            level,
+            candidates,
+            alpha=alpha,
+            correction=correction,
+            confidence=confidence,
         )
     cands = check_candidates(candidates)
     randomizer = params.randomizer(level)
     return fit_bit_table(
-        counts, randomizer.probabilities(), params.encoding.bit_table(list(cands)), cands,
-        alpha=alpha, correction=correction, confidence=confidence, method=method,
+        counts,
+        randomizer.probabilities(),
+        params.encoding.bit_table(list(cands)),
+        cands,
+        alpha=alpha,
+        correction=correction,
+        confidence=confidence,
+        method=method,
     )
 
 
@@ -381,18 +417,24 @@ def direct_estimates(
         items: items of the domain to report (default: the whole domain).
     """
     if not isinstance(params.encoding, DirectEncoding):
-        raise ParameterError("encoding", f"direct_estimates needs a direct metric, got {params.encoding.kind!r}")
+        raise ParameterError(
+            "encoding", f"direct_estimates needs a direct metric, got {params.encoding.kind!r}"
+        )
     counts.check_shape(params.num_cohorts, params.num_bits)
     names = check_candidates(list(params.encoding.domain) if items is None else items)
-    alpha = check_alpha(alpha)
-    correction = check_correction(correction)
-    confidence = _check_confidence(confidence)
+    alpha, correction, confidence = _check_settings(alpha, correction, confidence)
     if counts.num_reports == 0:
         raise ParameterError("counts", "holds no report: nothing to decode")
     index = np.array([params.encoding.bits_of(v)[0] for v in names], dtype=np.int64)
     est, var = bit_estimates(counts, params.randomizer(level))
     return _assemble(
-        names, est[0, index], np.sqrt(var[0, index]), np.ones(len(names), dtype=bool),
-        num_reports=counts.num_reports, method="direct", alpha=alpha, correction=correction,
+        names,
+        est[0, index],
+        np.sqrt(var[0, index]),
+        np.ones(len(names), dtype=bool),
+        num_reports=counts.num_reports,
+        method="direct",
+        alpha=alpha,
+        correction=correction,
         confidence=confidence,
     )

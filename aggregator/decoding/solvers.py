@@ -5,11 +5,11 @@
   orthant the L1 penalty is linear, so the problem is a smooth
   bound-constrained quadratic, solved by L-BFGS-B (deterministic) after
   scaling every column to unit norm.
-* :func:`least_squares_refit`: ordinary least squares on a support, with the
-  sandwich covariance for heteroscedastic, independent rows
-  ``Cov = (A'A)^-1 A' diag(v) A (A'A)^-1``. Columns that are linearly
-  dependent on earlier ones (pivoted Cholesky of the normalized Gram matrix)
-  are dropped from the support: they are not identifiable.
+* :func:`least_squares_refit`: ordinary least squares on a support, with
+  the influence matrix ``B = (A'A)^-1 A'`` for sandwich covariances
+  ``B Cov(a) B'``. Columns that are linearly dependent on others (pivoted
+  Cholesky of the normalized Gram matrix) are dropped from the support: they
+  are not identifiable.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ _RANK_TOL = 1e-9
 _MAX_ITER = 15000
 
 
-def nonnegative_lasso(matrix: sparse.csc_matrix, response: FloatArray, penalty: FloatArray) -> FloatArray:
+def nonnegative_lasso(
+    matrix: sparse.csc_matrix, response: FloatArray, penalty: FloatArray
+) -> FloatArray:
     """Minimize ``||response - matrix x||^2 + penalty' x`` subject to ``x >= 0``.
 
     Args:
@@ -54,7 +56,13 @@ def nonnegative_lasso(matrix: sparse.csc_matrix, response: FloatArray, penalty: 
         jac=True,
         method="L-BFGS-B",
         bounds=optimize.Bounds(0.0, np.where(usable, np.inf, 0.0)),
-        options={"maxiter": _MAX_ITER, "maxfun": 2 * _MAX_ITER, "ftol": 1e-15, "gtol": 1e-10, "maxcor": 20},
+        options={
+            "maxiter": _MAX_ITER,
+            "maxfun": 2 * _MAX_ITER,
+            "ftol": 1e-15,
+            "gtol": 1e-10,
+            "maxcor": 20,
+        },
     )
     x: FloatArray = np.maximum(result.x, 0.0) / scale
     return x
@@ -75,25 +83,25 @@ def independent_columns(gram: FloatArray) -> IntArray:
 
 
 def least_squares_refit(
-    matrix: sparse.csc_matrix, response: FloatArray, response_variance: FloatArray, support: IntArray
+    matrix: sparse.csc_matrix, response: FloatArray, support: IntArray
 ) -> tuple[IntArray, FloatArray, FloatArray]:
-    """OLS of ``response`` on the columns ``support`` with sandwich variances.
+    """OLS of ``response`` on the columns ``support``.
 
     Returns:
-        ``(kept, coefficients, variances)``: the identifiable part of the
-        support (ascending), their OLS coefficients and the diagonal of the
-        sandwich covariance.
+        ``(kept, coefficients, influence)``: the identifiable part of the
+        support (ascending), their OLS coefficients and the influence matrix
+        ``B = (A'A)^-1 A'`` (``coefficients = B response``), from which any
+        covariance of the response gives the coefficients' one
+        (``B Cov B'``; independent rows: ``Var coef_i = sum_r B_ir^2 v_r``).
     """
     if support.size == 0:
-        return support, np.zeros(0), np.zeros(0)
+        return support, np.zeros(0), np.zeros((0, matrix.shape[0]))
     sub = matrix[:, support]
     gram = (sub.T @ sub).toarray()
     kept_local = independent_columns(gram)
-    kept = support[kept_local]
     sub = sub[:, kept_local]
-    factor = linalg.cho_factor(gram[np.ix_(kept_local, kept_local)], lower=False, check_finite=False)
-    coefficients = linalg.cho_solve(factor, sub.T @ response, check_finite=False)
-    # B = (A'A)^-1 A' ; Var coef_i = sum_r B_ir^2 v_r.
+    factor = linalg.cho_factor(
+        gram[np.ix_(kept_local, kept_local)], lower=False, check_finite=False
+    )
     influence = linalg.cho_solve(factor, sub.T.toarray(), check_finite=False)
-    variances = (influence * influence) @ response_variance
-    return kept, coefficients, variances
+    return support[kept_local], influence @ response, influence
