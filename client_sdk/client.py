@@ -425,17 +425,23 @@ class Client:
         The state is saved before anything is sent (the ledger always covers
         what left the device) and after each batch. Delivered (``accepted``
         or ``replayed``) and finally rejected reports leave the queue; on a
-        network failure the rest stays for the next call.
+        network failure the rest stays for the next call. One call sends at
+        most the reports queued when it starts.
         """
+        if not self._state.queue:
+            return FlushResult()
         if self._clock() < self._not_before:
             return FlushResult(remaining=len(self._state.queue), deferred=True)
         delivered = rejected = dropped = 0
         error: Exception | None = None
         try:
-            self.save()
+            with self._lock:
+                self._store.save(self._state)
+                pending = {r["report_id"] for r in self._state.queue}
             while True:
                 with self._lock:
-                    batch = [ReportEnvelope.from_json(r) for r in self._state.queue[: self.batch_size]]
+                    items = [r for r in self._state.queue if r["report_id"] in pending][: self.batch_size]
+                batch = [ReportEnvelope.from_json(r) for r in items]
                 if not batch:
                     break
                 try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,25 @@ def test_binary_batches(fake: FakeAggregator, tmp_path: Path) -> None:
     ids = queue_reports(client, 5)
     assert client.flush().delivered == 5
     assert sorted(rid for _, rid in fake.stored) == sorted(ids)
+
+
+def test_reports_queued_during_a_flush_are_kept(fake: FakeAggregator, tmp_path: Path) -> None:
+    client = make_client(fake, tmp_path / "s", Sleeps(), batch_size=3)
+    client.sync()
+    reported: list[str] = []
+
+    def threads_report(*args: object, **kwargs: object) -> object:
+        # another thread of the app reports while a batch is on the wire (the lock is not held)
+        worker = threading.Thread(target=lambda: reported.append(client.report("places", "late")))
+        worker.start()
+        worker.join(timeout=10)
+        return fake.request(*args, **kwargs)  # type: ignore[arg-type]
+
+    ids = [client.report("places", "early") for _ in range(5)]
+    client.transport.session = type("Session", (), {"request": staticmethod(threads_report)})()
+    result = client.flush()
+    # two batches of the 5 early reports; the 2 late ones wait for the next flush (no endless flush)
+    assert (len(reported), result.delivered, result.remaining) == (2, 5, 2)
+    client.transport.session = fake
+    assert client.flush().delivered == 2
+    assert sorted(rid for _, rid in fake.stored) == sorted(ids + reported)
