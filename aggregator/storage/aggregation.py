@@ -20,7 +20,6 @@ report or per bit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +28,8 @@ import numpy.typing as npt
 from protocol.errors import ParameterError
 
 IntArray = npt.NDArray[np.int64]
+AGGREGATE_COLUMNS = ("metric_id", "window_start", "round_id", "cohort", "bit", "ones")
+TOTAL_COLUMNS = ("metric_id", "window_start", "round_id", "cohort", "reports")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,24 +51,17 @@ class BatchSums:
         if self.keys.shape != (g, 3) or self.ones.shape[0] != g or self.reports.shape != (g,):
             raise ParameterError("keys", "keys, ones and reports must describe the same collections")
 
-    def aggregate_rows(self, metric_id: int) -> Iterator[dict[str, int]]:
-        """Rows for the ``aggregates`` upsert: only bits with ones > 0, in key order."""
+    def aggregate_rows(self, metric_id: int) -> list[tuple[int, ...]]:
+        """Rows of :data:`AGGREGATE_COLUMNS` for the ``aggregates`` upsert: bits with ones > 0, in key order."""
         groups, bits = np.nonzero(self.ones)
-        for g, b in zip(groups.tolist(), bits.tolist(), strict=True):
-            window, round_id, cohort = self.keys[g].tolist()
-            yield {
-                "metric_id": metric_id,
-                "window_start": window,
-                "round_id": round_id,
-                "cohort": cohort,
-                "bit": b,
-                "ones": int(self.ones[g, b]),
-            }
+        keys = self.keys[groups]
+        columns = (np.full(groups.size, metric_id), keys[:, 0], keys[:, 1], keys[:, 2], bits, self.ones[groups, bits])
+        return list(zip(*(c.tolist() for c in columns), strict=True))
 
-    def total_rows(self, metric_id: int) -> Iterator[dict[str, int]]:
-        """Rows for the ``cohort_totals`` upsert, in key order."""
-        for (window, round_id, cohort), n in zip(self.keys.tolist(), self.reports.tolist(), strict=True):
-            yield {"metric_id": metric_id, "window_start": window, "round_id": round_id, "cohort": cohort, "reports": n}
+    def total_rows(self, metric_id: int) -> list[tuple[int, ...]]:
+        """Rows of :data:`TOTAL_COLUMNS` for the ``cohort_totals`` upsert, in key order."""
+        columns = (np.full(self.reports.size, metric_id), *self.keys.T, self.reports)
+        return list(zip(*(c.tolist() for c in columns), strict=True))
 
 
 def sum_bits(

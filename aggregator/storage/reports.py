@@ -11,7 +11,8 @@
 3. insert the new reports (the replay set, primary key ``(metric, report_id)``);
 4. add their bits to ``aggregates`` and their number to ``cohort_totals``
    with ``INSERT ... ON CONFLICT DO UPDATE SET ones = ones + excluded.ones``,
-   one row per (window, round, cohort, bit) from :func:`sum_bits`.
+   one row per (window, round, cohort, bit) from :func:`sum_bits`, all rows
+   of a statement in one round trip (``bulk.insert_rows``).
 
 A concurrent process inserting the same report id makes step 3 fail on the
 unique key; the whole transaction is then rolled back and run again (it now
@@ -30,20 +31,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from protocol.errors import ParameterError
 from protocol.wire import STATUS_ACCEPTED, STATUS_EXPIRED, STATUS_OUTDATED_CONFIG, STATUS_REPLAYED
 
 from . import schema
-from .aggregation import sum_bits
+from .aggregation import AGGREGATE_COLUMNS, TOTAL_COLUMNS, sum_bits
+from .bulk import insert_rows
 from .engine import run_transaction
 from .metrics import load_metric
 from .records import Collection, loads
 
 IntArray = npt.NDArray[np.int64]
-_COLLECTION_COLUMNS = ("metric_id", "window_start", "round_id", "cohort")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,18 +84,6 @@ class MetricBinding:
     num_bits: int
 
 
-def _upsert_add(conn: Connection, table: sa.Table, column: str, rows: list[dict[str, int]]) -> None:
-    """``INSERT ... ON CONFLICT (key) DO UPDATE SET column = column + excluded.column`` for all rows."""
-    if not rows:
-        return
-    insert = postgresql.insert(table) if conn.dialect.name == "postgresql" else sqlite.insert(table)
-    key = [c.name for c in table.primary_key.columns]
-    statement = insert.on_conflict_do_update(
-        index_elements=key, set_={column: table.c[column] + insert.excluded[column]}
-    )
-    conn.execute(statement, rows)
-
-
 def _lock_state(conn: Connection, rows: Sequence[ReportRow]) -> tuple[dict[int, str], set[int]]:
     """Current digests of the batch's metrics and the batch's rounds that are still open (locked)."""
     metric_ids = sorted({r.metric_id for r in rows})
@@ -117,24 +105,13 @@ def _stored_hashes(conn: Connection, metric_id: int, report_ids: list[bytes]) ->
     return {bytes(row.report_id): bytes(row.body_hash) for row in conn.execute(query)}
 
 
+REPORT_COLUMNS = ("metric_id", "report_id", "round_id", "window_start", "cohort", "bits", "body_hash", "received_at")
+
+
 def _insert_and_aggregate(conn: Connection, rows: list[ReportRow], num_bits: int, now: int) -> None:
     rows = sorted(rows, key=lambda r: r.report_id)
-    conn.execute(
-        sa.insert(schema.reports),
-        [
-            {
-                "metric_id": r.metric_id,
-                "report_id": r.report_id,
-                "round_id": r.round,
-                "window_start": r.window,
-                "cohort": r.cohort,
-                "bits": r.bits,
-                "body_hash": r.body_hash,
-                "received_at": now,
-            }
-            for r in rows
-        ],
-    )
+    report_rows = [(r.metric_id, r.report_id, r.round, r.window, r.cohort, r.bits, r.body_hash, now) for r in rows]
+    insert_rows(conn, schema.reports, REPORT_COLUMNS, report_rows)
     width = (num_bits + 7) // 8
     sums = sum_bits(
         windows=[r.window for r in rows],
@@ -144,8 +121,8 @@ def _insert_and_aggregate(conn: Connection, rows: list[ReportRow], num_bits: int
         num_bits=num_bits,
     )
     metric_id = rows[0].metric_id
-    _upsert_add(conn, schema.aggregates, "ones", list(sums.aggregate_rows(metric_id)))
-    _upsert_add(conn, schema.cohort_totals, "reports", list(sums.total_rows(metric_id)))
+    insert_rows(conn, schema.aggregates, AGGREGATE_COLUMNS, sums.aggregate_rows(metric_id), add="ones")
+    insert_rows(conn, schema.cohort_totals, TOTAL_COLUMNS, sums.total_rows(metric_id), add="reports")
 
 
 def _store_batch(
@@ -173,6 +150,11 @@ def _store_batch(
         if fresh:
             _insert_and_aggregate(conn, fresh, bindings[metric_id].num_bits, now)
     return statuses
+
+
+def _sum(column: sa.Column[int]) -> sa.ColumnElement[int]:
+    """``SUM`` as a BIGINT (PostgreSQL's sum of bigints is NUMERIC)."""
+    return sa.cast(sa.func.sum(column), sa.BigInteger)
 
 
 def _filters(table: sa.Table, metric_id: int, window: int | None, round: int | None) -> list[Any]:
@@ -231,9 +213,9 @@ class ReportStore:
         a, t = schema.aggregates, schema.cohort_totals
         with self.engine.connect() as conn:
             record = load_metric(conn, metric)
-            q_ones = sa.select(a.c.cohort, a.c.bit, sa.func.sum(a.c.ones)).where(*_filters(a, record.id, window, round))
+            q_ones = sa.select(a.c.cohort, a.c.bit, _sum(a.c.ones)).where(*_filters(a, record.id, window, round))
             ones_rows = conn.execute(q_ones.group_by(a.c.cohort, a.c.bit)).all()
-            q_tot = sa.select(t.c.cohort, sa.func.sum(t.c.reports)).where(*_filters(t, record.id, window, round))
+            q_tot = sa.select(t.c.cohort, _sum(t.c.reports)).where(*_filters(t, record.id, window, round))
             total_rows = conn.execute(q_tot.group_by(t.c.cohort)).all()
         ones = np.zeros((record.params.num_cohorts, record.params.num_bits), dtype=np.int64)
         if ones_rows:
@@ -255,7 +237,7 @@ class ReportStore:
         with self.engine.connect() as conn:
             record = load_metric(conn, metric)
             query = (
-                sa.select(t.c.window_start, t.c.round_id, sa.func.sum(t.c.reports))
+                sa.select(t.c.window_start, t.c.round_id, _sum(t.c.reports))
                 .where(t.c.metric_id == record.id)
                 .group_by(t.c.window_start, t.c.round_id)
                 .order_by(t.c.window_start, t.c.round_id)
@@ -266,7 +248,7 @@ class ReportStore:
     def reports_per_metric(self) -> dict[str, int]:
         """Reports counted in the aggregates, by metric name (metrics without any are absent)."""
         t, m = schema.cohort_totals, schema.metrics
-        query = sa.select(m.c.name, sa.func.sum(t.c.reports)).join(m, m.c.id == t.c.metric_id).group_by(m.c.name)
+        query = sa.select(m.c.name, _sum(t.c.reports)).join(m, m.c.id == t.c.metric_id).group_by(m.c.name)
         with self.engine.connect() as conn:
             return {name: int(n) for name, n in conn.execute(query).all()}
 
