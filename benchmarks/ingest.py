@@ -30,7 +30,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -43,10 +42,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import requests
-import sqlalchemy as sa
 
 from aggregator.settings import Settings
 from aggregator.storage import Storage
+from aggregator.storage.engine import scratch_schema
 from protocol.crypto import AggregatorKeys, open_sealed
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -161,20 +160,6 @@ def server(args: list[str]) -> Iterator[str]:
         log.close()
 
 
-@contextlib.contextmanager
-def postgres_schema() -> Iterator[str]:
-    name = f"onesided_bench_{secrets.token_hex(4)}"
-    admin = sa.create_engine(PG_BASE)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{name}"'))
-    try:
-        yield f"{PG_BASE}?options=-csearch_path%3D{name}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{name}" CASCADE'))
-        admin.dispose()
-
-
 def run_backend(label: str, db_url: str, serve_args: list[str], bodies: list[bytes], content_type: str,
                 n: int, expected: tuple[np.ndarray, np.ndarray], uploaders: int) -> dict[str, object]:
     storage = Storage.open(db_url)
@@ -259,7 +244,7 @@ def main() -> None:
         runs.append(run_backend("sqlite (1 worker)", settings.database_url, ["--data-dir", str(folder / "sqlite"), *common],
                                 bodies, content_type, args.reports, (ones, totals), args.uploaders))
     if args.backend in ("postgresql", "both"):
-        with postgres_schema() as url:
+        with scratch_schema(PG_BASE, "onesided_bench") as url:
             runs.append(run_backend(f"postgresql ({args.pg_workers} workers)", url,
                                     ["--db", url, "--workers", str(args.pg_workers), *common],
                                     bodies, content_type, args.reports, (ones, totals), args.uploaders))

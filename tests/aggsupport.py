@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -40,6 +39,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from aggregator import create_app
 from aggregator.settings import Settings
 from aggregator.storage import Storage
+from aggregator.storage.engine import scratch_schema
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -84,16 +84,8 @@ def postgres_schema() -> Iterator[str]:
     base, reason = postgres_base_url()
     if base is None:
         pytest.skip(f"PostgreSQL is not reachable on 127.0.0.1:5432 ({reason})")
-    name = f"onesided_test_{os.getpid()}_{secrets.token_hex(4)}"
-    admin = sa.create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{name}"'))
-    try:
-        yield f"{base}?options=-csearch_path%3D{name}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{name}" CASCADE'))
-        admin.dispose()
+    with scratch_schema(base, "onesided_test") as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -10,9 +10,12 @@ as a whole transaction by :func:`run_transaction`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,6 +71,25 @@ def _sqlite_engine(url: sa.engine.URL) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+@contextlib.contextmanager
+def scratch_schema(base_url: str, prefix: str = "onesided_scratch") -> Iterator[str]:
+    """A new, uniquely named PostgreSQL schema, dropped afterwards; yields a URL that uses it.
+
+    For tests, benchmarks and demos that need an empty database next to others.
+    """
+    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+    admin = sa.create_engine(base_url)
+    try:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA "{name}"'))
+        separator = "&" if "?" in base_url else "?"
+        yield f"{base_url}{separator}options=-csearch_path%3D{name}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        admin.dispose()
 
 
 def is_retryable(exc: BaseException) -> bool:
