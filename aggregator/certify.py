@@ -63,7 +63,7 @@ from protocol.errors import ParameterError
 from protocol.params import MetricParams
 
 from .decoding.counts import BitCounts
-from .decoding.design import check_bit_table
+from .decoding.design import candidate_bit_table, check_bit_table
 from .decoding.fit import check_candidates
 
 IntArray = npt.NDArray[np.int64]
@@ -202,7 +202,9 @@ def one_sided_upper_bounds(
     q = one_sided_q(params, level)
     counts.check_shape(params.num_cohorts, params.num_bits)
     cands = check_candidates(candidates)
-    return upper_bounds_from_table(counts, q, params.encoding.bit_table(list(cands)), alpha=alpha)
+    return upper_bounds_from_table(
+        counts, q, candidate_bit_table(params.encoding, cands), alpha=alpha
+    )
 
 
 def certify(

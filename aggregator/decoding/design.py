@@ -20,18 +20,24 @@ spread over cohorts. Counts are ``N pi``.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 from scipy import sparse
 
+from protocol.encodings import Encoding
 from protocol.errors import ParameterError
 
 from .counts import BitCounts, estimates_from_probabilities
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+# Entries of one block of the cohort-draw computation (memory bound: 8 bytes each).
+_BLOCK = 4_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,21 +72,42 @@ class Design:
         large ones.
         """
         noise = (influence * influence) @ self.response_variance
-        present = coefficients > 0
-        if not present.any():
+        present = np.nonzero(coefficients > 0)[0]
+        if present.size == 0:
             return noise
-        holders = self.num_reports * coefficients[present]
-        columns = self.matrix[:, kept[present]].tocsr()
+        cohorts = self.cohort_sizes.size
         shares = self.cohort_sizes / self.cohort_sizes.sum()
-        first = np.zeros((influence.shape[0], holders.size))
-        second = np.zeros_like(first)
-        for j, size in enumerate(self.cohort_sizes):
-            rows = slice(j * self.num_bits, (j + 1) * self.num_bits)
-            g = (columns[rows].T @ influence[:, rows].T).T / size  # (kept, present): (B W_i)[:, j]
-            first += shares[j] * g * g
-            second += shares[j] * g
-        split: FloatArray = (first - second * second) @ holders
+        split = np.zeros(influence.shape[0])
+        step = max(1, _BLOCK // max(cohorts * influence.shape[0], 1))
+        for start in range(0, present.size, step):
+            chosen = present[start : start + step]
+            block = self.matrix[:, kept[chosen]].tocoo()
+            cohort = block.row // self.num_bits
+            # Q[r, i * C + j(r)] = A[r, i] / N_j(r); (Q' B')[i * C + j, k] = (B W_i)[k, j].
+            q = sparse.csr_matrix(
+                (block.data / self.cohort_sizes[cohort], (block.col * cohorts + cohort, block.row)),
+                shape=(chosen.size * cohorts, self.num_rows),
+            )
+            g = np.asarray(q @ influence.T).reshape(chosen.size, cohorts, -1)
+            spread = np.einsum("j,ijk->ik", shares, g * g) - np.einsum("j,ijk->ik", shares, g) ** 2
+            split += (self.num_reports * coefficients[chosen]) @ spread
         return noise + split
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_bit_table(encoding: Encoding, candidates: tuple[str, ...]) -> IntArray:
+    table = np.asarray(encoding.bit_table(list(candidates)), dtype=np.int64)
+    table.setflags(write=False)
+    return table
+
+
+def candidate_bit_table(encoding: Encoding, candidates: Sequence[str]) -> IntArray:
+    """``encoding.bit_table(candidates)``, read-only, cached for the last few (encoding, candidates).
+
+    An aggregator decodes the same candidate list over and over (windows,
+    rounds, polls); hashing it once saves most of a large fit's time.
+    """
+    return _cached_bit_table(encoding, tuple(candidates))
 
 
 def check_bit_table(bit_table: npt.ArrayLike, counts: BitCounts, num_candidates: int) -> IntArray:
@@ -100,14 +127,14 @@ def check_bit_table(bit_table: npt.ArrayLike, counts: BitCounts, num_candidates:
 
 def incidence(bit_table: IntArray, cohorts: IntArray, num_bits: int) -> sparse.csc_matrix:
     """0/1 matrix over (kept cohort, bit) x candidate, duplicates counted once."""
-    _, num_candidates, num_hashes = bit_table.shape
+    _, num_candidates, _ = bit_table.shape
     sub = bit_table[cohorts]  # (kept, S, h)
     rows = (np.arange(cohorts.size)[:, None, None] * num_bits + sub).ravel()
     cols = np.broadcast_to(np.arange(num_candidates)[None, :, None], sub.shape).ravel()
-    keys = np.unique(rows * num_candidates + cols)
-    data = np.ones(keys.size)
     shape = (cohorts.size * num_bits, num_candidates)
-    return sparse.csc_matrix((data, (keys // num_candidates, keys % num_candidates)), shape=shape)
+    out = sparse.csc_matrix((np.ones(rows.size), (rows, cols)), shape=shape)  # sums repeats
+    out.data[:] = 1.0
+    return out
 
 
 def build_design(counts: BitCounts, p_star: float, q_star: float, bit_table: IntArray) -> Design:

@@ -50,7 +50,7 @@ from protocol.errors import ParameterError
 from protocol.params import MetricParams
 
 from .counts import BitCounts, bit_estimates, check_probabilities
-from .design import Design, build_design, check_bit_table
+from .design import Design, build_design, candidate_bit_table, check_bit_table
 from .solvers import least_squares_refit, nonnegative_lasso
 from .testing import check_alpha, check_correction, detect, one_sided_p_values
 
@@ -261,9 +261,13 @@ def _lasso_fit(design: Design, cap: int) -> tuple[IntArray, FloatArray, FloatArr
     z = _selection_z(num)
     penalty = 2.0 * z * _score_sd(design)
     confirmed = np.zeros(num, dtype=bool)
+    support: IntArray | None = None
     for _ in range(_LASSO_ROUNDS):
-        x = nonnegative_lasso(design.matrix, design.response, np.where(confirmed, 0.0, penalty))
-        kept, coef, var = _refit(design, _capped_support(design, x, cap))
+        x = nonnegative_lasso(
+            design.matrix, design.response, np.where(confirmed, 0.0, penalty), support
+        )
+        support = _capped_support(design, x, cap)
+        kept, coef, var = _refit(design, support)
         strong = np.zeros(num, dtype=bool)
         strong[kept[coef >= z * np.sqrt(np.maximum(var, 0.0))]] = True
         if np.array_equal(strong, confirmed):
@@ -389,7 +393,7 @@ def fit_candidates(
     return fit_bit_table(
         counts,
         randomizer.probabilities(),
-        params.encoding.bit_table(list(cands)),
+        candidate_bit_table(params.encoding, cands),
         cands,
         alpha=alpha,
         correction=correction,
