@@ -189,6 +189,7 @@ class Client:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._store = StateStore(state_path, key=state_key, key_path=key_path)
+        self._dirty = False
         self._state = self._open_state(on_corrupt)
         self._config = self._stored_config()
 
@@ -201,9 +202,9 @@ class Client:
             if on_corrupt == "raise":
                 raise
             return self._reset_after_loss(exc)
-        if state is None:
+        if state is None:  # first run: written (with its key file) on the first change
             state = ClientState.fresh()
-            self._store.save(state)
+            self._dirty = True
         return state
 
     def _reset_after_loss(self, error: StateCorrupted) -> ClientState:
@@ -238,9 +239,17 @@ class Client:
             return None
 
     def save(self) -> None:
-        """Write the state now (atomic, fsync'ed)."""
+        """Write the state if it changed since the last write (atomic, fsync'ed)."""
         with self._lock:
-            self._store.save(self._state)
+            if self._dirty:
+                self._store.save(self._state)
+                self._dirty = False
+
+    def _commit(self) -> None:
+        """Mark the state changed and write it."""
+        with self._lock:
+            self._dirty = True
+            self.save()
 
     def _prior(self, metric: str) -> float:
         return sum(Ceiling.from_dict(lost["ceiling"]).for_metric(metric) for lost in self._state.lost)
@@ -274,8 +283,10 @@ class Client:
             for name, record in self._state.metrics.items():
                 entry = config.metric(name)
                 if entry is not None and entry.digest != record.digest:
-                    self._event("params_changed", name, "the metric's parameters changed; its reports are refused")
-            self._store.save(self._state)
+                    detail = f"parameters changed to digest {entry.digest[:16]}; reports of the metric are refused"
+                    if not any(e.metric == name and e.detail == detail for e in self._state.events):
+                        self._event("params_changed", name, detail)
+            self._commit()
         log.info("config synced: %d metrics, %d open rounds", len(config.metrics), len(config.rounds))
         return config
 
@@ -302,6 +313,7 @@ class Client:
                 params=params.to_dict(), digest=entry.digest, cohort=cohort, levels=[params.level], rounds=[0]
             )
             self._state.metrics[params.name] = record
+            self._dirty = True
         elif record.digest != entry.digest:
             raise PolicyError(
                 "metric", f"{params.name!r} changed its parameters since this client first reported it"
@@ -343,8 +355,9 @@ class Client:
             envelope = self._seal(entry, record, permanent)
             record.value_steps.setdefault(fingerprint, record.step)
             self._enqueue(envelope)
+            self._dirty = True
             if self.autosave:
-                self._store.save(self._state)
+                self.save()
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return envelope.report_id_text
 
@@ -413,7 +426,7 @@ class Client:
                 record.levels.append(float(level_to))
                 record.rounds.append(round_id)
                 self._event("relax", metric, f"level {record.levels[-2]:.6g} -> {level_to:.6g} (round {round_id})")
-                self._store.save(self._state)
+                self._commit()
                 log.info("metric %s relaxed to level %.6g for round %d", metric, level_to, round_id)
             return self._ledger_entry(metric, record)
 
@@ -436,7 +449,7 @@ class Client:
         error: Exception | None = None
         try:
             with self._lock:
-                self._store.save(self._state)
+                self.save()
                 pending = {r["report_id"] for r in self._state.queue}
             while True:
                 with self._lock:
@@ -479,7 +492,7 @@ class Client:
             count = before - len(self._state.queue)
             self._state.dropped += count
             self._event("dropped", None, f"{count} report(s) dropped: batch refused ({exc.error_code})")
-            self._store.save(self._state)
+            self._commit()
         self._notify(ReportsDropped(count, f"the aggregator refused the batch: {exc}"))
         return count
 
@@ -488,7 +501,7 @@ class Client:
         failed = [r for r in results if r.status not in _DELIVERED]
         with self._lock:
             self._state.queue = [r for r in self._state.queue if r["report_id"] not in done]
-            self._store.save(self._state)
+            self._commit()
         log.info("uploaded %d reports: %d delivered, %d rejected", len(results), len(results) - len(failed),
                  len(failed))
         for result in failed:
@@ -542,6 +555,7 @@ class Client:
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:
         self._state.record_event(LedgerEvent(at=self._clock(), kind=kind, metric=metric, detail=detail))
+        self._dirty = True
 
     def _notify(self, error: Exception) -> None:
         log.warning("%s: %s", type(error).__name__, error)

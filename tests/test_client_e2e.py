@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
-from werkzeug.serving import BaseWSGIServer, make_server
+from aggsupport import LiveServer, live_server
 
-from aggregator import create_app
-from aggregator.storage import Storage
 from client_sdk import Client, RetryPolicy
 from client_sdk.cli import register
 from protocol.crypto import AggregatorKeys, b64e
@@ -37,20 +34,10 @@ CITY = [f"place-{i:03d}" for i in range(200)]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, AggregatorKeys, Storage]]:
-    keys = AggregatorKeys.generate()
-    storage = Storage.open(f"sqlite:///{tmp_path / 'agg.db'}")
-    storage.put_metric(PLACES)
-    app = create_app({"data_dir": str(tmp_path / "agg")}, storage=storage, keys=keys)
-    httpd: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}", keys, storage
-    finally:
-        httpd.shutdown()
-        thread.join()
-        storage.close()
+def server(tmp_path: Path) -> Iterator[LiveServer]:
+    with live_server(f"sqlite:///{tmp_path / 'agg.db'}", tmp_path / "agg") as srv:
+        srv.storage.put_metric(PLACES)
+        yield srv
 
 
 def sent_payloads(client: Client, keys: AggregatorKeys) -> list[tuple[int, np.ndarray]]:
@@ -65,8 +52,8 @@ def sent_payloads(client: Client, keys: AggregatorKeys) -> list[tuple[int, np.nd
 
 
 @pytest.mark.slow
-def test_thousand_clients_counts_match(server: tuple[str, AggregatorKeys, Storage], tmp_path: Path) -> None:
-    url, keys, storage = server
+def test_thousand_clients_counts_match(server: LiveServer, tmp_path: Path) -> None:
+    url, keys, storage = server.url, server.keys, server.storage
     rng = SeededRandom(2024)
     expected = np.zeros((PLACES.num_cohorts, PLACES.num_bits), dtype=np.int64)
     totals = np.zeros(PLACES.num_cohorts, dtype=np.int64)
@@ -104,9 +91,9 @@ def run_cli(argv: list[str]) -> int:
     return int(args.func(args))
 
 
-def test_cli_report_flush_ledger(server: tuple[str, AggregatorKeys, Storage], tmp_path: Path,
-                                 capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    url, keys, storage = server
+def test_cli_report_flush_ledger(server: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    url, keys, storage = server.url, server.keys, server.storage
     monkeypatch.setenv("ONESIDED_SERVER_KEY", b64e(keys.sign_public_raw))
     common = ["--server", url, "--state", str(tmp_path / "cli.state")]
     assert run_cli(["client", "report", *common, "--metric", "places", "home", "cafe"]) == 0
