@@ -48,6 +48,22 @@ def test_state_survives_restart(fake: FakeAggregator, tmp_path: Path) -> None:
     assert again.ledger()["places"].spent == before["places"].spent
 
 
+def test_written_only_when_changed(fake: FakeAggregator, tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    client = make_client(fake, path, autosave=False)
+    assert not path.exists()  # nothing to keep yet
+    client.sync()
+    first = path.stat().st_mtime_ns, path.read_bytes()
+    client.flush()  # empty queue: no write
+    client.save()
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == first
+    client.report("places", "x")
+    assert path.read_bytes() == first[1]  # autosave off: written at flush or close
+    client.close()
+    assert path.read_bytes() != first[1]
+    assert make_client(fake, path).ledger().queued_reports == 1
+
+
 def test_file_is_encrypted_and_private(fake: FakeAggregator, tmp_path: Path) -> None:
     path = tmp_path / "state"
     client = make_client(fake, path)
