@@ -338,6 +338,8 @@ class Client:
                 a set for a categorical metric.
             PolicyError: the metric's parameters changed since it was first used.
         """
+        if not isinstance(value_or_set, str | bytes):
+            value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
         with self._lock:
             entry = self._entry(metric)
             params = entry.params

@@ -78,6 +78,20 @@ def test_sets_are_keyed_by_their_members_not_their_order() -> None:
         SECRET, "other", canonical_value("a"))
 
 
+def test_any_iterable_is_a_set(tmp_path: Path) -> None:
+    fake = FakeAggregator([ASYM])
+    client = make_client(fake, tmp_path / "s", max_epsilon=100.0)
+    client.sync()
+    client.report("places", (p for p in ["b", "a", "b"]))  # a generator, read once
+    client.report("places", {"a", "b"})
+    client.report("places", ["a", "b"])
+    client.flush()
+    bits = [p.bits for p in fake.payloads("places")]
+    assert all(np.array_equal(b, bits[0]) for b in bits)  # same set, same permanent bits (no IRR)
+    assert client.ledger()["places"].distinct_values == 1
+    assert bits[0][ASYM.encoding.encode({"a", "b"}, client.ledger()["places"].cohort)].all()
+
+
 def test_same_value_same_permanent_bits_across_restarts(tmp_path: Path) -> None:
     # asymmetric without IRR: what is sent IS the permanent bits
     fake = FakeAggregator([ASYM])
