@@ -40,6 +40,9 @@ and a candidate is certified *safe* at threshold ``t`` when ``U <= t``:
 where the bound is the exact binomial one. ``K`` grows with the cohorts:
 for many cohorts the bound is conservative (still valid).
 
+The guarantee is per candidate; for a family-wise statement over ``S``
+candidates pass ``alpha / S``.
+
 Assumptions: one report per client per window (two reports of one client
 share memoized bits, which breaks the independence behind the binomial, not
 the deterministic bound); counts are of reports.
