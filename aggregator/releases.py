@@ -68,6 +68,8 @@ RELAXABLE: tuple[str, ...] = ("alap", "ageo", "laplace")
 REQUEST_FIELDS = ("metric", "window", "places", "mechanism", "epsilon", "threshold", "sensitivity", "analysts")
 # PostgreSQL advisory lock key of the budget section ("ones" + 2; migrations hold "ones").
 RELEASES_LOCK_ID = 0x6F6E6573_00000002
+MAX_NUMBER = 2.0**62  # thresholds, levels and sensitivities beyond this are typos (and overflow SQL)
+MAX_WINDOW = 2**62
 MONOTONICITY = "decreasing"  # presence data: a protected change only removes a visit
 
 _PROCESS_LOCK = threading.Lock()
@@ -99,7 +101,7 @@ def analyst_budget(environ: Mapping[str, str] | None = None) -> float:
 
 
 def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= MAX_NUMBER:
         raise ParameterError(field, f"must be a finite number, got {value!r}")
     return float(value)
 
@@ -162,8 +164,8 @@ class ReleaseRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
             raise ParameterError("metric", f"must be a metric name, got {self.metric!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
-            raise ParameterError("window", f"must be an integer >= 0 (a window start), got {self.window!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or not 0 <= self.window < MAX_WINDOW:
+            raise ParameterError("window", f"must be an integer in [0, 2**62) (a window start), got {self.window!r}")
         if self.mechanism not in MECHANISMS:
             raise ParameterError("mechanism", f"must be one of {MECHANISMS}, got {self.mechanism!r}")
         _number("threshold", self.threshold)

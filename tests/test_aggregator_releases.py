@@ -31,16 +31,20 @@ from aggsupport import (
     make_reports,
     post_reports,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aggregator.cli import main
 from aggregator.openapi import app_operations, document_operations, openapi_document
 from aggregator.releases import (
     BUDGET_ENV,
     DEFAULT_ANALYST_BUDGET,
+    REQUEST_FIELDS,
     ReleaseRequest,
     ReleaseService,
     analyst_budget,
 )
+from protocol.central import MECHANISMS
 from protocol.encodings import DirectEncoding
 from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
@@ -392,6 +396,33 @@ def test_request_validation_without_a_server() -> None:
     with pytest.raises(ParameterError) as info:
         ReleaseRequest.from_dict([base])
     assert info.value.field == "body"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+VALID_BODY = {"metric": "visits", "window": 3600, "mechanism": "alap", "threshold": 3, "epsilon": 1.0}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from([*REQUEST_FIELDS, "other"]), JSON_VALUES, max_size=3),
+    st.sets(st.sampled_from(sorted(VALID_BODY)), max_size=2),
+)
+def test_any_json_body_is_a_request_or_a_field_error(changes: dict[str, Any], dropped: set[str]) -> None:
+    """A valid body with a few fields replaced by arbitrary JSON or removed: valid, or one named field."""
+    body = {k: v for k, v in {**VALID_BODY, **changes}.items() if k not in dropped}
+    try:
+        parsed = ReleaseRequest.from_dict(body)
+    except ParameterError as exc:
+        assert exc.field in (*REQUEST_FIELDS, "body", "other") or exc.field.startswith(("places[", "analysts."))
+        return
+    assert parsed.metric == body["metric"] and 0 <= parsed.window < 2**62 and parsed.mechanism in MECHANISMS
+    assert (parsed.epsilon is None) != (parsed.analysts is None)
 
 
 def test_service_with_a_seeded_source(world: World) -> None:
