@@ -39,6 +39,7 @@ COMMANDS: list[str] = [
     "aggregator.commands.tokens:register",
     "aggregator.commands.metrics:register",
     "aggregator.commands.purge:register",
+    "aggregator.commands.release:register",
 ]
 
 
