@@ -256,10 +256,11 @@ def test_lasso_regime_finds_the_present_candidates() -> None:
     assert fit.method == "lasso"  # 300 candidates > 0.8 x 128 rows
     # Every present item is selected and detected (z > 8: miss rate < 1e-15 each).
     assert fit.detected[: len(sizes)].all()
+    # Post-selection, so no exact rate; over 100 seeds of this setting the largest |z| of the
+    # 8 present items was 3.4 and 4 runs had one false detection, none had two: we allow
+    # |z| <= 4.5 and at most one false detection (estimated false-failure rate < 1%).
     z = (fit.estimates[: len(sizes)] - np.array(sizes)) / fit.std_errors[: len(sizes)]
-    assert np.all(
-        np.abs(z) <= 4.5
-    )  # 8 items: false failure < 8 * 6.8e-6 (model exact: all present are candidates)
+    assert np.all(np.abs(z) <= 4.5)
     assert fit.detected[len(sizes) :].sum() <= 1
     assert fit.selected.sum() <= int(0.8 * 128)
 
@@ -273,7 +274,14 @@ def test_nnls_method_and_forced_ols() -> None:
     ols = fit_candidates(counts, params, None, candidates, method="ols")
     assert nnls.method == "nnls" and ols.method == "ols"
     assert nnls.selected[:3].all() and ols.selected.all()
-    assert np.all(nnls.estimates >= 0.0) or np.isnan(nnls.std_errors).any()
+    # Unselected candidates: estimate 0, no standard error, p-value 1.
+    out = ~nnls.selected
+    assert out.any()  # about half the 20 absent candidates get a zero NNLS coefficient
+    assert np.all(nnls.estimates[out] == 0.0) and np.isnan(nnls.std_errors[out]).all()
+    assert np.all(nnls.p_values[out] == 1.0)
+    # Both recover the three present counts (z > 15 each): within 4.5 SE (false failure < 6 * 6.8e-6).
+    for fit in (nnls, ols):
+        assert np.all(np.abs(fit.estimates[:3] - [3000, 2000, 1000]) <= 4.5 * fit.std_errors[:3])
     many = [f"x{i}" for i in range(200)]  # more candidates than rows: OLS cannot identify them
     with pytest.raises(ParameterError) as err:
         fit_candidates(counts, params, None, many, method="ols")
