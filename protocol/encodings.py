@@ -157,10 +157,19 @@ class BloomEncoding:
 
         The vectorized simulation path encodes millions of clients with it.
         """
-        table = np.empty((self.num_cohorts, len(values), self.num_hashes), dtype=np.int64)
+        data = [value_bytes(v) for v in values]
+        k, m = self.num_hashes, self.num_bits
+        table = np.empty((self.num_cohorts, len(values), k), dtype=np.int64)
+        if not data:
+            return table
+        if self.hashing == "mmh3":  # the derivation of bloom_bits, without re-validating per call
+            hash32 = mmh3.hash
+            for c in range(self.num_cohorts):
+                table[c] = [[hash32(d, c * k + i, signed=False) % m for i in range(k)] for d in data]
+            return table
         for c in range(self.num_cohorts):
-            for j, v in enumerate(values):
-                table[c, j] = self.bits_of(v, c)
+            prefix = struct.pack(">I", c)
+            table[c] = [[digest[i] % m for i in range(k)] for digest in (hashlib.md5(prefix + d).digest() for d in data)]
         return table
 
     def to_dict(self) -> dict[str, Any]:
