@@ -43,6 +43,7 @@ from protocol.wire import (
     MetricEntry,
     ReportEnvelope,
     ReportResult,
+    RoundAnnouncement,
     build_report,
     verify_config,
     window_start,
@@ -141,6 +142,9 @@ class Client:
             :meth:`save` and :meth:`close`).
         clock, sleep: injectable time (tests).
         rng: the source of cohorts, IRR and jitter (``None``: secure).
+        accept_round: the app's consent to a relaxation round (``None``: accept
+            every round the ceiling allows). A refused round is not applied and
+            nothing is sent for it: the aggregator sees non-participation.
 
     Raises:
         StateCorrupted: the state does not open and ``on_corrupt="raise"``.
@@ -166,6 +170,7 @@ class Client:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         rng: RandomSource | int | None = None,
+        accept_round: Callable[[RoundAnnouncement], bool] | None = None,
     ) -> None:
         if on_corrupt not in CORRUPT_POLICIES:
             raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {on_corrupt!r}")
@@ -175,6 +180,7 @@ class Client:
         self._keys = pinned_keys(server_public_keys)
         self._ceiling = Ceiling.of(max_epsilon)
         self._on_error = on_error
+        self._accept_round = accept_round
         self._rng = SecureRandom() if rng is None else as_rng(rng)
         self._clock = clock
         self.max_queue = max_queue
@@ -268,7 +274,8 @@ class Client:
         """Fetch ``GET /v1/config``, verify it against the pinned key(s), keep it.
 
         Open round announcements come verified with it (``config.rounds``);
-        applying them is :meth:`relax` (issue 6 will automate it here).
+        the latest one of each metric this client reports is then applied
+        (:meth:`_apply_rounds`): later reports of the metric carry the round.
 
         Raises:
             SignatureError: unsigned, signed by another key, or tampered.
@@ -287,8 +294,59 @@ class Client:
                     if not any(e.metric == name and e.detail == detail for e in self._state.events):
                         self._event("params_changed", name, detail)
             self._commit()
-        log.info("config synced: %d metrics, %d open rounds", len(config.metrics), len(config.rounds))
+            applied = self._apply_rounds(config)
+        log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
+                 applied)
         return config
+
+    def _apply_rounds(self, config: ConfigPayload) -> int:
+        """Apply the latest open round of each metric this client reports (DESIGN 9, step 2).
+
+        The announcements were verified with the config (pinned Ed25519 key).
+        A round is applied when it is for this metric's parameters and this
+        client's cohort, unexpired, raises the level, the app consents and
+        the ledger ceiling allows it; otherwise it is skipped with its reason
+        in the ledger events and nothing is sent. A client that missed rounds
+        jumps straight to the latest level (one lazy step, Markov property).
+        """
+        latest: dict[str, RoundAnnouncement] = {}
+        for announcement in config.rounds:
+            held = latest.get(announcement.metric)
+            if held is None or announcement.round_id > held.round_id:
+                latest[announcement.metric] = announcement
+        applied = 0
+        for name, announcement in sorted(latest.items()):
+            record = self._state.metrics.get(name)
+            if record is None or record.round >= announcement.round_id:
+                continue
+            reason = self._round_refusal(announcement, record)
+            if reason is None:
+                try:
+                    self.relax(name, announcement.level_to, announcement.round_id)
+                    applied += 1
+                    continue
+                except OnesidedError as exc:  # ceiling: relax recorded the refusal; nothing is sent
+                    reason = str(exc)
+            detail = f"round {announcement.round_id}: {reason}"
+            if not any(e.metric == name and e.detail == detail for e in self._state.events):
+                self._event("round_refused", name, detail)
+                self._commit()
+            log.info("round %d of metric %s not applied: %s", announcement.round_id, name, reason)
+        return applied
+
+    def _round_refusal(self, announcement: RoundAnnouncement, record: MetricRecord) -> str | None:
+        """Why this client does not take part in a round, or ``None``."""
+        if announcement.params_digest != record.digest:
+            return "announced for other parameters than this client's"
+        if announcement.expires_at <= self._clock():
+            return "expired"
+        if announcement.cohorts is not None and record.cohort not in announcement.cohorts:
+            return "not for this client's cohort"
+        if not announcement.level_to > record.levels[-1]:
+            return f"does not raise the level ({record.levels[-1]:.6g} -> {announcement.level_to:.6g})"
+        if self._accept_round is not None and not self._accept_round(announcement):
+            return "declined by the app"
+        return None
 
     @property
     def config(self) -> ConfigPayload | None:
