@@ -40,6 +40,7 @@ COMMANDS: list[str] = [
     "aggregator.commands.metrics:register",
     "aggregator.commands.purge:register",
     "aggregator.commands.release:register",
+    "aggregator.commands.decode:register",
     "client_sdk.cli:register",
 ]
 
