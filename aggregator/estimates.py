@@ -350,8 +350,8 @@ class DecodingService:
         Returns:
             The header (metric, window, round, level, reports, ``reason``)
             and, unless ``reason`` is set, ``method``, ``detected`` (how many)
-            and ``estimates`` (``CandidateFit.rows()``, largest first);
-            otherwise ``estimates`` is ``None``.
+            and ``rows`` (``CandidateFit.rows()``, largest first); otherwise
+            ``rows`` is ``None``.
 
         Raises:
             ParameterError: bad candidates or settings (named); NotFound: no such round.
@@ -361,14 +361,14 @@ class DecodingService:
         body, counts = self._decodable(metric, chosen)
         body.update({"correction": request.correction, "alpha": request.alpha,
                      "confidence": request.confidence, "candidates": len(candidates),
-                     "method": None, "detected": None, "estimates": None})
+                     "method": None, "detected": None, "rows": None})
         if counts is not None:
             fit = fit_candidates(
                 counts, metric.params, chosen.level, candidates, alpha=request.alpha,
                 correction=request.correction, confidence=request.confidence, method=request.method,
             )
             rows = fit.rows()
-            body.update(method=fit.method, detected=int(fit.detected.sum()), estimates=rows)
+            body.update(method=fit.method, detected=int(fit.detected.sum()), rows=rows)
         return body
 
     def certificates(self, metric: MetricRecord, request: CertifyRequest) -> dict[str, Any]:
@@ -382,12 +382,12 @@ class DecodingService:
         chosen = self.choose(metric, request.window, request.round)
         body, counts = self._decodable(metric, chosen)
         body.update({"threshold": request.threshold, "alpha": request.alpha, "candidates": len(candidates),
-                     "safe": None, "certificates": None})
+                     "safe": None, "rows": None})
         if counts is not None:
             found = certify(counts, metric.params, chosen.level, candidates,
                             threshold=request.threshold, alpha=request.alpha)
             rows = [{**c.to_dict(), "verdict": "safe" if c.safe else "obscure"} for c in found]
-            body.update(safe=sum(c.safe for c in found), certificates=rows)
+            body.update(safe=sum(c.safe for c in found), rows=rows)
         return body
 
     def round_summary(self, metric: MetricRecord, record: RoundRecord) -> dict[str, Any] | None:
@@ -451,10 +451,10 @@ def rows_to_csv(rows: Iterable[Mapping[str, Any]] | None, columns: Sequence[str]
 
 
 def estimates_csv(body: Mapping[str, Any]) -> str:
-    """The ``estimates`` of an answer of :meth:`DecodingService.estimates` as CSV."""
-    return rows_to_csv(body.get("estimates"), ESTIMATE_COLUMNS)
+    """The ``rows`` of an answer of :meth:`DecodingService.estimates` as CSV."""
+    return rows_to_csv(body.get("rows"), ESTIMATE_COLUMNS)
 
 
 def certificates_csv(body: Mapping[str, Any]) -> str:
-    """The ``certificates`` of an answer of :meth:`DecodingService.certificates` as CSV."""
-    return rows_to_csv(body.get("certificates"), CERTIFICATE_COLUMNS)
+    """The ``rows`` of an answer of :meth:`DecodingService.certificates` as CSV."""
+    return rows_to_csv(body.get("rows"), CERTIFICATE_COLUMNS)

@@ -192,7 +192,7 @@ def test_direct_estimates_are_the_closed_form_of_the_stored_counts(world: World)
     body = world.ok("/v1/metrics/visits/estimates")
     assert (body["window"], body["round"], body["level"], body["reports"]) == (world.window, 0, 6.0, DIRECT_REPORTS)
     assert body["reason"] is None and body["method"] == "direct" and body["candidates"] == len(PLACES)
-    rows = by_candidate(body["estimates"])
+    rows = by_candidate(body["rows"])
     assert set(rows) == set(PLACES)
     estimates, std_errors = closed_form(world.direct_ones, DIRECT_REPORTS, DIRECT.level)
     for i, place in enumerate(PLACES):
@@ -205,8 +205,8 @@ def test_direct_estimates_are_the_closed_form_of_the_stored_counts(world: World)
     assert {p for p, r in rows.items() if r["detected"]} >= {"place-00", "place-01", "place-02"}
     # Candidates subset, in any order; rows come largest first.
     subset = world.ok("/v1/metrics/visits/estimates", candidates="place-03,place-00")
-    assert [r["candidate"] for r in subset["estimates"]] == ["place-00", "place-03"]
-    assert subset["estimates"][0]["estimate"] == rows["place-00"]["estimate"]
+    assert [r["candidate"] for r in subset["rows"]] == ["place-00", "place-03"]
+    assert subset["rows"][0]["estimate"] == rows["place-00"]["estimate"]
 
 
 def test_bloom_estimates_detect_the_planted_values(world: World) -> None:
@@ -215,7 +215,7 @@ def test_bloom_estimates_detect_the_planted_values(world: World) -> None:
     # with probability < 1e-8.
     body = world.ok("/v1/metrics/urls/estimates", candidates=",".join(URLS), alpha="0.001")
     assert body["method"] == "ols" and body["reports"] == BLOOM_REPORTS and body["level"] == 4.0
-    rows = by_candidate(body["estimates"])
+    rows = by_candidate(body["rows"])
     detected = {url for url, row in rows.items() if row["detected"]}
     assert detected == set(BLOOM_HOLDERS)
     assert body["detected"] == len(BLOOM_HOLDERS)
@@ -236,11 +236,11 @@ def test_bloom_needs_candidates(world: World) -> None:
 def test_trusted_exact_counts_for_admins_only(world: World) -> None:
     body = world.get("/v1/metrics/exact/estimates", who="admin").json()
     assert body["level"] is None and body["reports"] == 60
-    rows = by_candidate(body["estimates"])
+    rows = by_candidate(body["rows"])
     assert [rows[p]["estimate"] for p in PLACES] == world.trusted_ones.tolist()
     assert all(rows[p]["std_error"] == 0.0 for p in PLACES)
     certificates = world.get("/v1/metrics/exact/certificates", who="admin", threshold=10, alpha=0).json()
-    bounds = {c["candidate"]: c["upper_bound"] for c in certificates["certificates"]}
+    bounds = {c["candidate"]: c["upper_bound"] for c in certificates["rows"]}
     assert [bounds[p] for p in PLACES] == world.trusted_ones.tolist()
     for path in ("estimates", "certificates?threshold=1&alpha=0"):
         refused = world.get(f"/v1/metrics/exact/{path}")
@@ -249,16 +249,16 @@ def test_trusted_exact_counts_for_admins_only(world: World) -> None:
 
 def test_below_min_batch_size_no_numbers(world: World) -> None:
     body = world.ok("/v1/metrics/small/estimates")
-    assert body["estimates"] is None and body["detected"] is None and body["reports"] == 37
+    assert body["rows"] is None and body["detected"] is None and body["reports"] == 37
     assert "37" in body["reason"] and "min_batch_size 100" in body["reason"]
     certificates = world.ok("/v1/metrics/small/certificates", threshold=5, alpha=0)
-    assert certificates["certificates"] is None and certificates["safe"] is None and certificates["reason"]
+    assert certificates["rows"] is None and certificates["safe"] is None and certificates["reason"]
     csv_answer = world.get("/v1/metrics/small/estimates", format="csv")
     assert csv_answer.status_code == 200 and csv_answer.text == ",".join(ESTIMATE_COLUMNS) + "\n"
     assert "min_batch_size" in csv_answer.headers["X-Onesided-Reason"]
     # A window without reports is below it too; a metric without any report says so.
     empty = world.ok("/v1/metrics/visits/estimates", window=world.window - WINDOW)
-    assert empty["estimates"] is None and empty["reports"] == 0
+    assert empty["rows"] is None and empty["reports"] == 0
     nothing = world.ok("/v1/metrics/sym/estimates", candidates="a")
     assert nothing["window"] is None and "no reports" in nothing["reason"]
 
@@ -269,8 +269,8 @@ def test_csv_parses_to_the_json_rows(world: World) -> None:
     assert answer.headers["Content-Type"].startswith("text/csv")
     assert answer.headers["X-Onesided-Window"] == str(world.window)
     rows = list(csv.DictReader(io.StringIO(answer.text)))
-    assert [r["candidate"] for r in rows] == [r["candidate"] for r in body["estimates"]]
-    for parsed, row in zip(rows, body["estimates"], strict=True):
+    assert [r["candidate"] for r in rows] == [r["candidate"] for r in body["rows"]]
+    for parsed, row in zip(rows, body["rows"], strict=True):
         assert float(parsed["estimate"]) == row["estimate"] and float(parsed["std_error"]) == row["std_error"]
         assert parsed["detected"] == ("true" if row["detected"] else "false")
     certificates = world.get("/v1/metrics/visits/certificates", threshold=THRESHOLD, alpha=0, format="csv")
@@ -287,7 +287,7 @@ def test_alpha_zero_certificates_are_never_wrong(world: World) -> None:
     body = world.ok("/v1/metrics/visits/certificates", threshold=THRESHOLD, alpha=0)
     assert body["threshold"] == THRESHOLD and body["alpha"] == 0.0 and body["reports"] == DIRECT_REPORTS
     truth = {p: DIRECT_HOLDERS.get(p, 0) for p in PLACES}
-    rows = by_candidate(body["certificates"])
+    rows = by_candidate(body["rows"])
     for place, row in rows.items():
         # Direct metric, one-sided noise: the bound at alpha 0 is the stored count of ones itself.
         assert row["upper_bound"] == world.direct_ones[PLACES.index(place)] >= truth[place]
@@ -304,7 +304,7 @@ def test_alpha_zero_certificates_are_never_wrong(world: World) -> None:
 def test_bloom_certificates_hold_against_the_planted_truth(world: World) -> None:
     for alpha in (0, 0.05):
         body = world.ok("/v1/metrics/urls/certificates", threshold=100, alpha=alpha, candidates=",".join(URLS))
-        for row in body["certificates"]:
+        for row in body["rows"]:
             # 300, 200 and 120 holders are above 100: an alpha 0 bound is >= the truth, never safe.
             # At 0.05 a false "safe" for 120 holders needs a 4-sigma deficit of noise ones (sd ~ 13)
             # on one of the 16 bit selections: probability < 1e-3 (the guarantee alone says 5%).
@@ -429,12 +429,12 @@ def test_window_and_round_defaults(backend: str, tmp_path: Path) -> None:
         assert (body["window"], body["round"], body["level"], body["reports"]) == (window, first, 8.0, 70)
         ones, _ = relaxed.expected(1)
         estimates, std_errors = closed_form(ones[0], 70, 8.0)  # decoded at the round's level
-        rows = by_candidate(body["estimates"])
+        rows = by_candidate(body["rows"])
         assert [rows[p]["estimate"] for p in PLACES] == pytest.approx(estimates.tolist(), rel=1e-12, abs=1e-9)
         assert [rows[p]["std_error"] for p in PLACES] == pytest.approx(std_errors.tolist(), rel=1e-12, abs=1e-9)
         certificates = world.ok("/v1/metrics/visits/certificates", threshold=5, alpha=0)
         assert certificates["round"] == first
-        assert [c["upper_bound"] for c in certificates["certificates"]] == ones[0].tolist()
+        assert [c["upper_bound"] for c in certificates["rows"]] == ones[0].tolist()
         assert world.ok("/v1/metrics/visits/estimates", window=previous)["round"] == 0  # no round reports there
         assert world.ok("/v1/metrics/visits/estimates", round=0)["reports"] == 80
 
@@ -443,7 +443,7 @@ def test_window_and_round_defaults(backend: str, tmp_path: Path) -> None:
         _upload(srv, make_reports(DIRECT, seal, 10, seed=4, window=window, round=second, level=10.0).envelopes)
         _close_round(srv, world.admin, second)
         assert world.ok("/v1/metrics/visits/estimates")["round"] == first
-        assert world.ok("/v1/metrics/visits/estimates", round=second)["estimates"] is None
+        assert world.ok("/v1/metrics/visits/estimates", round=second)["rows"] is None
 
         # GET /v1/rounds/<id> carries the summary, and none below min_batch_size.
         summary = world.ok(f"/v1/rounds/{first}")["decoding"]
@@ -519,17 +519,17 @@ def test_cli_estimates_and_certify(world: World, capsys: pytest.CaptureFixture[s
     code, out, _ = _cli(world, capsys, "certify", "visits", "--threshold", str(THRESHOLD), "--alpha", "0",
                         "--candidates", "place-00,place-03")
     answer = json.loads(out)
-    assert code == 0 and [(c["candidate"], c["verdict"]) for c in answer["certificates"]] == [
+    assert code == 0 and [(c["candidate"], c["verdict"]) for c in answer["rows"]] == [
         ("place-00", "obscure"), ("place-03", "safe")]
     # A long candidate list from a file travels as a JSON body; same numbers as the query string.
     many = [f"https://example.org/unlisted/{i:04d}" for i in range(150)] + list(URLS)
     listing = tmp_path / "candidates.txt"
     listing.write_text("\n".join(many) + "\n\n")
     code, out, _ = _cli(world, capsys, "estimates", "urls", "--candidates-file", str(listing))
-    rows = by_candidate(json.loads(out)["estimates"])
+    rows = by_candidate(json.loads(out)["rows"])
     assert code == 0 and set(rows) == set(many)
     code, out, err = _cli(world, capsys, "estimates", "small")
-    assert code == 0 and json.loads(out)["estimates"] is None and "min_batch_size" in err
+    assert code == 0 and json.loads(out)["rows"] is None and "min_batch_size" in err
     code, _, err = _cli(world, capsys, "certify", "sym", "--threshold", "1", "--alpha", "0", "--candidates", "a")
     assert code == 2 and "mode" in err
 

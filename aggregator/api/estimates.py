@@ -12,8 +12,8 @@
 ``candidates`` is comma-separated and may be repeated; it is required for
 Bloom metrics and defaults to the whole domain of a direct metric. Window
 and round default as :mod:`aggregator.estimates` says. Below the metric's
-``min_batch_size`` the answer is 200 with ``estimates`` (or
-``certificates``) ``null`` and a ``reason``: never a number.
+``min_batch_size`` the answer is 200 with ``rows`` ``null`` and a
+``reason``: never a number.
 ``format=csv`` answers the rows as ``text/csv``; the header fields then
 travel as ``X-Onesided-*`` response headers.
 
@@ -241,7 +241,7 @@ _NUMBER_OR_NULL = {"type": ["number", "null"]}
 OPENAPI_SCHEMAS: dict[str, Any] = {
     "Estimates": {
         "type": "object",
-        "required": [*_HEADER_PROPERTIES, "estimates"],
+        "required": [*_HEADER_PROPERTIES, "rows"],
         "properties": {
             **_HEADER_PROPERTIES,
             "method": {"type": ["string", "null"]},
@@ -249,7 +249,7 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "alpha": {"type": "number"},
             "confidence": {"type": "number"},
             "detected": {"type": ["integer", "null"]},
-            "estimates": {"type": ["array", "null"], "items": {"type": "object", "properties": {
+            "rows": {"type": ["array", "null"], "items": {"type": "object", "properties": {
                 "candidate": {"type": "string"},
                 "estimate": {"type": "number"},
                 "std_error": _NUMBER_OR_NULL,
@@ -264,13 +264,13 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
     },
     "Certificates": {
         "type": "object",
-        "required": [*_HEADER_PROPERTIES, "certificates"],
+        "required": [*_HEADER_PROPERTIES, "rows"],
         "properties": {
             **_HEADER_PROPERTIES,
             "threshold": {"type": "integer"},
             "alpha": {"type": "number"},
             "safe": {"type": ["integer", "null"], "description": "how many candidates are certified safe"},
-            "certificates": {"type": ["array", "null"], "items": {"type": "object", "properties": {
+            "rows": {"type": ["array", "null"], "items": {"type": "object", "properties": {
                 "candidate": {"type": "string"},
                 "upper_bound": {"type": "integer"},
                 "safe": {"type": "boolean"},
