@@ -42,6 +42,8 @@ COMMANDS: list[str] = [
     "aggregator.commands.release:register",
     "aggregator.commands.decode:register",
     "client_sdk.cli:register",
+    "aggregator.commands.demo:register",
+    "aggregator.commands.rounds:register",
 ]
 
 
