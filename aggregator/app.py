@@ -24,6 +24,7 @@ from protocol.errors import ParameterError
 from .api import api_modules
 from .api.errors import register_error_handlers
 from .context import EXTENSION_KEY, AppState
+from .opener import EnvelopeOpener
 from .settings import Settings
 from .storage import Storage
 
@@ -69,7 +70,8 @@ def create_app(
     storage = Storage.open(settings.database_url, attempts=settings.db_retries) if storage is None else storage
     app = Flask("aggregator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.extensions[EXTENSION_KEY] = AppState(settings=settings, storage=storage, keys=keys)
+    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes)
+    app.extensions[EXTENSION_KEY] = AppState(settings=settings, storage=storage, keys=keys, opener=opener)
     register_error_handlers(app)
     for module in api_modules():
         app.register_blueprint(module.blueprint)

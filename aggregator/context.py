@@ -1,4 +1,4 @@
-"""What a request handler needs from the running app: settings, storage, keys.
+"""What a request handler needs from the running app: settings, storage, keys, envelope opener.
 
 ``create_app`` stores one :class:`AppState` in ``app.extensions``;
 blueprints (ours and those of later modules: rounds, estimates, releases)
@@ -14,6 +14,7 @@ from flask import current_app
 
 from protocol.crypto import AggregatorKeys
 
+from .opener import EnvelopeOpener
 from .settings import Settings
 from .storage import Storage
 
@@ -27,6 +28,7 @@ class AppState:
     settings: Settings
     storage: Storage
     keys: AggregatorKeys
+    opener: EnvelopeOpener
 
     def now(self) -> float:
         """The server's clock (Unix seconds); one place to read it."""

@@ -53,6 +53,9 @@ class Settings:
             their window ends; older windows are ``expired`` and purged.
         db_retries: attempts of a batch transaction after a unique-violation or
             serialization race between processes.
+        decrypt_processes: helper processes that open the sealed reports of
+            large batches (0: open them in the worker). Useful with SQLite,
+            whose single worker process is otherwise bound to one core.
     """
 
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR
@@ -64,6 +67,7 @@ class Settings:
     clock_skew_seconds: int = 300
     retention_seconds: int = 90 * DAY
     db_retries: int = 5
+    decrypt_processes: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str | os.PathLike) or not str(self.data_dir):
@@ -81,6 +85,7 @@ class Settings:
         _check_int("clock_skew_seconds", self.clock_skew_seconds, 0, DAY)
         _check_int("retention_seconds", self.retention_seconds, 60, 100 * 365 * DAY)
         _check_int("db_retries", self.db_retries, 1, 100)
+        _check_int("decrypt_processes", self.decrypt_processes, 0, 64)
 
     @property
     def database_url(self) -> str:
@@ -112,7 +117,8 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``ONESIDED_DATA_DIR``, ``ONESIDED_DB``, ``ONESIDED_KEY_DIR``,
         ``ONESIDED_ALLOW_PLAINTEXT`` (``1``/``true``), ``ONESIDED_MAX_BODY_BYTES``,
-        ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``;
+        ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``,
+        ``ONESIDED_DECRYPT_PROCESSES``;
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -125,6 +131,7 @@ class Settings:
             "max_reports": "ONESIDED_MAX_REPORTS",
             "clock_skew_seconds": "ONESIDED_CLOCK_SKEW",
             "retention_seconds": "ONESIDED_RETENTION",
+            "decrypt_processes": "ONESIDED_DECRYPT_PROCESSES",
         }
         for name, var in int_vars.items():
             if env.get(var):

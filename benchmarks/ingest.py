@@ -1,18 +1,19 @@
 """Benchmark: report ingestion over HTTP (batch upload), SQLite and PostgreSQL, with a zero-loss check.
 
 Run: .venv/bin/python benchmarks/ingest.py [--reports 100000] [--batch 1000] [--uploaders 2]
-         [--backend sqlite|postgresql|both] [--form binary|json] [--pg-workers 2]
+         [--backend sqlite|postgresql|both] [--form binary|json] [--pg-workers 2] [--decrypt-processes 2]
 
 What it does:
 
 1. generates one aggregator key pair and ``--reports`` sealed reports (Bloom
    m=128, k=2, 16 cohorts, asymmetric) in parallel, and encodes the batches,
    all before any timing;
-2. for each backend, starts ``onesided serve`` (SQLite: one worker process;
-   PostgreSQL: ``--pg-workers`` gunicorn workers, in a fresh schema of
-   database ``test`` on 127.0.0.1:5432), registers the metric;
+2. for each backend, starts ``onesided serve`` (SQLite: one worker process,
+   without and with ``--decrypt-processes`` helper processes for opening
+   envelopes; PostgreSQL: ``--pg-workers`` gunicorn workers, in a fresh
+   schema of database ``test`` on 127.0.0.1:5432), registers the metric;
 3. ``--uploaders`` processes post the pre-encoded batches (keep-alive
-   sessions, retrying transport errors and 5xx) and the wall time from the
+   a connection per batch, retrying transport errors and 5xx) and the wall time from the
    first request to the last answer gives reports per second;
 4. checks zero loss: every report ``accepted``, the stored aggregates equal
    the exact per-cohort bit sums of the reports, and the raw report count
@@ -110,12 +111,15 @@ def encode(batches: list[list[ReportEnvelope]], form: str) -> tuple[list[bytes],
 def upload(url: str, bodies: list[bytes], content_type: str, start_at: float) -> tuple[int, int]:
     """Post every body (retrying transport errors and 5xx); return (accepted, retries)."""
     session = requests.Session()
+    # A new connection per batch lets whichever worker is free accept it; a kept-alive
+    # connection stays with one worker process even when the other is idle.
+    headers = {"Content-Type": content_type, "Connection": "close"}
     accepted = retries = 0
     time.sleep(max(0.0, start_at - time.time()))
     for body in bodies:
         for attempt in range(20):
             try:
-                answer = session.post(f"{url}/v1/reports", data=body, headers={"Content-Type": content_type}, timeout=120)
+                answer = session.post(f"{url}/v1/reports", data=body, headers=headers, timeout=120)
             except requests.RequestException:
                 answer = None
             if answer is not None and answer.status_code < 500:
@@ -218,6 +222,8 @@ def main() -> None:
     parser.add_argument("--form", choices=("binary", "json"), default="binary")
     parser.add_argument("--pg-workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--decrypt-processes", type=int, default=2,
+                        help="SQLite is also run with this many decrypt helper processes (0: only without)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
 
@@ -240,9 +246,12 @@ def main() -> None:
     common = ["--key-dir", str(folder / "keys"), "--threads", str(args.threads), "--max-reports", str(max(args.batch, 1000))]
     runs: list[dict[str, object]] = []
     if args.backend in ("sqlite", "both"):
-        settings = Settings(data_dir=folder / "sqlite")
-        runs.append(run_backend("sqlite (1 worker)", settings.database_url, ["--data-dir", str(folder / "sqlite"), *common],
-                                bodies, content_type, args.reports, (ones, totals), args.uploaders))
+        for helpers in sorted({0, args.decrypt_processes}):
+            data_dir = folder / f"sqlite-{helpers}"
+            label = "sqlite (1 worker)" if helpers == 0 else f"sqlite (1 worker, {helpers} decrypt helpers)"
+            runs.append(run_backend(label, Settings(data_dir=data_dir).database_url,
+                                    ["--data-dir", str(data_dir), "--decrypt-processes", str(helpers), *common],
+                                    bodies, content_type, args.reports, (ones, totals), args.uploaders))
     if args.backend in ("postgresql", "both"):
         with scratch_schema(PG_BASE, "onesided_bench") as url:
             runs.append(run_backend(f"postgresql ({args.pg_workers} workers)", url,

@@ -215,6 +215,7 @@ class LiveServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+        self.app.extensions["onesided"].opener.close()
 
 
 @contextlib.contextmanager

@@ -341,6 +341,25 @@ def test_plaintext_reports_only_when_the_operator_allows_them(db_url: str, tmp_p
         assert requests.get(f"{live.url}/v1/health", timeout=10).json()["plaintext_allowed"] is True
 
 
+def test_helper_processes_open_large_batches_alike(db_url: str, tmp_path: Path) -> None:
+    with live_server(db_url, tmp_path, decrypt_processes=2) as live:
+        live.register(PARAMS, live.admin_token())
+        reports = make_reports(PARAMS, live.keys.seal_public_raw, 150, seed=80)
+        envelopes = list(reports.envelopes)
+        for i in range(0, 150, 15):  # every 15th envelope is tampered with
+            sealed = envelopes[i].sealed
+            assert sealed is not None
+            envelopes[i] = dataclasses.replace(envelopes[i], sealed=sealed[:40] + bytes([sealed[40] ^ 1]) + sealed[41:])
+        got = results(post_reports(live.url, envelopes, form="binary"))
+        assert [i for i, r in enumerate(got) if r != ("accepted", None)] == list(range(0, 150, 15))
+        assert {got[i] for i in range(0, 150, 15)} == {("decrypt_error", "sealed")}
+        kept = [i for i in range(150) if i % 15]
+        ones, totals = live.storage.bit_counts("places")
+        expected = ReportSet(envelopes=[], bits=reports.bits[kept], cohorts=reports.cohorts[kept])
+        np.testing.assert_array_equal(ones, expected.expected(PARAMS.num_cohorts)[0])
+        np.testing.assert_array_equal(totals, expected.expected(PARAMS.num_cohorts)[1])
+
+
 def test_unknown_routes_and_methods_answer_json(server: LiveServer) -> None:
     missing = requests.get(f"{server.url}/v1/nowhere", timeout=10)
     assert missing.status_code == 404 and set(missing.json()) == {"error", "field", "detail"}

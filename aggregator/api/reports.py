@@ -49,7 +49,7 @@ def parse_request_batch(max_reports: int) -> list[ReportEnvelope]:
 def upload_reports() -> dict[str, Any]:
     state = app_state()
     envelopes = parse_request_batch(state.settings.max_reports)
-    ingestor = Ingestor(storage=state.storage, keys=state.keys, settings=state.settings)
+    ingestor = Ingestor(storage=state.storage, opener=state.opener, settings=state.settings)
     return upload_response(ingestor.ingest(envelopes, now=state.now()))
 
 

@@ -18,6 +18,8 @@ def register(subparsers: Subparsers) -> None:
                         help="accept unsealed reports (simulations only)")
     parser.add_argument("--max-reports", type=int, help="most reports per batch (default 10000)")
     parser.add_argument("--max-body-bytes", type=int, help="largest request body in bytes (default 16 MiB)")
+    parser.add_argument("--decrypt-processes", type=int,
+                        help="helper processes opening sealed reports of large batches (default 0; try 2 on SQLite)")
     parser.set_defaults(func=run)
 
 
@@ -29,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         allow_plaintext=args.allow_plaintext,
         max_reports=args.max_reports,
         max_body_bytes=args.max_body_bytes,
+        decrypt_processes=args.decrypt_processes,
     )
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads)
     return 0

@@ -1,0 +1,108 @@
+"""Opening sealed envelopes, in this process or in a small pool of processes.
+
+Opening an envelope (X25519, HKDF-SHA256, AES-128-GCM: ``protocol.crypto``)
+costs about 55 us of CPU and holds Python's GIL, so one process opens at
+most ~18,000 per second whatever its threads. With PostgreSQL, more worker
+processes add cores. With SQLite, where one process must do all the writing,
+``decrypt_processes = N`` hands the opening of large batches to ``N`` helper
+processes (started with ``forkserver``, holding the X25519 private key),
+while the database work stays in the one worker process.
+
+>>> from protocol.crypto import AggregatorKeys, seal
+>>> keys = AggregatorKeys.generate()
+>>> opener = EnvelopeOpener(keys, processes=0)
+>>> opener.open_all([(seal(keys.seal_public_raw, b"payload", b"aad"), b"aad"), (b"x" * 48, b"aad")])[0]
+b'payload'
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from protocol.crypto import AggregatorKeys, open_sealed
+from protocol.errors import DecryptError, ParameterError
+
+MIN_POOLED_BATCH = 64  # smaller batches are opened in place: the round trip to a helper costs more
+Sealed = tuple[bytes, bytes]  # (envelope, associated data)
+Opened = bytes | DecryptError
+
+_helper_key: X25519PrivateKey | None = None
+
+
+def _start_helper(raw_private: bytes) -> None:
+    global _helper_key
+    _helper_key = X25519PrivateKey.from_private_bytes(raw_private)
+
+
+def _open_in_helper(chunk: list[Sealed]) -> list[bytes | tuple[str, str]]:
+    """Runs in a helper process: plaintexts, or ``(field, reason)`` of a ``DecryptError``."""
+    out: list[bytes | tuple[str, str]] = []
+    for envelope, aad in chunk:
+        try:
+            out.append(open_sealed(_helper_key, envelope, aad))  # type: ignore[arg-type]
+        except DecryptError as exc:
+            out.append((exc.field, exc.reason))
+    return out
+
+
+def open_in_place(private: X25519PrivateKey, items: Sequence[Sealed]) -> list[Opened]:
+    """Open each envelope here; a failure is returned (not raised) as its ``DecryptError``."""
+    out: list[Opened] = []
+    for envelope, aad in items:
+        try:
+            out.append(open_sealed(private, envelope, aad))
+        except DecryptError as exc:
+            out.append(exc)
+    return out
+
+
+class EnvelopeOpener:
+    """Opens batches of envelopes with the aggregator's X25519 key.
+
+    Args:
+        keys: the aggregator's keys.
+        processes: helper processes for large batches (0: open in place).
+    """
+
+    def __init__(self, keys: AggregatorKeys, *, processes: int = 0) -> None:
+        if isinstance(processes, bool) or not isinstance(processes, int) or not 0 <= processes <= 64:
+            raise ParameterError("decrypt_processes", f"must be an integer in [0, 64], got {processes!r}")
+        self.private = keys.seal_private
+        self.processes = processes
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                raw = self.private.private_bytes_raw()
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.processes,
+                    mp_context=multiprocessing.get_context("forkserver"),
+                    initializer=_start_helper,
+                    initargs=(raw,),
+                )
+            return self._pool
+
+    def open_all(self, items: Sequence[Sealed]) -> list[Opened]:
+        """Plaintexts in order; an envelope that does not open gives its ``DecryptError``."""
+        if self.processes == 0 or len(items) < MIN_POOLED_BATCH:
+            return open_in_place(self.private, items)
+        size = -(-len(items) // self.processes)
+        chunks = [list(items[i : i + size]) for i in range(0, len(items), size)]
+        out: list[Opened] = []
+        for result in self._executor().map(_open_in_helper, chunks):
+            out.extend(item if isinstance(item, bytes) else DecryptError(*item) for item in result)
+        return out
+
+    def close(self) -> None:
+        """Stop the helper processes (if any were started)."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
