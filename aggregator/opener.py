@@ -17,16 +17,19 @@ b'payload'
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from protocol.crypto import AggregatorKeys, open_sealed
 from protocol.errors import DecryptError, ParameterError
 
+log = logging.getLogger(__name__)
 MIN_POOLED_BATCH = 64  # smaller batches are opened in place: the round trip to a helper costs more
 Sealed = tuple[bytes, bytes]  # (envelope, associated data)
 Opened = bytes | DecryptError
@@ -96,13 +99,18 @@ class EnvelopeOpener:
         size = -(-len(items) // self.processes)
         chunks = [list(items[i : i + size]) for i in range(0, len(items), size)]
         out: list[Opened] = []
-        for result in self._executor().map(_open_in_helper, chunks):
-            out.extend(item if isinstance(item, bytes) else DecryptError(*item) for item in result)
+        try:
+            for result in self._executor().map(_open_in_helper, chunks):
+                out.extend(item if isinstance(item, bytes) else DecryptError(*item) for item in result)
+        except BrokenProcessPool:
+            log.warning("a decrypt helper process died; restarting the helpers, this batch is opened in place")
+            self.close()
+            return open_in_place(self.private, items)
         return out
 
     def close(self) -> None:
         """Stop the helper processes (if any were started)."""
         with self._lock:
             if self._pool is not None:
-                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None

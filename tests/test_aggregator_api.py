@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import signal
 import struct
 import time
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from aggsupport import (
     post_reports,
 )
 
+from aggregator.opener import EnvelopeOpener
 from protocol.crypto import AggregatorKeys, b64e, seal
 from protocol.rng import SeededRandom
 from protocol.wire import (
@@ -365,3 +368,20 @@ def test_unknown_routes_and_methods_answer_json(server: LiveServer) -> None:
     assert missing.status_code == 404 and set(missing.json()) == {"error", "field", "detail"}
     wrong = requests.put(f"{server.url}/v1/reports", timeout=10)
     assert wrong.status_code == 405 and wrong.json()["error"] == "method_not_allowed"
+
+
+def test_a_dead_helper_process_is_replaced() -> None:
+    keys = AggregatorKeys.generate()
+    reports = make_reports(PARAMS, keys.seal_public_raw, 100, seed=90).envelopes
+    items = [(e.body, e.aad()) for e in reports]
+    opener = EnvelopeOpener(keys, processes=2)
+    try:
+        first = opener.open_all(items)
+        pool = opener._executor()
+        for pid in list(pool._processes):  # the helpers, started by this test
+            os.kill(pid, signal.SIGKILL)
+        assert opener.open_all(items) == first  # opened in place this time
+        assert opener.open_all(items) == first  # and by new helpers again
+        assert all(isinstance(p, bytes) for p in first)
+    finally:
+        opener.close()
