@@ -22,12 +22,11 @@ import contextlib
 import json
 import os
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protocol.crypto import b64d, b64e, decrypt_blob, encrypt_blob
+from protocol.crypto import b64d, b64e, decrypt_blob, encrypt_blob, write_private_file
 from protocol.errors import DecryptError, OnesidedError, ParameterError, ReportRejected
 
 from .ledger import LedgerEvent, MetricRecord
@@ -111,24 +110,8 @@ class ClientState:
         )
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Temp file in the same folder (mode 0600), fsync, rename over ``path``, fsync the folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+# Temp file in the same folder (0600), fsync, rename over the target, fsync the folder.
+write_atomically = write_private_file
 
 
 def _check_private(path: Path) -> None:
