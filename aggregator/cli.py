@@ -44,6 +44,7 @@ COMMANDS: list[str] = [
     "client_sdk.cli:register",
     "aggregator.commands.demo:register",
     "aggregator.commands.rounds:register",
+    "aggregator.commands.simulate:register",
 ]
 
 
