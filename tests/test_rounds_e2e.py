@@ -156,3 +156,40 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "certified safe" in text and "wrong: 0" in text
     # the SDK clients kept their state files
     assert len(list((cfg.data_dir / "clients").glob("client-*.state"))) == cfg.sdk_clients
+
+
+def test_after_a_round_closes_its_level_continues_in_later_windows(tmp_path: Path) -> None:
+    """A closed round's windows are final; its clients keep reporting at its level later."""
+    from protocol.wire import build_report
+
+    params = MetricParams(name="places", encoding=DirectEncoding(domain=("a", "b", "c")), mode="asymmetric",
+                          level=1.0, time_precision=60, min_batch_size=1)
+    with local_aggregator(tmp_path / "agg") as agg:
+        digest = agg.admin.post("/v1/metrics", params.to_dict())["digest"]
+        opened = agg.admin.post("/v1/metrics/places/rounds", {"level_to": 4.0})
+        closed = agg.admin.post(f"/v1/rounds/{opened['id']}/close")
+        now_window = window_start(closed["closed_at"], 60)
+
+        def send(window: int) -> str:
+            env = build_report(params_digest=digest, metric="places", round=opened["id"], window=window, cohort=0,
+                               level=4.0, bits=np.array([True, False, False]), seal_public=agg.keys.seal_public_raw)
+            from protocol.wire import encode_batch_json
+
+            r = requests.post(agg.url + "/v1/reports", json=encode_batch_json([env]), timeout=30)
+            return str(r.json()["results"][0]["status"])
+
+        assert send(now_window) == "expired"  # the round's own window is final
+        # the next window (within the server's 300 s clock skew) continues at the round's level
+        assert send(now_window + 60) == "accepted"
+        ones, totals = agg.storage.bit_counts("places", window=now_window + 60, round=opened["id"])
+        assert totals.tolist() == [1] and ones[0].tolist() == [1, 0, 0]
+    from aggregator.ingest import continues_after
+    from aggregator.storage import RoundRecord
+
+    record = RoundRecord(id=1, metric="places", level_from=1.0, level_to=4.0, cohorts=None, opened_at=0,
+                         expires_at=10**9, closed_at=7200 + 5, announcement={})
+    assert not continues_after(record, 7200, 3600)
+    assert continues_after(record, 10800, 3600)
+    expired = RoundRecord(id=1, metric="places", level_from=1.0, level_to=4.0, cohorts=None, opened_at=0,
+                          expires_at=3600 * 5, closed_at=None, announcement={})
+    assert not continues_after(expired, 3600 * 4, 3600) and continues_after(expired, 3600 * 6, 3600)
