@@ -86,12 +86,12 @@ def check_metadata(env: ReportEnvelope, ctx: BatchContext, settings: Settings) -
     round_ = ctx.rounds.get(env.round)
     if round_ is None or round_.metric != metric.name:
         raise _reject("round", f"no round {env.round} for metric {metric.name!r}", STATUS_INVALID_MESSAGE)
-    if not round_.is_open(ctx.now) and not continues_after(round_, env.window, precision):
+    if not round_.is_open(ctx.now) and not continues_after(round_, env.window):
         raise _reject("round", f"round {env.round} is closed or expired", STATUS_EXPIRED)
     return metric, round_
 
 
-def continues_after(round_: RoundRecord, window: int, precision: int) -> bool:
+def continues_after(round_: RoundRecord, window: int) -> bool:
     """A finished round's level stays in force for later windows.
 
     Once a round is closed (or expired) its windows are final, but the clients
@@ -100,7 +100,7 @@ def continues_after(round_: RoundRecord, window: int, precision: int) -> bool:
     decoded per (window, round) like any other.
     """
     finished = round_.closed_at if round_.closed_at is not None else round_.expires_at
-    return window >= (finished // precision + 1) * precision
+    return window > finished  # windows are multiples of time_precision: the first window after it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -188,8 +188,8 @@ def test_after_a_round_closes_its_level_continues_in_later_windows(tmp_path: Pat
 
     record = RoundRecord(id=1, metric="places", level_from=1.0, level_to=4.0, cohorts=None, opened_at=0,
                          expires_at=10**9, closed_at=7200 + 5, announcement={})
-    assert not continues_after(record, 7200, 3600)
-    assert continues_after(record, 10800, 3600)
+    assert not continues_after(record, 7200)
+    assert continues_after(record, 10800)
     expired = RoundRecord(id=1, metric="places", level_from=1.0, level_to=4.0, cohorts=None, opened_at=0,
                           expires_at=3600 * 5, closed_at=None, announcement={})
-    assert not continues_after(expired, 3600 * 4, 3600) and continues_after(expired, 3600 * 6, 3600)
+    assert not continues_after(expired, 3600 * 4) and continues_after(expired, 3600 * 6)

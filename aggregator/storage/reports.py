@@ -84,19 +84,29 @@ class MetricBinding:
     num_bits: int
 
 
-def _lock_state(conn: Connection, rows: Sequence[ReportRow]) -> tuple[dict[int, str], set[int]]:
-    """Current digests of the batch's metrics and the batch's rounds that are still open (locked)."""
+def _lock_state(conn: Connection, rows: Sequence[ReportRow]) -> tuple[dict[int, str], dict[int, int | None]]:
+    """Current digests of the batch's metrics and ``closed_at`` of the batch's rounds (locked)."""
     metric_ids = sorted({r.metric_id for r in rows})
     m = schema.metrics
     query = sa.select(m.c.id, m.c.digest).where(m.c.id.in_(metric_ids)).order_by(m.c.id)
     digests = {row.id: row.digest for row in conn.execute(query.with_for_update(read=True))}
     round_ids = sorted({r.round for r in rows if r.round > 0})
-    open_rounds: set[int] = set()
+    closed: dict[int, int | None] = {}
     if round_ids:
         t = schema.rounds
-        query = sa.select(t.c.id).where(t.c.id.in_(round_ids), t.c.closed_at.is_(None)).order_by(t.c.id)
-        open_rounds = {row.id for row in conn.execute(query.with_for_update(read=True))}
-    return digests, open_rounds
+        query = sa.select(t.c.id, t.c.closed_at).where(t.c.id.in_(round_ids)).order_by(t.c.id)
+        closed = {row.id: row.closed_at for row in conn.execute(query.with_for_update(read=True))}
+    return digests, closed
+
+
+def _round_accepts(closed: dict[int, int | None], row: ReportRow) -> bool:
+    """Round 0, an open round, or a closed round's later window (its level continues; see ingest)."""
+    if row.round == 0:
+        return True
+    if row.round not in closed:
+        return False
+    closed_at = closed[row.round]
+    return closed_at is None or row.window > closed_at
 
 
 def _stored_hashes(conn: Connection, metric_id: int, report_ids: list[bytes]) -> dict[bytes, bytes]:
@@ -140,13 +150,13 @@ def _insert_and_aggregate(conn: Connection, rows: list[ReportRow], num_bits: int
 def _store_batch(
     conn: Connection, rows: Sequence[ReportRow], bindings: Mapping[int, MetricBinding], now: int
 ) -> list[str]:
-    digests, open_rounds = _lock_state(conn, rows)
+    digests, closed = _lock_state(conn, rows)
     statuses = [STATUS_ACCEPTED] * len(rows)
     by_metric: dict[int, list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
         if digests.get(r.metric_id) != bindings[r.metric_id].digest:
             statuses[i] = STATUS_OUTDATED_CONFIG
-        elif r.round > 0 and r.round not in open_rounds:
+        elif not _round_accepts(closed, r):
             statuses[i] = STATUS_EXPIRED
         else:
             by_metric[r.metric_id].append(i)
