@@ -141,7 +141,7 @@ class RelaxationSetup:
 
 RELAXATION_SETUPS = {
     "small": RelaxationSetup(clients=5_000, chunk=5_000, places=500,
-                             encoding=BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=16),
+                             encoding=BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=64),
                              levels=(0.5, 1.0, 2.0, 4.0), repetitions=4),
     "paper": RelaxationSetup(clients=1_000_000, chunk=125_000, places=2_000,
                              encoding=BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=64),
