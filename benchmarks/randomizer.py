@@ -38,7 +38,7 @@ def main() -> None:
         Randomizer(mode="asymmetric", level=2.0, irr_q=0.1),
         Randomizer(mode="symmetric", level=2.0, irr_p=0.25, irr_q=0.75),
     ):
-        def run() -> None:
+        def run(r: Randomizer = r) -> None:
             for _ in range(n // args.chunk):
                 r.simulate(bits, rng)
 

@@ -16,7 +16,12 @@ import argparse
 import time
 
 from aggregator.decoding import BitCounts, bit_estimates
-from aggregator.simulation import SyntheticCity, cohort_bit_counts, make_population, relaxation_experiment
+from aggregator.simulation import (
+    SyntheticCity,
+    cohort_bit_counts,
+    make_population,
+    relaxation_experiment,
+)
 from protocol import BloomEncoding, Randomizer, SeededRandom
 
 

@@ -17,8 +17,8 @@ from .accounting import (
     sequence_pattern_probabilities,
 )
 from .central import (
-    ALapMechanism,
     AGeoMechanism,
+    ALapMechanism,
     LaplaceMechanism,
     Release,
     SALapMechanism,
