@@ -164,7 +164,7 @@ class Randomizer:
         u = as_rng(rng).uniform(perm.shape)
         if self.mode == "asymmetric":
             return perm | (u < float(self.irr_q))  # type: ignore[arg-type]
-        return u < np.where(perm, float(self.irr_q), float(self.irr_p))  # type: ignore[arg-type]
+        return np.where(perm, u < float(self.irr_q), u < float(self.irr_p))  # type: ignore[arg-type]
 
     def report(self, bits: npt.ArrayLike, noise: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """What is sent: IRR of the permanent bits. ``rng`` feeds the IRR only."""
@@ -184,7 +184,7 @@ class Randomizer:
         if self.mode == "asymmetric":
             return b | (u < p0)  # V = -ln(u)/L > 1/2  <=>  u < exp(-L/2)
         # Laplace: V = F^{-1}(u) > 1/2 - b  <=>  u > F(1/2 - b) = 1 - P(B'=1 | b)
-        return u > np.where(b, 1.0 - p1, 1.0 - p0)
+        return np.where(b, u > 1.0 - p1, u > 1.0 - p0)
 
     def simulate(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """Fresh noise, then the IRR: the one-shot path for simulations.

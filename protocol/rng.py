@@ -111,7 +111,8 @@ class SeededRandom(RandomSource):
     def uniform(self, shape: Shape) -> FloatArray:
         # NumPy's 53-bit doubles in [0, 1); the one value 0.0 is moved to 2**-54 so
         # the interval is open (simulation speed matters here, portability does not).
-        return np.maximum(self.generator.random(shape), _TINY)
+        u = self.generator.random(shape)
+        return np.maximum(u, _TINY, out=u)
 
     def spawn(self, n: int) -> list[SeededRandom]:
         """``n`` independent child streams (for parallel simulations)."""
