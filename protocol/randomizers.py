@@ -164,7 +164,9 @@ class Randomizer:
         u = as_rng(rng).uniform(perm.shape)
         if self.mode == "asymmetric":
             return perm | (u < float(self.irr_q))  # type: ignore[arg-type]
-        return np.where(perm, u < float(self.irr_q), u < float(self.irr_p))  # type: ignore[arg-type]
+        q, p = float(self.irr_q), float(self.irr_p)  # type: ignore[arg-type]
+        out: BoolArray = np.where(perm, u < q, u < p)
+        return out
 
     def report(self, bits: npt.ArrayLike, noise: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """What is sent: IRR of the permanent bits. ``rng`` feeds the IRR only."""
@@ -184,7 +186,8 @@ class Randomizer:
         if self.mode == "asymmetric":
             return b | (u < p0)  # V = -ln(u)/L > 1/2  <=>  u < exp(-L/2)
         # Laplace: V = F^{-1}(u) > 1/2 - b  <=>  u > F(1/2 - b) = 1 - P(B'=1 | b)
-        return np.where(b, u > 1.0 - p1, u > 1.0 - p0)
+        out: BoolArray = np.where(b, u > 1.0 - p1, u > 1.0 - p0)
+        return out
 
     def simulate(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """Fresh noise, then the IRR: the one-shot path for simulations.
