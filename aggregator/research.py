@@ -44,7 +44,7 @@ from protocol.accounting import bit_epsilon
 from protocol.central import AGeoMechanism, ALapMechanism, dp_beta_upper_bound, virtual_dp_sanitizer
 from protocol.encodings import BloomEncoding, DirectEncoding, encode_population
 from protocol.errors import ParameterError
-from protocol.multianalyst import colluders_needed, collusion_experiment
+from protocol.multianalyst import Scheme, colluders_needed, collusion_experiment
 from protocol.params import MetricParams
 from protocol.randomizers import Mode, Randomizer, laplace_rate_from_f
 from protocol.rng import RandomSource, SeededRandom
@@ -115,8 +115,10 @@ class RelaxationSetup:
 
     Attributes:
         clients: simulated clients, drawn in populations of ``chunk``
-            (errors of disjoint populations are independent and add up, so
-            the MSE of the whole is the sum of the chunks').
+            (the estimate of a (cohort, bit) cell for the whole population is
+            the sum of the chunks', whose errors are independent: its MSE is
+            the sum of the chunks' MSEs). At least 50 clients per cohort in a
+            chunk, so that every chunk has every cohort.
         places, encoding: the synthetic city and its Bloom filter.
         levels: every pair ``level_from < level_to`` of it is a grid cell.
         repetitions: fresh noise draws per cell and chunk.
@@ -133,6 +135,8 @@ class RelaxationSetup:
         for name in ("clients", "chunk", "places", "repetitions"):
             _check_positive_int(name, getattr(self, name))
         _check_levels("levels", self.levels)
+        if self.chunk < 50 * self.encoding.num_cohorts or self.clients % self.chunk:
+            raise ParameterError("chunk", "must divide clients and hold at least 50 clients per cohort")
 
     def pairs(self) -> list[tuple[float, float]]:
         lv = sorted(set(self.levels))
@@ -195,10 +199,12 @@ def _relaxation_cell(pops: list[Population], mode: Mode, pair: tuple[float, floa
 def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = _quiet) -> Figures:
     """MSE after a relaxation round vs one-shot and composition, per grid cell and mode.
 
-    ``ratio = relaxed / one-shot`` (claim: 1, the earlier strict release
-    costs no accuracy); ``theory_ratio = relaxed / closed-form one-shot
-    variance``; ``composition_ratio`` the same total level spent by
-    collecting twice (claim: above 1, by ``theory_composition_ratio``).
+    ``cells`` counts the squared errors pooled per point (cells x
+    repetitions x chunks). ``ratio = relaxed / one-shot`` (claim: 1, the
+    earlier strict release costs no accuracy); ``theory_ratio`` is relaxed
+    over the closed-form one-shot variance; ``composition_ratio`` spends the
+    same total level by collecting twice (claim: above 1, by
+    ``theory_composition_ratio`` with optimal weights).
     """
     city = SyntheticCity(num_places=setup.places)
     pops = [make_population(city, n, setup.encoding, rng) for n in _chunks(setup.clients, setup.chunk)]
@@ -247,8 +253,10 @@ class AdvantageSetup:
 ADVANTAGE_SETUPS = {
     "small": AdvantageSetup(clients=2_000, chunk=2_000, items=64, holders=10,
                             epsilons=(0.25, 0.5, 1.0, 2.0, 3.0), repetitions=100),
-    "paper": AdvantageSetup(clients=1_000_000, chunk=100_000, items=64, holders=1_000,
-                            epsilons=(0.25, 0.5, 1.0, 2.0, 3.0), repetitions=25),
+    # The small setup's 6,400 estimates per point would take 6.4e9 draws per mode and epsilon at
+    # 10^6 clients: fewer epsilons, and 128 items x 30 repetitions (3,840 estimates per point).
+    "paper": AdvantageSetup(clients=1_000_000, chunk=50_000, items=128, holders=1_000,
+                            epsilons=(0.5, 1.0, 2.0), repetitions=30),
 }
 
 
@@ -391,6 +399,7 @@ class _Visits:
     """The simulated population, kept as item sets (bits are re-encoded per chunk)."""
 
     params: MetricParams
+    names: tuple[str, ...]
     sets: list[IntArray]
     cohorts: list[IntArray]
     counts: IntArray
@@ -398,7 +407,7 @@ class _Visits:
     def ones(self, randomizer: Randomizer, rng: RandomSource) -> IntArray:
         """Reports' ones per place: every client's set through ``randomizer`` (one report each)."""
         enc = self.params.encoding
-        table = enc.bit_table(list(enc.domain))  # type: ignore[union-attr]
+        table = enc.bit_table(list(self.names))
         ones = np.zeros(enc.num_bits, dtype=np.int64)
         for sets, cohorts in zip(self.sets, self.cohorts, strict=True):
             ones += randomizer.simulate(encode_population(enc, sets, cohorts, table), rng).sum(axis=0)
@@ -407,8 +416,8 @@ class _Visits:
 
 def _visits(setup: CertificateSetup, rng: RandomSource) -> _Visits:
     city = SyntheticCity(num_places=setup.places, zipf_exponent=setup.zipf_exponent, mean_places=setup.mean_places)
-    params = MetricParams(name="visits", encoding=DirectEncoding(domain=tuple(city.names())),
-                          mode="asymmetric", level=1.0)
+    names = tuple(city.names())
+    params = MetricParams(name="visits", encoding=DirectEncoding(domain=names), mode="asymmetric", level=1.0)
     sets, cohorts = [], []
     counts = np.zeros(setup.places, dtype=np.int64)
     for n in _chunks(setup.clients, setup.chunk):
@@ -416,7 +425,7 @@ def _visits(setup: CertificateSetup, rng: RandomSource) -> _Visits:
         sets.append(pop.item_sets)
         cohorts.append(pop.cohorts)
         counts += pop.true_counts(setup.places)
-    return _Visits(params=params, sets=sets, cohorts=cohorts, counts=counts)
+    return _Visits(params=params, names=names, sets=sets, cohorts=cohorts, counts=counts)
 
 
 def _dp_saturation(eps: float, alpha: float) -> int:
@@ -445,9 +454,8 @@ def _safe_decisions(visits: _Visits, setup: CertificateSetup, eps: float, thresh
     level = 2.0 * eps
     counts = BitCounts(ones=visits.ones(visits.params.randomizer(level), rng)[None, :],
                        totals=np.array([setup.clients]))
-    names = list(visits.params.encoding.domain)  # type: ignore[union-attr]
-    bound0 = one_sided_upper_bounds(counts, visits.params, level, names, alpha=0.0)
-    bound_a = one_sided_upper_bounds(counts, visits.params, level, names, alpha=setup.alpha)
+    bound0 = one_sided_upper_bounds(counts, visits.params, level, visits.names, alpha=0.0)
+    bound_a = one_sided_upper_bounds(counts, visits.params, level, visits.names, alpha=setup.alpha)
     alap = ALapMechanism(epsilon=eps).release(visits.counts, rng)
     ageo = AGeoMechanism(epsilon=eps, n_max=setup.clients).release(visits.counts, rng)
     t = np.asarray(thresholds)[:, None]
@@ -581,7 +589,7 @@ class CollusionSetup:
 
 COLLUSION_SETUPS = {
     "small": CollusionSetup(max_colluders=256, trials=4_000),
-    "paper": CollusionSetup(max_colluders=1_024, trials=100_000),
+    "paper": CollusionSetup(max_colluders=1_024, trials=40_000),  # ~1.6 GB of noise at the peak
 }
 
 
@@ -605,7 +613,7 @@ def _collusion_theory(setup: CollusionSetup, sizes: list[int]) -> dict[str, list
 def collusion(setup: CollusionSetup, rng: RandomSource, progress: Progress = _quiet) -> Figures:
     """RMSE and ``P(|estimate - r| < m)`` of coalitions of ``i`` analysts, per scheme."""
     sizes = setup.colluders()
-    extra: dict[str, dict[str, Any]] = {
+    extra: dict[Scheme, dict[str, Any]] = {
         "independent": {}, "mechanism_a": {"location": setup.location},
         "mechanism_a_calibrated": {"location": setup.location},
         "correlated": {"levels": list(np.linspace(setup.epsilon, setup.top_level, setup.max_colluders))},
@@ -613,7 +621,7 @@ def collusion(setup: CollusionSetup, rng: RandomSource, progress: Progress = _qu
     schemes = {}
     for scheme, kwargs in extra.items():
         progress(f"collusion: {scheme}")
-        res = collusion_experiment(scheme, sizes, epsilon=setup.epsilon, margin=setup.margin,  # type: ignore[arg-type]
+        res = collusion_experiment(scheme, sizes, epsilon=setup.epsilon, margin=setup.margin,
                                    sensitivity=setup.sensitivity, trials=setup.trials, rng=rng, **kwargs)
         schemes[scheme] = {"rmse": list(res.rmse), "within_margin": list(res.within_margin),
                            "best_member_rmse": list(res.best_member_rmse)}

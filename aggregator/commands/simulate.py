@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _relaxation_lines(f: Figures) -> list[str]:
     out = [f"relaxation round vs one-shot at the new level, {f['clients']:,} clients, "
-           f"{f['grid'][0]['cells']:,} (cohort, bit) cells per point",
+           f"{f['grid'][0]['cells']:,} squared errors of (cohort, bit) estimates per point",
            "mode        level     eps_bit        relaxed/one-shot  relaxed/theory  composition/one-shot (theory)"]
     for c in f["grid"]:
         out.append(f"{c['mode']:11s} {c['level_from']:g} -> {c['level_to']:<4g} "
