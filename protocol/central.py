@@ -891,7 +891,14 @@ def dp_beta_upper_bound(*, alpha: float, epsilon: float, delta: float = 0.0, k: 
     """
     a, d, k = _check_probability("alpha", alpha), _check_probability("delta", delta), _check_steps(k)
     e = _check_epsilon("epsilon", epsilon, allow_inf=False)
-    return min(1.0, a * math.exp(e * k) + d * _geometric_sum(e, k))
+    # alpha e^(eps k) alone reaches 1 once eps k >= ln(1/alpha): stop before exp overflows
+    if a > 0 and e * k >= math.log(1.0 / a):
+        return 1.0
+    if d > 0 and e * (k - 1) >= math.log(1.0 / d):  # the last term of the sum alone reaches 1
+        return 1.0
+    first = a * math.exp(e * k) if a > 0 else 0.0
+    rest = d * _geometric_sum(e, k) if d > 0 else 0.0
+    return min(1.0, first + rest)
 
 
 def virtual_dp_sanitizer(

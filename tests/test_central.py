@@ -528,3 +528,15 @@ def test_release_validation() -> None:
     with pytest.raises(ParameterError) as info:
         make_release("median", [1], 1.0)  # type: ignore[arg-type]
     assert info.value.field == "mechanism"
+
+
+def test_dp_beta_bound_saturates_instead_of_overflowing() -> None:
+    from protocol.central import dp_beta_upper_bound
+
+    # alpha e^(eps k) passes 1 long before exp overflows (eps k > 709)
+    assert dp_beta_upper_bound(alpha=1e-3, epsilon=1.0, k=2000) == 1.0
+    assert dp_beta_upper_bound(alpha=0.0, epsilon=1.0, delta=1e-4, k=2000) == 1.0
+    assert dp_beta_upper_bound(alpha=0.0, epsilon=1.0, k=3000) == 0.0
+    # below saturation the formula as printed
+    expected = 1e-3 * math.exp(3.0) + 1e-4 * (1 + math.e + math.e**2)
+    assert dp_beta_upper_bound(alpha=1e-3, epsilon=1.0, delta=1e-4, k=3) == pytest.approx(expected, rel=1e-12)
