@@ -431,8 +431,8 @@ def _visits(setup: CertificateSetup, rng: RandomSource) -> _Visits:
 def _dp_saturation(eps: float, alpha: float) -> int:
     """Smallest ``k`` with ``alpha e^(eps k) >= 1``: from there on the DP bound is 1.
 
-    (``dp_beta_upper_bound`` evaluates ``e^(eps k)`` and overflows for
-    ``eps k > 709``; counts that far below the threshold are cut here.)
+    Counts that far below the threshold are called safe without a draw
+    (``dp_beta_upper_bound`` is exactly 1 there).
     """
     return max(1, math.ceil(math.log(1.0 / alpha) / eps))
 
