@@ -45,7 +45,6 @@ import numpy as np
 import sqlalchemy as sa
 
 from protocol.central import (
-    MAX_RATE,
     MECHANISMS,
     MechanismName,
     Release,
@@ -53,6 +52,7 @@ from protocol.central import (
     relax_release,
 )
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.exact import MAX_RATE
 from protocol.multianalyst import correlated_releases
 from protocol.rng import RandomSource, as_rng
 

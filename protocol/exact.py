@@ -1,0 +1,216 @@
+"""Exact integer samplers: published integers never come from floating-point noise.
+
+Integer arithmetic and exact Bernoulli(exp(-gamma)) trials for rational
+``gamma`` (the construction of Canonne, Kamath and Steinke, "The Discrete
+Gaussian for Differential Privacy", 2020, Algorithms 1-2), fed with exact
+uniform integers cut from the injected :class:`~protocol.rng.RandomSource`.
+Used by the central mechanisms (:mod:`protocol.central`: AGeo, the
+two-sided geometric, and the relaxation of AGeo releases).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ParameterError
+from .rng import RandomSource, as_rng
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+__all__ = [
+    "MAX_RATE",
+    "MAX_RATE_DENOMINATOR",
+    "MAX_UNIFORM_BOUND",
+    "WORD_BITS",
+    "bernoulli_exp",
+    "exact_rate",
+    "exact_uniform_words",
+    "geometric_exact",
+    "two_sided_geometric_exact",
+    "uniform_below",
+]
+
+
+
+WORD_BITS = 48
+"""Bits cut from one uniform: ``floor(u * 2**48)``.
+
+Exact whenever ``rng.uniform`` is uniform on a dyadic grid of at least
+``2**48`` cells (``SecureRandom``/``KeyedRandom``: ``(k + 1/2) / 2**52``;
+``SeededRandom``: NumPy's ``j / 2**53``): every cell of width ``2**-48``
+then holds the same number of grid points.
+"""
+_WIDE_BITS = 62  # two words: (a << 14) | (b >> 34)
+MAX_UNIFORM_BOUND = 2**_WIDE_BITS
+MAX_RATE_DENOMINATOR = 2**56
+MAX_RATE = float(2**20)
+
+
+def exact_uniform_words(rng: RandomSource, size: int) -> IntArray:
+    """``size`` exact uniform integers in ``[0, 2**48)``, one uniform each.
+
+    Raises:
+        ParameterError: ``rng`` produced a value outside (0, 1).
+    """
+    u = np.asarray(rng.uniform(size), dtype=np.float64)
+    if u.size and not (np.all(u > 0.0) and np.all(u < 1.0)):
+        raise ParameterError("rng", "uniform() must return values strictly inside (0, 1)")
+    return np.floor(u * float(2**WORD_BITS)).astype(np.int64)
+
+
+def _random_bits(rng: RandomSource, size: int, bits: int) -> IntArray:
+    if bits <= WORD_BITS:
+        return exact_uniform_words(rng, size) >> (WORD_BITS - bits)
+    high = exact_uniform_words(rng, size)
+    low = exact_uniform_words(rng, size)
+    return (high << (_WIDE_BITS - WORD_BITS)) | (low >> (2 * WORD_BITS - _WIDE_BITS))
+
+
+def uniform_below(rng: RandomSource, n: int, size: int) -> IntArray:
+    """Exact uniform integers in ``[0, n)`` by rejection, ``1 <= n <= 2**62``.
+
+    Draws ``b``-bit words (``b = 48`` or ``62``) and keeps those below the
+    largest multiple of ``n`` that fits, returning them modulo ``n``. The
+    acceptance rate is above 1/2; powers of two are never rejected.
+    """
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n <= MAX_UNIFORM_BOUND:
+        raise ParameterError("n", f"must be an integer in [1, 2**62], got {n!r}")
+    n = int(n)
+    out = np.zeros(size, dtype=np.int64)
+    if n == 1 or size == 0:
+        return out
+    bits = WORD_BITS if n <= 2**WORD_BITS else _WIDE_BITS
+    limit = (1 << bits) - (1 << bits) % n
+    filled = 0
+    while filled < size:
+        need = size - filled
+        words = _random_bits(rng, need, bits)
+        kept = words[words < limit][:need] % n
+        out[filled : filled + kept.size] = kept
+        filled += kept.size
+    return out
+
+
+def _bernoulli_exp_unit(rng: RandomSource, num: IntArray, den: int) -> BoolArray:
+    """Exact ``Bernoulli(exp(-num/den))`` per element, ``0 <= num <= den``.
+
+    Canonne-Kamath-Steinke Algorithm 1: with ``g = num/den``, draw
+    ``A_k ~ Bernoulli(g / k)`` for ``k = 1, 2, ...`` until the first 0 at
+    ``K``; ``P(K > k) = g^k / k!`` so ``P(K odd) = exp(-g)``. Each trial is
+    ``[R < num] and [W == 0]`` with ``R`` uniform below ``den`` and ``W``
+    uniform below ``k``: probability ``(num/den)(1/k)``. Vectorized by rounds
+    (every still-running element is at the same ``k``).
+    """
+    stop_at = np.zeros(num.size, dtype=np.int64)
+    active = np.arange(num.size)
+    k = 1
+    while active.size:
+        a = num[active]
+        hit = (uniform_below(rng, den, active.size) < a) if den > 1 else a > 0
+        if k > 1:
+            hit &= uniform_below(rng, k, active.size) == 0
+        stop_at[active[~hit]] = k
+        active = active[hit]
+        k += 1
+    return stop_at % 2 == 1
+
+
+def exact_rate(rate: float | Fraction) -> Fraction:
+    """The rational rate the exact samplers use for ``rate`` (never above it).
+
+    A float is a dyadic rational; it is used exactly when its denominator is
+    at most ``2**56`` (every float >= 1/16), otherwise rounded *down* to a
+    multiple of ``2**-56`` (relative change below ``2**-56 / rate``; more
+    noise, so the privacy claim still holds).
+    """
+    if isinstance(rate, bool) or not isinstance(rate, int | float | Fraction):
+        raise ParameterError("rate", f"must be a number, got {rate!r}")
+    if not 0 < rate <= MAX_RATE:
+        raise ParameterError("rate", f"must be in (0, 2**20] for the exact samplers, got {rate}")
+    exact = Fraction(rate)
+    if exact.denominator > MAX_RATE_DENOMINATOR:
+        exact = Fraction(math.floor(exact * MAX_RATE_DENOMINATOR), MAX_RATE_DENOMINATOR)
+    if exact == 0:
+        raise ParameterError("rate", f"must be >= 2**-56, got {rate}")
+    return exact
+
+
+def bernoulli_exp(rng: RandomSource, gamma: float | Fraction, size: int) -> BoolArray:
+    """Exact ``Bernoulli(exp(-gamma))`` for a rational ``gamma >= 0``.
+
+    ``exp(-gamma) = exp(-1)^floor(gamma) * exp(-(gamma - floor(gamma)))``:
+    ``floor(gamma)`` unit trials and one fractional trial, all must succeed.
+    """
+    g = Fraction(gamma)
+    if g < 0:
+        raise ParameterError("gamma", f"must be >= 0, got {gamma}")
+    whole = math.floor(g)
+    frac = g - whole
+    result = _bernoulli_exp_unit(rng, np.full(size, frac.numerator, dtype=np.int64), frac.denominator)
+    for _ in range(whole):
+        result &= _bernoulli_exp_unit(rng, np.ones(size, dtype=np.int64), 1)
+    return result
+
+
+def _accepted_offsets(rng: RandomSource, t: int, size: int) -> IntArray:
+    """``U`` uniform on ``{0..t-1}`` kept with probability ``exp(-U/t)`` (rejection)."""
+    out = np.zeros(size, dtype=np.int64)
+    if t == 1:
+        return out
+    pending = np.arange(size)
+    while pending.size:
+        cand = uniform_below(rng, t, pending.size)
+        keep = _bernoulli_exp_unit(rng, cand, t)
+        out[pending[keep]] = cand[keep]
+        pending = pending[~keep]
+    return out
+
+
+def _geometric_unit(rng: RandomSource, size: int) -> IntArray:
+    """``V`` with ``P(V >= v) = exp(-v)``: count successes of Bernoulli(exp(-1))."""
+    v = np.zeros(size, dtype=np.int64)
+    active = np.arange(size)
+    while active.size:
+        more = _bernoulli_exp_unit(rng, np.ones(active.size, dtype=np.int64), 1)
+        active = active[more]
+        v[active] += 1
+    return v
+
+
+def geometric_exact(rng: RandomSource | None, rate: float | Fraction, shape: int | tuple[int, ...]) -> IntArray:
+    """Exact one-sided geometric on ``{0, 1, ...}``: ``P(G >= k) = exp(-rate k)``.
+
+    With ``rate = s/t`` (see :func:`exact_rate`): ``X = U + t V`` where ``U``
+    is uniform on ``{0..t-1}`` accepted w.p. ``exp(-U/t)`` and
+    ``P(V >= v) = exp(-v)``, so ``P(X = x)`` is proportional to
+    ``exp(-x/t)``; then ``G = floor(X / s)`` has ``P(G >= k) = P(X >= ks) =
+    exp(-k s/t)`` (Canonne-Kamath-Steinke, Algorithm 2). Integer arithmetic
+    only; the number of uniforms drawn is random.
+    """
+    source = as_rng(rng)
+    exact = exact_rate(rate)
+    s, t = exact.numerator, exact.denominator
+    size = int(np.prod(shape)) if isinstance(shape, tuple) else int(shape)
+    u = _accepted_offsets(source, t, size)
+    v = _geometric_unit(source, size)
+    if int(v.max(initial=0)) < (2**62) // t:
+        g = (u + t * v) // s
+    else:  # astronomically rare: exact big-integer arithmetic
+        g = np.array([(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)], dtype=np.int64)
+    return g.reshape(shape)
+
+
+def two_sided_geometric_exact(
+    rng: RandomSource | None, rate: float | Fraction, shape: int | tuple[int, ...]
+) -> IntArray:
+    """Exact two-sided geometric (discrete Laplace): ``P(Z = z) = (1-q)/(1+q) q^|z|``, ``q = exp(-rate)``.
+
+    The difference of two independent one-sided geometrics with ratio ``q``.
+    """
+    source = as_rng(rng)
+    return geometric_exact(source, rate, shape) - geometric_exact(source, rate, shape)
