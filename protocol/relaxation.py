@@ -61,23 +61,22 @@ def relax_laplace(
         return x.copy()
     e1, e2 = float(eps_from), float(eps_to)
     ax = np.abs(x)
-    sign = np.where(x < 0, -1.0, 1.0)
     r, s = e2 - e1, e1 + e2
     decay = np.exp(-r * ax)
-    p_stay = (e1 / e2) * decay
-    p_flip = r / (2 * e2)
-    p_inner = s / (2 * e2) * (1.0 - decay)
-    # case 2: z <= 0 with density ~ exp(s z)      -> z = log(u)/s
-    z_flip = np.log(u_draw) / s
-    # case 3: z in [0, |x|] with density ~ exp(-r z) -> inverse CDF, stable form
-    z_inner = -np.log1p(u_draw * np.expm1(-r * ax)) / r
-    # case 4: z >= |x| with density ~ exp(-s z)   -> |x| + Exp(s)
-    z_outer = ax - np.log(u_draw) / s
-    t1 = p_stay
-    t2 = t1 + p_flip
-    t3 = t2 + p_inner
-    z = np.where(u_case < t2, z_flip, np.where(u_case < t3, z_inner, z_outer))
-    return np.where(u_case < t1, x, sign * z)
+    t1 = (e1 / e2) * decay  # case 1: stay, y = x
+    t2 = t1 + r / (2 * e2)  # case 2: the other side of 0
+    t3 = t2 + s / (2 * e2) * (1.0 - decay)  # case 3: between 0 and |x|; else case 4: beyond |x|
+    out = x.copy()
+    # Each case's formula is evaluated only where it is chosen (same values, less work).
+    flip = (u_case >= t1) & (u_case < t2)  # z <= 0 with density ~ exp(s z): z = log(u)/s
+    out[flip] = np.log(u_draw[flip]) / s
+    inner = (u_case >= t2) & (u_case < t3)  # z in [0, |x|], density ~ exp(-r z): stable inverse CDF
+    out[inner] = -np.log1p(u_draw[inner] * np.expm1(-r * ax[inner])) / r
+    outer = u_case >= t3  # z >= |x| with density ~ exp(-s z): |x| + Exp(s)
+    out[outer] = ax[outer] - np.log(u_draw[outer]) / s
+    moved = ~(u_case < t1)
+    out[moved & (x < 0)] *= -1.0  # y = sgn(x) z (sgn(0) taken as +1)
+    return out
 
 
 def tighten_laplace(
