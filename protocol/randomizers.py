@@ -165,7 +165,7 @@ class Randomizer:
         if self.mode == "asymmetric":
             return perm | (u < float(self.irr_q))  # type: ignore[arg-type]
         q, p = float(self.irr_q), float(self.irr_p)  # type: ignore[arg-type]
-        out: BoolArray = np.where(perm, u < q, u < p)
+        out: BoolArray = (u < p) | (perm & (u < q))  # p < q: u < p implies u < q
         return out
 
     def report(self, bits: npt.ArrayLike, noise: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
@@ -186,7 +186,9 @@ class Randomizer:
         if self.mode == "asymmetric":
             return b | (u < p0)  # V = -ln(u)/L > 1/2  <=>  u < exp(-L/2)
         # Laplace: V = F^{-1}(u) > 1/2 - b  <=>  u > F(1/2 - b) = 1 - P(B'=1 | b)
-        out: BoolArray = np.where(b, u > 1.0 - p1, u > 1.0 - p0)
+        # The cut for b=1 (f/2) is below the cut for b=0 (1 - f/2): "above the high cut, or b and above
+        # the low one" selects per bit without building a per-bit array of cuts.
+        out: BoolArray = (u > 1.0 - p0) | (b & (u > 1.0 - p1))
         return out
 
     def simulate(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:

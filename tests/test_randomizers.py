@@ -86,3 +86,14 @@ def test_validation_names_the_field(kwargs: dict, field: str) -> None:  # type: 
     with pytest.raises(ParameterError) as err:
         Randomizer(**kwargs)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("mode", ["symmetric", "asymmetric"])
+def test_cut_on_uniforms_equals_thresholding_the_noise(mode: str) -> None:
+    # The million-client path compares uniforms with cuts; it must give exactly the bits of
+    # [b + V > 1/2] for the noise V that draw_noise makes from the same uniforms.
+    r = Randomizer(mode=mode, level=1.7)  # type: ignore[arg-type]
+    bits = SeededRandom(40).bernoulli(0.3, (2000, 64))
+    fast = r.permanent_from_uniforms(bits, SeededRandom(41).uniform(bits.shape))
+    slow = r.permanent(bits, r.draw_noise(bits.shape, SeededRandom(41)))
+    assert np.array_equal(fast, slow)
