@@ -121,7 +121,7 @@ def write_summary(result: DemoResult) -> Path:
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>onesided demo</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:70rem;margin:2rem auto;}}
-pre{{background:#f5f5f5;padding:1rem;overflow-x:auto}}</style></head>
+pre{{background:#f5f5f5;padding:1rem;white-space:pre-wrap}}</style></head>
 <body><h1>onesided demo: places visited, relaxed once</h1>
 <p>{result.config.clients:,} clients, {result.config.places:,} places; asymmetric randomized response,
 level {result.config.level_from:g} then a coordinated round to level {result.config.level_to:g}.</p>
