@@ -35,7 +35,6 @@ __all__ = [
     "cohort_bit_counts",
     "make_population",
     "relaxation_experiment",
-    "simulate_reports",
     "theoretical_variance",
 ]
 
@@ -150,11 +149,6 @@ def cohort_bit_counts(
         ones += np.bincount(flat, minlength=num_cohorts * m)
     totals = np.bincount(cohorts, minlength=num_cohorts).astype(np.int64)
     return ones.reshape(num_cohorts, m), totals
-
-
-def simulate_reports(pop: Population, randomizer: Randomizer, noise: FloatArray, rng: RandomSource) -> BoolArray:
-    """Reports of every client from memoized ``noise`` (IRR fresh from ``rng``)."""
-    return randomizer.report(pop.bits, noise, rng)
 
 
 # --------------------------------------------------------------------------

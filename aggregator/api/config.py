@@ -15,17 +15,17 @@ from protocol.wire import MetricEntry, build_config_payload
 
 from ..context import app_state
 from ..storage import MetricRecord, RoundRecord
+from .rounds import current_level
 
 blueprint = Blueprint("config", __name__)
 
 
 def metric_entry(metric: MetricRecord, rounds: list[RoundRecord]) -> MetricEntry:
     """The metric's entry: its latest round (open or closed) and the level that round set."""
-    own = [r for r in rounds if r.metric == metric.name]
-    if not own:
+    round_id, level = current_level(metric, rounds)
+    if round_id == 0:
         return MetricEntry.of(metric.params)
-    latest = max(own, key=lambda r: r.id)
-    return MetricEntry.of(metric.params, current_round=latest.id, current_level=latest.level_to)
+    return MetricEntry.of(metric.params, current_round=round_id, current_level=level)
 
 
 def signed_config() -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ..context import app_state
 from ..errors import Conflict, NotFound
 from ..storage import MetricRecord, RoundRecord
 from .common import json_body
+from .estimates import round_decoding
 
 blueprint = Blueprint("rounds", __name__)
 
@@ -150,27 +151,17 @@ def round_view(record: RoundRecord) -> dict[str, Any]:
 def get_round(round_id: int) -> dict[str, Any]:
     record = _require_round(round_id)
     view = round_view(record)
-    decoding = _decoding_summary(record)
+    decoding = round_decoding(record)  # all the round's decodable windows pooled
     if decoding is not None:
         view["decoding"] = decoding
     return view
 
 
-def _decoding_summary(record: RoundRecord) -> dict[str, Any] | None:
-    """The round's estimates (all windows pooled), from the estimates module when present."""
-    try:
-        from .estimates import round_decoding
-    except ImportError:  # the estimates API is optional for the rounds API
-        return None
-    return round_decoding(record)
-
-
 @blueprint.post("/v1/rounds/<int:round_id>/close")
 @require_role(*ADMIN)
 def close_round(round_id: int) -> dict[str, Any]:
-    _require_round(round_id)
-    record = app_state().storage.close_round(round_id, now=int(app_state().now()))
-    return round_view(record)
+    state = app_state()
+    return round_view(state.storage.close_round(round_id, now=int(state.now())))  # NotFound / Conflict
 
 
 _ROUND_RESPONSE = {"application/json": {"schema": {"$ref": "#/components/schemas/Round"}}}
