@@ -38,7 +38,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from client_sdk.ledger import value_cost
 from client_sdk.memo import permanent_bits
-from protocol.crypto import AggregatorKeys, verify_document
+from protocol.crypto import AggregatorKeys
 from protocol.encodings import DirectEncoding, canonical_value
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
@@ -47,7 +47,7 @@ from protocol.wire import (
     CONTENT_TYPE_BINARY,
     build_report,
     encode_batch_binary,
-    validate_round_announcement,
+    verify_config,
     window_start,
 )
 
@@ -324,7 +324,7 @@ def run_demo(cfg: DemoConfig, *, progress: bool = True, say: Callable[[str], Non
         t = time.perf_counter()
         with bars.bar(cfg.clients, f"relax to level {cfg.level_to:g}") as tick:
             for i, client in enumerate(sdk):
-                apply_rounds(client)
+                client.sync()  # verifies the announcement and relaxes if its ceiling allows
                 client.report(METRIC, population.member_sets(i))
                 client.flush()
                 tick(1)
@@ -367,17 +367,11 @@ def run_demo(cfg: DemoConfig, *, progress: bool = True, say: Callable[[str], Non
     return result
 
 
-def apply_rounds(client: Any) -> None:
-    """Sync and let the client apply the open rounds it accepts (verify, ceiling, relax)."""
-    client.sync()
-
-
 def _verified_announcement(agg: LocalAggregator, round_id: int) -> Any:
-    """What a simulated client does with the config: pin the key, verify, pick the round."""
+    """What a simulated client does with the config: verify it with the pinned key, pick the round."""
     document = requests.get(f"{agg.url}/v1/config", timeout=30).json()
-    payload = verify_document(agg.keys.sign_public_raw, document)
-    for signed in payload["rounds"]:
-        announcement = validate_round_announcement(verify_document(agg.keys.sign_public_raw, signed))
+    config = verify_config(document, sign_public=agg.keys.sign_public_raw)  # rounds verified with it
+    for announcement in config.rounds:
         if announcement.round_id == round_id:
             if announcement.expires_at <= time.time():
                 raise ParameterError("round", "the round expired")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def _rows(estimates: dict[str, Any]) -> dict[str, dict[str, Any]]:
     rows = estimates.get("rows") or []
-    return {str(r.get("candidate", r.get("string"))): r for r in rows}
+    return {str(r["candidate"]): r for r in rows}
 
 
 def _rmse(rows: dict[str, dict[str, Any]], truth: dict[str, int]) -> float:
@@ -27,7 +27,7 @@ def _rmse(rows: dict[str, dict[str, Any]], truth: dict[str, int]) -> float:
 def certificate_stats(result: DemoResult) -> dict[str, int]:
     """Safe places, how many of them are truly at or below the threshold, and how many are not."""
     threshold = result.config.threshold
-    rows = result.certificates.get("certificates") or result.certificates.get("rows") or []
+    rows = result.certificates.get("rows") or []
     safe = [r for r in rows if r.get("safe")]
     # the round's data come from the clients that took part: that is the population certified
     wrong = sum(1 for r in safe if result.round_truth[str(r["candidate"])] > threshold)

@@ -121,7 +121,7 @@ def test_relaxed_round_decodes_with_one_shot_accuracy(tmp_path: Path) -> None:
         for rnd, level in ((0, level_from), (opened["id"], level_to)):
             answer = agg.analyst.get("/v1/metrics/places/estimates", {"window": window, "round": rnd})
             assert answer["round"] == rnd and answer["level"] == level
-            by_name = {r.get("candidate", r.get("string")): r["estimate"] for r in answer["rows"]}
+            by_name = {r["candidate"]: r["estimate"] for r in answer["rows"]}
             assert sorted(by_name) == sorted(params.encoding.domain)
             est = np.array([by_name[name] for name in params.encoding.domain], dtype=float)
             mse[rnd] = float(np.mean((est - truth) ** 2))
