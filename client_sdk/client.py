@@ -321,12 +321,9 @@ class Client:
                 continue
             reason = self._round_refusal(announcement, record)
             if reason is None:
-                try:
-                    self.relax(name, announcement.level_to, announcement.round_id)
-                    applied += 1
-                    continue
-                except OnesidedError as exc:  # ceiling: relax recorded the refusal; nothing is sent
-                    reason = str(exc)
+                self.relax(name, announcement.level_to, announcement.round_id)
+                applied += 1
+                continue
             detail = f"round {announcement.round_id}: {reason}"
             if not any(e.metric == name and e.detail == detail for e in self._state.events):
                 self._event("round_refused", name, detail)
@@ -346,6 +343,11 @@ class Client:
             return f"does not raise the level ({record.levels[-1]:.6g} -> {announcement.level_to:.6g})"
         if self._accept_round is not None and not self._accept_round(announcement):
             return "declined by the app"
+        try:  # the check relax() makes, asked first so a refusal is recorded once, as a round refusal
+            check_relaxation(record, record.metric_params(), announcement.level_to,
+                             self._ceiling.for_metric(announcement.metric), self._prior(announcement.metric))
+        except OnesidedError as exc:
+            return str(exc)
         return None
 
     @property

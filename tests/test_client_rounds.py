@@ -133,10 +133,16 @@ def test_a_mis_signed_announcement_refuses_the_whole_config(tmp_path: Path) -> N
     assert list(client.ledger()["places"].levels) == [1.0]
 
 
-def test_refusal_is_recorded_once_per_round(tmp_path: Path) -> None:
+@pytest.mark.parametrize("why", ["declined", "ceiling"])
+def test_refusal_is_recorded_once_per_round(tmp_path: Path, why: str) -> None:
     fake = FakeAggregator([ASYM])
-    client = reporting_client(tmp_path, fake, accept_round=lambda a: False)
-    fake.open_round(announce(ASYM, 2, 1.0, 3.0))
+    if why == "declined":
+        client = reporting_client(tmp_path, fake, accept_round=lambda a: False)
+    else:
+        client = reporting_client(tmp_path, fake, ceiling=2.5)
+    fake.open_round(announce(ASYM, 2, 1.0, 6.0 if why == "ceiling" else 3.0))
+    before = len(client.ledger().events)
     for _ in range(3):
         client.sync()
-    assert sum(1 for e in client.ledger().events if e.kind == "round_refused") == 1
+    new_events = client.ledger().events[before:]
+    assert [e.kind for e in new_events] == ["round_refused"]
