@@ -11,11 +11,14 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .accounting import Guarantee, ValueKind, guarantee
-from .encodings import BloomEncoding, DirectEncoding, Encoding, encoding_from_dict
+from .encodings import BloomEncoding, BoolArray, DirectEncoding, Encoding, Value, encoding_from_dict
 from .errors import ParameterError, PolicyError
 from .randomizers import MODES, Mode, Randomizer
 
@@ -74,10 +77,7 @@ class MetricParams:
             raise ParameterError("mode", f"must be one of {MODES}, got {self.mode!r}")
         if self.value_kind not in VALUE_KINDS:
             raise ParameterError("value_kind", f"must be one of {VALUE_KINDS}, got {self.value_kind!r}")
-        if self.none_value is not None and not isinstance(self.none_value, str):
-            raise ParameterError("none_value", "must be a string or null")
-        if self.none_value is not None and self.value_kind != "categorical":
-            raise ParameterError("none_value", "applies to categorical metrics only")
+        self._check_none_value()
         if self.mode == "asymmetric" and self.value_kind == "categorical" and self.none_value is None:
             raise PolicyError(
                 "mode",
@@ -87,6 +87,38 @@ class MetricParams:
         _check_int("time_precision", self.time_precision, 1, 10**9)
         _check_int("min_batch_size", self.min_batch_size, 1, 10**9)
         self.randomizer()  # validates level and IRR
+
+    def _check_none_value(self) -> None:
+        """The declared non-sensitive value: a non-empty string, in a direct domain, categorical only."""
+        none = self.none_value
+        if none is None:
+            return
+        if not isinstance(none, str) or not none:
+            raise ParameterError("none_value", f"must be a non-empty string or null, got {none!r}")
+        if self.value_kind != "categorical":
+            raise ParameterError("none_value", "applies to categorical metrics only")
+        if isinstance(self.encoding, DirectEncoding) and none not in self.encoding.domain:
+            raise ParameterError("none_value", f"must be an item of the direct domain, got {none!r}")
+
+    def is_none(self, value: object) -> bool:
+        """True for the declared non-sensitive value (``str`` or its UTF-8 bytes)."""
+        none = self.none_value
+        if none is None:
+            return False
+        return value == none or value == none.encode("utf-8")
+
+    def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
+        """The true bits of a report: the encoding's, except that ``none_value`` is all zeros.
+
+        The declared non-sensitive value is reserved: it owns no bits (its
+        direct-domain bit is always 0 before noise), so a report of it is
+        noise only and an asymmetric report of a sensitive value differs from
+        it in the 1 -> 0 direction only (docs/privacy.md).
+        """
+        if isinstance(value_or_set, str | bytes) and self.is_none(value_or_set):
+            self.encoding.check_cohort(cohort)
+            return np.zeros(self.encoding.num_bits, dtype=bool)
+        return self.encoding.encode(value_or_set, cohort)
 
     def randomizer(self, level: float | None = None) -> Randomizer:
         """The bit randomizer at ``level`` (default: the initial level)."""

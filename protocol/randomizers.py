@@ -35,6 +35,15 @@ Mode = Literal["symmetric", "asymmetric", "trusted"]
 MODES: tuple[str, ...] = ("symmetric", "asymmetric", "trusted")
 BoolArray = npt.NDArray[np.bool_]
 
+# The highest noise level (rate) a metric or a round may use. The device draws its noise from
+# uniforms on a grid of spacing 2**-52 (protocol.rng), so a bit probability exp(-level/2) is
+# realized to within a relative 2**-50 * exp(level/2) (the grid plus the rounding of log and
+# exp near the cut). At level 32 that is below 1e-8, so the probabilities the accounting uses
+# are the ones sampled to far better than the 1e-6 to which epsilons are rounded up; at ~73 and
+# above exp(-level/2) falls below the grid (no noise 1 can ever appear: an infinite loss).
+# Per-bit epsilon at the cap: 16 (asymmetric), ~16 (symmetric): far past any useful privacy.
+MAX_LEVEL = 32.0
+
 
 def _check_probability(name: str, value: float | None, allow_none: bool = True) -> None:
     if value is None:
@@ -87,8 +96,8 @@ class Randomizer:
             if self.irr_p is not None or self.irr_q is not None:
                 raise ParameterError("irr_q", "must be null for the trusted mode")
             return
-        if not 0 < lv < math.inf:
-            raise ParameterError("level", f"must be > 0 and finite, got {lv}")
+        if not 0 < lv <= MAX_LEVEL:
+            raise ParameterError("level", f"must be > 0 and <= {MAX_LEVEL:g} (MAX_LEVEL), got {lv}")
         _check_probability("irr_p", self.irr_p)
         _check_probability("irr_q", self.irr_q)
         if self.mode == "symmetric":

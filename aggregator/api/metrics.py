@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint
 
 from protocol.params import MetricParams
+from protocol.randomizers import MAX_LEVEL
 
 from ..auth import ADMIN, ANALYST, require_role
 from ..context import app_state
@@ -132,7 +133,7 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
             "encoding": {"type": "object"},
             "mode": {"enum": ["symmetric", "asymmetric", "trusted"]},
-            "level": {"type": ["number", "null"]},
+            "level": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": MAX_LEVEL},
             "irr_p": {"type": ["number", "null"]},
             "irr_q": {"type": ["number", "null"]},
             "value_kind": {"enum": ["set", "categorical"]},

@@ -24,6 +24,7 @@ from typing import Any
 from flask import Blueprint
 
 from protocol.errors import ParameterError
+from protocol.randomizers import MAX_LEVEL
 
 from ..auth import ADMIN, ANALYST, require_role
 from ..context import app_state
@@ -90,6 +91,8 @@ def open_round(name: str) -> tuple[dict[str, Any], int]:
     if metric.params.mode == "trusted":
         raise ParameterError("metric", f"{name!r} is trusted: exact bits have no noise to relax")
     level_to = _number(body, "level_to")
+    if level_to > MAX_LEVEL:
+        raise ParameterError("level_to", f"must be <= {MAX_LEVEL:g} (the highest representable level), got {level_to!r}")
     cohorts = _cohorts(body, metric.params.num_cohorts)
     now = int(state.now())
     expires_at = _expiry(body, now)
@@ -182,7 +185,7 @@ OPENAPI_PATHS: dict[str, Any] = {
                     "required": ["level_to"],
                     "additionalProperties": False,
                     "properties": {
-                        "level_to": {"type": "number", "exclusiveMinimum": 0},
+                        "level_to": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LEVEL},
                         "cohorts": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
                         "expires_in": {"type": "integer", "minimum": 1, "maximum": MAX_ROUND_SECONDS},
                     },
