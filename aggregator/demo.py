@@ -36,8 +36,8 @@ import numpy as np
 import requests
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from client_sdk.ledger import value_cost
-from client_sdk.memo import permanent_bits
+from client_sdk.ledger import window_cost
+from client_sdk.memo import noise_key, permanent_bits
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import DirectEncoding, canonical_value
 from protocol.errors import ParameterError
@@ -182,7 +182,7 @@ class SimulatedClients:
         randomizer = self.params.randomizer(levels[-1])
         for i in who:
             members = self.population.member_sets(int(i))
-            value_key = canonical_value(members)
+            value_key = noise_key(window, canonical_value(members))
             permanent = permanent_bits(
                 self.secrets[i - self.first], self.params, self.population.bits[i], value_key, levels
             )
@@ -266,7 +266,8 @@ def _sdk_clients(cfg: DemoConfig, agg: LocalAggregator, data_dir: Path) -> list[
     key = hashlib.sha256(b"onesided-demo-state-key").digest()
     return [
         Client(agg.url, folder / f"client-{i:05d}.state", server_public_keys=agg.keys.sign_public_raw,
-               max_epsilon=cfg.ceiling, state_key=key, rng=None if cfg.seed is None else cfg.seed * 100_003 + i)
+               max_epsilon=cfg.ceiling, state_key=key, rng=None if cfg.seed is None else cfg.seed * 100_003 + i,
+               insecure_rng_for_testing=cfg.seed is not None)
         for i in range(cfg.sdk_clients)
     ]
 
@@ -329,7 +330,7 @@ def run_demo(cfg: DemoConfig, *, progress: bool = True, say: Callable[[str], Non
                 client.flush()
                 tick(1)
             announcement = _verified_announcement(agg, round_id)
-            cost = value_cost(params, [cfg.level_from, announcement.level_to])[0]
+            cost = window_cost(params, [cfg.level_from, announcement.level_to])[0]
             willing = everyone[sim.ceilings >= cost]
             tick(len(everyone) - len(willing))
             counts = upload(agg.url, sim.reports(levels=[cfg.level_from, announcement.level_to],
@@ -380,9 +381,9 @@ def _verified_announcement(agg: LocalAggregator, round_id: int) -> Any:
 
 
 def _privacy(cfg: DemoConfig, params: MetricParams, sdk: list[Any]) -> dict[str, Any]:
-    strict = value_cost(params, [cfg.level_from])[0]
-    relaxed_seq = value_cost(params, [cfg.level_from, cfg.level_to])[0]
-    naive = strict + value_cost(params, [cfg.level_to])[0]
+    strict = window_cost(params, [cfg.level_from])[0]
+    relaxed_seq = window_cost(params, [cfg.level_from, cfg.level_to])[0]
+    naive = strict + window_cost(params, [cfg.level_to])[0]
     info: dict[str, Any] = {
         "strict": strict, "sequence": relaxed_seq, "naive_sum": naive,
         "guarantee": params.guarantee(cfg.level_to).protects,

@@ -18,7 +18,6 @@ log, whose lines never hold secrets, values, bits or noise.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.crypto import b64d, key_id
-from protocol.encodings import Value, canonical_value
+from protocol.crypto import b64d, b64e, key_id
+from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import (
     OnesidedError,
     ParameterError,
@@ -35,6 +34,8 @@ from protocol.errors import (
     ReportRejected,
     SignatureError,
 )
+from protocol.params import MetricParams
+from protocol.randomizers import MAX_LEVEL
 from protocol.rng import RandomSource, SecureRandom, as_rng
 from protocol.wire import (
     STATUS_ACCEPTED,
@@ -55,11 +56,12 @@ from .ledger import (
     LedgerEntry,
     LedgerEvent,
     MetricRecord,
-    check_new_value,
+    WindowRelease,
+    check_new_window,
     check_relaxation,
     ledger_entry,
 )
-from .memo import permanent_bits, value_fingerprint
+from .memo import report_bits, value_fingerprint
 from .state import ClientState, StateCorrupted, StateStore
 from .transport import RetryPolicy, Transport, TransportError
 
@@ -121,6 +123,24 @@ def pinned_keys(keys: bytes | str | Iterable[bytes | str]) -> dict[str, bytes]:
     return out
 
 
+def _secure_or_testing(rng: RandomSource | int | None, allowed: bool) -> RandomSource:
+    """The OS CSPRNG, or a non-secure source when the testing switch says so."""
+    if rng is None or isinstance(rng, SecureRandom):
+        return SecureRandom()
+    if not allowed:
+        raise ParameterError(
+            "rng", "a seeded or custom source makes the IRR predictable; pass insecure_rng_for_testing=True "
+            "in tests and benchmarks, or leave rng=None (the OS CSPRNG)",
+        )
+    return as_rng(rng)
+
+
+class AlreadyReported(PolicyError):
+    """A metric takes one value per window: another value was already reported in this window."""
+
+    code = "already_reported"
+
+
 class Client:
     """One device's telemetry client.
 
@@ -141,7 +161,11 @@ class Client:
         autosave: persist after every :meth:`report` (else at :meth:`flush`,
             :meth:`save` and :meth:`close`).
         clock, sleep: injectable time (tests).
-        rng: the source of cohorts, IRR and jitter (``None``: secure).
+        rng: the source of cohorts, IRR and jitter (``None``: the OS CSPRNG).
+            Any other source (a seed, :class:`~protocol.rng.SeededRandom`)
+            makes the IRR predictable to whoever knows it and is refused
+            unless ``insecure_rng_for_testing=True``.
+        insecure_rng_for_testing: allow a non-secure ``rng`` (tests and benchmarks only).
         accept_round: the app's consent to a relaxation round (``None``: accept
             every round the ceiling allows). A refused round is not applied and
             nothing is sent for it: the aggregator sees non-participation.
@@ -171,6 +195,7 @@ class Client:
         sleep: Callable[[float], None] = time.sleep,
         rng: RandomSource | int | None = None,
         accept_round: Callable[[RoundAnnouncement], bool] | None = None,
+        insecure_rng_for_testing: bool = False,
     ) -> None:
         if on_corrupt not in CORRUPT_POLICIES:
             raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {on_corrupt!r}")
@@ -181,7 +206,7 @@ class Client:
         self._ceiling = Ceiling.of(max_epsilon)
         self._on_error = on_error
         self._accept_round = accept_round
-        self._rng = SecureRandom() if rng is None else as_rng(rng)
+        self._rng = _secure_or_testing(rng, insecure_rng_for_testing)
         self._clock = clock
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -343,6 +368,7 @@ class Client:
             return f"does not raise the level ({record.levels[-1]:.6g} -> {announcement.level_to:.6g})"
         if self._accept_round is not None and not self._accept_round(announcement):
             return "declined by the app"
+        self._settle(record, record.metric_params())
         try:  # the check relax() makes, asked first so a refusal is recorded once, as a round refusal
             check_relaxation(record, record.metric_params(), announcement.level_to,
                              self._ceiling.for_metric(announcement.metric), self._prior(announcement.metric))
@@ -385,6 +411,12 @@ class Client:
     def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str:
         """Encode, randomize (memoized noise, fresh IRR), seal and queue one report.
 
+        A metric takes one value per window (its ``time_precision``): the
+        first report of a window fixes it. Reporting the same value again in
+        the window sends nothing new and returns the same report id; another
+        value raises :class:`AlreadyReported`. A round opened in the window
+        re-sends the window's value at the new level (:meth:`relax`).
+
         Args:
             metric: a metric of the signed config.
             value_or_set: a value, or a set of values (e.g. the places visited today).
@@ -393,10 +425,12 @@ class Client:
             The report id (base64url).
 
         Raises:
-            BudgetExceeded: a new value would pass the ceiling (nothing is queued).
+            BudgetExceeded: a new window's report would pass the ceiling (nothing is queued).
+            AlreadyReported: another value was reported for the metric in this window.
             ParameterError: unknown metric, no config, a value outside a direct domain,
                 a set for a categorical metric.
-            PolicyError: the metric's parameters changed since it was first used.
+            PolicyError: the metric's parameters changed since it was first used, or the
+                clock is before the window of the metric's last report.
         """
         if not isinstance(value_or_set, str | bytes):
             value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
@@ -406,16 +440,20 @@ class Client:
             if params.value_kind == "categorical" and not isinstance(value_or_set, str | bytes):
                 raise ParameterError("value", f"{metric!r} is categorical: report one value, not a set")
             record = self._record(entry)
+            window = window_start(self._clock(), params.time_precision)
             value_key = canonical_value(value_or_set)
-            bits = params.encoding.encode(value_or_set, record.cohort)
-            secret = self._state.secret
-            fingerprint = value_fingerprint(secret, metric, value_key)
-            if fingerprint not in record.value_steps:
-                self._check(lambda: check_new_value(record, params, self._ceiling.for_metric(metric),
-                                                    self._prior(metric)), metric)
-            permanent = permanent_bits(secret, params, bits, value_key, record.levels)
-            envelope = self._seal(entry, record, permanent)
-            record.value_steps.setdefault(fingerprint, record.step)
+            fingerprint = value_fingerprint(self._state.secret, metric, value_key)
+            current = record.current
+            if current is not None and window <= current.window:
+                return self._repeat(record, window, fingerprint)
+            self._check(lambda: check_new_window(record, params, self._ceiling.for_metric(metric),
+                                                 self._prior(metric)), metric)
+            envelope = self._seal(entry, record, value_or_set, window, record.step)
+            record.close_window(params)
+            record.current = WindowRelease(
+                window=window, value=b64e(value_key), fingerprint=fingerprint, first_step=record.step,
+                last_step=record.step, report_id=envelope.report_id_text,
+            )
             self._enqueue(envelope)
             self._dirty = True
             if self.autosave:
@@ -423,23 +461,52 @@ class Client:
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return envelope.report_id_text
 
-    def _seal(self, entry: MetricEntry, record: MetricRecord, permanent: Any) -> ReportEnvelope:
-        """Fresh IRR over the permanent bits, then pack and seal to the config's X25519 key."""
+    def _repeat(self, record: MetricRecord, window: int, fingerprint: str) -> str:
+        """A second report in the metric's latest window: the same value is a no-op, another is refused."""
+        current = record.current
+        assert current is not None  # noqa: S101 - the caller checked
+        if window < current.window:
+            raise PolicyError(
+                "window", f"the clock is before the window of this metric's last report ({current.window}); "
+                "a past window cannot be reported again",
+            )
+        if current.fingerprint == fingerprint:
+            return current.report_id
+        raise AlreadyReported(
+            "value", f"metric {record.params['name']!r} already reported another value in window {window}; "
+            "a metric takes one value per window (the next window starts at "
+            f"{window + int(record.params['time_precision'])})",
+        )
+
+    def _seal(
+        self, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value], window: int, first_step: int
+    ) -> ReportEnvelope:
+        """The window's chain through the current level, fresh IRR, sealed to the config's X25519 key."""
         params = entry.params
-        randomizer = params.randomizer(record.levels[-1])
         config = self._config
         if config is None:  # pragma: no cover - _entry checked it under the same lock
             raise ParameterError("metric", "no verified config yet: call sync() first")
+        bits = report_bits(
+            self._state.secret, params, value, cohort=record.cohort, window=window,
+            levels=record.levels[first_step:], rng=self._rng,
+        )
         return build_report(
             params_digest=entry.digest,
             metric=params.name,
             round=record.round,
-            window=window_start(self._clock(), params.time_precision),
+            window=window,
             cohort=record.cohort,
             level=record.levels[-1],
-            bits=randomizer.instantaneous(permanent, self._rng),
+            bits=bits,
             seal_public=config.aggregator.seal_public,
         )
+
+    def _settle(self, record: MetricRecord, params: MetricParams) -> None:
+        """Close the latest window's release once its window has passed: it can never be re-sent."""
+        current = record.current
+        if current is not None and current.window < window_start(self._clock(), params.time_precision):
+            record.close_window(params)
+            self._dirty = True
 
     def _check(self, check: Callable[[], float], metric: str) -> float:
         """Run a ceiling check; a refusal is recorded in the ledger events, then raised."""
@@ -462,8 +529,10 @@ class Client:
     def relax(self, metric: str, level_to: float, round_id: int) -> LedgerEntry:
         """Move the metric's memoized noise to ``level_to`` (the local part of a round).
 
-        Every value already released is charged as if re-released at
-        ``level_to``; later reports carry ``round_id``. Re-applying the same
+        If the metric reported in the current window, that window's value is
+        re-sent at ``level_to`` (its memoized noise relaxed by the lazy step)
+        and charged as one more report of the window's chain; earlier windows
+        are final. Later reports carry ``round_id``. Re-applying the same
         level is a no-op.
 
         Raises:
@@ -473,24 +542,43 @@ class Client:
         """
         if isinstance(round_id, bool) or not isinstance(round_id, int) or not 1 <= round_id < 2**32:
             raise ParameterError("round_id", f"must be an integer in [1, 2^32), got {round_id!r}")
-        if isinstance(level_to, bool) or not isinstance(level_to, int | float) or not 0 < level_to < math.inf:
-            raise ParameterError("level_to", f"must be > 0 and finite, got {level_to!r}")
+        if isinstance(level_to, bool) or not isinstance(level_to, int | float) or not 0 < level_to <= MAX_LEVEL:
+            raise ParameterError("level_to", f"must be > 0 and <= {MAX_LEVEL:g} (MAX_LEVEL), got {level_to!r}")
         with self._lock:
             entry = self._entry(metric)
             params = entry.params
             if params.mode == "trusted":
                 raise ParameterError("metric", f"{metric!r} is trusted: there is no noise to relax")
             record = self._record(entry)
+            self._settle(record, params)
             if level_to != record.levels[-1]:
                 ceiling = self._ceiling.for_metric(metric)
                 self._check(lambda: check_relaxation(record, params, float(level_to), ceiling,
                                                      self._prior(metric)), metric)
+                envelope = self._resend(entry, record, float(level_to), round_id)
                 record.levels.append(float(level_to))
                 record.rounds.append(round_id)
+                if envelope is not None and record.current is not None:
+                    record.current.last_step = record.step
+                    record.current.report_id = envelope.report_id_text
+                    self._enqueue(envelope)
                 self._event("relax", metric, f"level {record.levels[-2]:.6g} -> {level_to:.6g} (round {round_id})")
                 self._commit()
                 log.info("metric %s relaxed to level %.6g for round %d", metric, level_to, round_id)
             return self._ledger_entry(metric, record)
+
+    def _resend(self, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int) -> ReportEnvelope | None:
+        """The current window's value relaxed to ``level_to`` for round ``round_id`` (``None``: no window)."""
+        current = record.current
+        if current is None:
+            return None
+        members = members_of_canonical(b64d(current.value, "value"))
+        value: Value | tuple[bytes, ...] = members[0] if entry.params.value_kind == "categorical" else tuple(members)
+        relaxed = MetricRecord(
+            params=record.params, digest=record.digest, cohort=record.cohort,
+            levels=[*record.levels, level_to], rounds=[*record.rounds, round_id],
+        )
+        return self._seal(entry, relaxed, value, current.window, current.first_step)
 
     # --- sending ----------------------------------------------------------------
 
@@ -629,4 +717,4 @@ class Client:
             log.exception("on_error callback raised")
 
 
-__all__ = ["Client", "FlushResult", "ReportsDropped", "pinned_keys"]
+__all__ = ["AlreadyReported", "Client", "FlushResult", "ReportsDropped", "pinned_keys"]

@@ -1,31 +1,35 @@
-"""The privacy ledger: what each metric has released and what it cost (DESIGN 6).
+"""The privacy ledger: what each metric has released and what it cost (DESIGN 6, docs/privacy.md).
 
-Per metric the client keeps the levels its memoized noise went through and,
-for each distinct value it ever reported (a keyed fingerprint, never the
-value), the step at which that value was first released. The cost is then
-exact:
+Memoized noise is keyed per (metric, window, value) (:mod:`client_sdk.memo`),
+and a metric takes at most one value per window: the first report of a
+window fixes its value, a round re-sends that value relaxed, and a later
+report of another value in the same window is refused. So a client's
+history is a sequence of independent window releases, each a chain of
+reports of one value at the levels ``levels[first..last]``, and the cost is:
 
-* one value first released at step ``s`` and relaxed up to step ``n`` costs
-  ``bits_changed * sequence_bit_epsilon(mode, levels[s..n])``
-  (:mod:`protocol.accounting`: exact for the asymmetric mode and for up to
-  three symmetric levels, a proven bound beyond, rounded up);
-* different values have independent memoized noise, so a metric costs the
-  sum over its distinct values; repeating a value is free (its permanent
-  bits do not change; RAPPOR's ``eps_inf`` covers every transmission).
+* one window: ``window_cost(params, levels[first..last])``: without IRR the
+  exact epsilon of the released bit chain (``bits_changed *
+  sequence_bit_epsilon``); with IRR the smaller of that and the sum of the
+  per-report epsilons (RAPPOR's ``eps_1``; exact for one report);
+* the whole history: the sum over windows (independent releases compose
+  additively, and the sum is attained when every window differs).
 
-Every report of a new value and every relaxation is checked against the
-ceiling *before* anything is sent; relaxing never lowers a level.
+Every cost depends only on the levels and on which windows reported, never
+on the values, so every refusal the aggregator could notice (a report not
+sent, a round not joined) is a function of non-sensitive state. Charges are
+kept in integer micro-epsilons (:func:`protocol.accounting.to_micro`).
+Every report and relaxation is checked against the ceiling *before*
+anything is sent; relaxing never lowers a level.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.accounting import round_up, sequence_bit_epsilon
+from protocol.accounting import from_micro, round_up, sequence_bit_epsilon, to_micro
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.params import MetricParams
 
@@ -91,38 +95,65 @@ def _float_of_json(value: float | None) -> float:
     return math.inf if value is None else float(value)
 
 
-def value_cost(params: MetricParams, released_levels: Sequence[float]) -> tuple[float, bool]:
-    """Cost of one value whose memoized bits were released at ``released_levels``.
+def window_cost(params: MetricParams, levels: Sequence[float]) -> tuple[float, bool]:
+    """Cost of one window: a report of the window's value at each of ``levels`` (its noise chain).
 
-    ``bits_changed * sequence_bit_epsilon(mode, levels)`` with ``bits_changed``
-    from the metric's neighbour relation (``k`` for sets and for the
-    asymmetric mode, ``2k`` for a replaced categorical value). Trusted: ``inf``.
+    Without IRR: ``bits_changed * sequence_bit_epsilon(mode, levels)`` (the
+    released permanent bits; exact for the asymmetric mode and up to three
+    symmetric levels). With IRR the reports are a post-processing of those
+    bits *and* a composition of one IRR report per level, so the smaller of
+    the two bounds is charged; one report alone is exactly RAPPOR's ``eps_1``.
+    ``bits_changed`` follows the metric's neighbour relation (``k``; ``2k``
+    for a symmetric categorical value replaced). Trusted: ``inf``.
 
     Returns:
         ``(epsilon rounded up, exact)``.
     """
     if params.mode == "trusted":
         return math.inf, True
-    bits_changed = params.guarantee(released_levels[-1]).bits_changed
-    eps, exact = sequence_bit_epsilon(params.mode, tuple(released_levels))
-    return round_up(bits_changed * eps), exact
+    bits_changed = params.guarantee(levels[-1]).bits_changed
+    eps, exact = sequence_bit_epsilon(params.mode, tuple(levels))
+    chain = bits_changed * to_micro(eps)
+    if params.irr_q is None:
+        return from_micro(chain), exact
+    reports = sum(to_micro(params.guarantee(level).epsilon_per_report) for level in levels)
+    if len(levels) == 1:
+        return from_micro(min(chain, reports)), True
+    return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
 
 
-def metric_cost(params: MetricParams, levels: Sequence[float], first_steps: Mapping[int, int]) -> tuple[float, bool]:
-    """Sum over distinct values: ``sum_s count_s * value_cost(levels[s:])``.
+@dataclass(kw_only=True)
+class WindowRelease:
+    """The one value a metric released in one window (kept in the encrypted state only).
 
-    Args:
-        params: the metric.
-        levels: the levels of the metric's noise chain, oldest first.
-        first_steps: how many distinct values were first released at each step.
+    Attributes:
+        window: the window's start (seconds).
+        value: the canonical value (base64url), re-sent relaxed by a round in the same window.
+        fingerprint: its keyed fingerprint (compares values without decoding them).
+        first_step, last_step: the steps of the metric's level chain released in the window.
+        report_id: the latest report of the window (a repeat of the same value returns it).
     """
-    total, exact = 0.0, True
-    for step, count in first_steps.items():
-        if count:
-            cost, ok = value_cost(params, levels[step:])
-            total += count * cost
-            exact = exact and ok
-    return round_up(total), exact
+
+    window: int
+    value: str
+    fingerprint: str
+    first_step: int
+    last_step: int
+    report_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window": self.window, "value": self.value, "fingerprint": self.fingerprint,
+            "first_step": self.first_step, "last_step": self.last_step, "report_id": self.report_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WindowRelease:
+        return cls(
+            window=int(data["window"]), value=str(data["value"]), fingerprint=str(data["fingerprint"]),
+            first_step=int(data["first_step"]), last_step=int(data["last_step"]),
+            report_id=str(data["report_id"]),
+        )
 
 
 @dataclass(kw_only=True)
@@ -133,9 +164,13 @@ class MetricRecord:
         params: the metric's parameters (``MetricParams.to_dict``) when the record was made.
         digest: their digest, as the signed config gave it.
         cohort: chosen once, uniformly, and kept.
-        levels: the levels of the noise chain, strictly increasing.
+        levels: the levels of the metric, strictly increasing (the first is the
+            metric's; each round appends one).
         rounds: the round id that set each level (0 for the first).
-        value_steps: value fingerprint -> the step of its first release.
+        current: the latest window's release (``None`` before the first report).
+        closed_micro: the summed cost of the earlier windows, in micro-epsilons.
+        closed_windows: how many earlier windows released.
+        closed_exact: False when one of them was charged a bound.
     """
 
     params: dict[str, Any]
@@ -143,7 +178,10 @@ class MetricRecord:
     cohort: int
     levels: list[float]
     rounds: list[int]
-    value_steps: dict[str, int] = field(default_factory=dict)
+    current: WindowRelease | None = None
+    closed_micro: int = 0
+    closed_windows: int = 0
+    closed_exact: bool = True
 
     def metric_params(self) -> MetricParams:
         return MetricParams.from_dict(self.params)
@@ -156,11 +194,39 @@ class MetricRecord:
     def round(self) -> int:
         return self.rounds[-1]
 
-    def first_steps(self) -> Counter[int]:
-        return Counter(self.value_steps.values())
+    @property
+    def windows(self) -> int:
+        """Windows released so far."""
+        return self.closed_windows + (self.current is not None)
 
-    def spent(self, params: MetricParams) -> tuple[float, bool]:
-        return metric_cost(params, self.levels, self.first_steps())
+    def window_levels(self, last_step: int | None = None) -> list[float]:
+        """The current window's chain of levels (through ``last_step``, default its own)."""
+        if self.current is None:
+            return []
+        last = self.current.last_step if last_step is None else last_step
+        return self.levels[self.current.first_step : last + 1]
+
+    def spent(self, params: MetricParams, last_step: int | None = None) -> tuple[float, bool]:
+        """The metric's total (the current window charged through ``last_step``)."""
+        if params.mode == "trusted" and self.windows:
+            return math.inf, True
+        if self.current is None:
+            return from_micro(self.closed_micro), self.closed_exact
+        cost, exact = window_cost(params, self.window_levels(last_step))
+        return from_micro(self.closed_micro + to_micro(cost)), exact and self.closed_exact
+
+    def close_window(self, params: MetricParams) -> None:
+        """Fold the current window into the closed sum (a report in a later window starts)."""
+        if self.current is None:
+            return
+        cost, exact = window_cost(params, self.window_levels())
+        if math.isinf(cost):
+            self.closed_micro, self.closed_exact = 0, True  # trusted: spent() is inf once anything left
+        else:
+            self.closed_micro += to_micro(cost)
+            self.closed_exact = self.closed_exact and exact
+        self.closed_windows += 1
+        self.current = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,18 +235,25 @@ class MetricRecord:
             "cohort": self.cohort,
             "levels": [_json_float(v) for v in self.levels],
             "rounds": list(self.rounds),
-            "value_steps": dict(self.value_steps),
+            "current": None if self.current is None else self.current.to_dict(),
+            "closed_micro": self.closed_micro,
+            "closed_windows": self.closed_windows,
+            "closed_exact": self.closed_exact,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MetricRecord:
+        current = data.get("current")
         return cls(
             params=dict(data["params"]),
             digest=str(data["digest"]),
             cohort=int(data["cohort"]),
             levels=[_float_of_json(v) for v in data["levels"]],
             rounds=[int(r) for r in data["rounds"]],
-            value_steps={str(k): int(v) for k, v in data["value_steps"].items()},
+            current=None if current is None else WindowRelease.from_dict(current),
+            closed_micro=int(data["closed_micro"]),
+            closed_windows=int(data["closed_windows"]),
+            closed_exact=bool(data["closed_exact"]),
         )
 
 
@@ -190,25 +263,27 @@ def _remaining(ceiling: float, spent: float) -> float:
     return max(0.0, ceiling - spent)
 
 
-def check_new_value(record: MetricRecord, params: MetricParams, ceiling: float, prior: float) -> float:
-    """Refuse a new distinct value whose cost would pass the ceiling.
+def _checked(total: float, before: float, cost: float, ceiling: float, what: str) -> float:
+    if total > ceiling:
+        raise BudgetExceeded(cost, _remaining(ceiling, before), what)
+    return total
+
+
+def check_new_window(record: MetricRecord, params: MetricParams, ceiling: float, prior: float) -> float:
+    """Refuse a report in a new window whose cost would pass the ceiling.
 
     Returns:
-        The metric's total spent after the new value (``prior`` included).
+        The metric's total spent after the report (``prior`` included).
 
     Raises:
-        BudgetExceeded: with ``requested`` the value's cost and ``remaining``
+        BudgetExceeded: with ``requested`` the window's cost and ``remaining``
             what is left under the ceiling.
     """
     spent, _ = record.spent(params)
-    cost, _ = value_cost(params, record.levels[-1:])
-    before = prior + spent
-    after = round_up(before + cost)
-    if after > ceiling:
-        raise BudgetExceeded(
-            cost, _remaining(ceiling, before), f"metric {params.name!r}: a new value costs {cost:.6g}"
-        )
-    return after
+    cost, _ = window_cost(params, record.levels[-1:])
+    before = round_up(prior + spent)
+    return _checked(round_up(before + cost), before, cost, ceiling,
+                    f"metric {params.name!r}: a report in a new window costs {cost:.6g}")
 
 
 def check_relaxation(
@@ -216,7 +291,8 @@ def check_relaxation(
 ) -> float:
     """Refuse a relaxation that lowers the level or would pass the ceiling.
 
-    Every value already released is charged as if re-released at ``level_to``.
+    A round re-sends the current window's value at ``level_to`` (one more
+    report of its chain); earlier windows are final and cost nothing more.
 
     Returns:
         The metric's total spent after the relaxation (``prior`` included).
@@ -229,15 +305,19 @@ def check_relaxation(
     if level_to < current:
         raise TighteningRefused(current=current, requested=level_to)
     spent, _ = record.spent(params)
-    after_values, _ = metric_cost(params, [*record.levels, level_to], record.first_steps())
-    extra = after_values - spent
-    after = round_up(prior + after_values)
-    if after > ceiling:
-        raise BudgetExceeded(
-            extra, _remaining(ceiling, prior + spent),
-            f"metric {params.name!r}: relaxing to level {level_to:.6g}",
-        )
-    return after
+    before = round_up(prior + spent)
+    if record.current is None or math.isinf(spent):
+        return before
+    extended = MetricRecord(
+        params=record.params, digest=record.digest, cohort=record.cohort,
+        levels=[*record.levels, level_to], rounds=[*record.rounds, 0], current=record.current,
+        closed_micro=record.closed_micro, closed_windows=record.closed_windows,
+        closed_exact=record.closed_exact,
+    )
+    after, _ = extended.spent(params, last_step=extended.step)
+    total = round_up(prior + after)
+    return _checked(total, before, round_up(after - spent), ceiling,
+                    f"metric {params.name!r}: relaxing to level {level_to:.6g}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,8 +327,8 @@ class LedgerEntry:
     Attributes:
         metric: the metric name.
         mode: ``symmetric``, ``asymmetric`` or ``trusted``.
-        levels: the levels released, oldest first; ``rounds`` the round of each.
-        distinct_values: how many different values (or sets) were reported.
+        levels: the levels of the metric, oldest first; ``rounds`` the round of each.
+        windows: how many windows released a value.
         spent: the exact cost so far (rounded up), including ``prior``.
         exact: False when a symmetric chain is longer than the exact accounting
             supports and ``spent`` is a proven upper bound.
@@ -256,7 +336,8 @@ class LedgerEntry:
             state was lost; see ``docs/client.md``).
         ceiling, remaining: the ceiling and what is left under it.
         epsilon_per_report: one transmission at the current level (RAPPOR's eps_1).
-        epsilon_per_value: one value released at every level so far.
+        epsilon_per_window: a new window at the current level (what the next window will cost).
+        neighbour: the neighbour relation of one window, in words.
         protects, reveals: the policy in words.
     """
 
@@ -265,14 +346,15 @@ class LedgerEntry:
     cohort: int
     levels: tuple[float, ...]
     rounds: tuple[int, ...]
-    distinct_values: int
+    windows: int
     spent: float
     exact: bool
     prior: float
     ceiling: float
     remaining: float
     epsilon_per_report: float
-    epsilon_per_value: float
+    epsilon_per_window: float
+    neighbour: str
     protects: str
     reveals: str
 
@@ -288,14 +370,15 @@ def ledger_entry(record: MetricRecord, params: MetricParams, ceiling: float, pri
         cohort=record.cohort,
         levels=tuple(record.levels),
         rounds=tuple(record.rounds),
-        distinct_values=len(record.value_steps),
+        windows=record.windows,
         spent=total,
         exact=exact,
         prior=prior,
         ceiling=ceiling,
         remaining=_remaining(ceiling, total),
         epsilon_per_report=guarantee.epsilon_per_report,
-        epsilon_per_value=value_cost(params, record.levels)[0],
+        epsilon_per_window=window_cost(params, record.levels[-1:])[0],
+        neighbour=guarantee.neighbour,
         protects=guarantee.protects,
         reveals=guarantee.reveals,
     )
@@ -346,9 +429,9 @@ __all__ = [
     "LedgerEntry",
     "LedgerEvent",
     "MetricRecord",
-    "check_new_value",
+    "WindowRelease",
+    "check_new_window",
     "check_relaxation",
     "ledger_entry",
-    "metric_cost",
-    "value_cost",
+    "window_cost",
 ]

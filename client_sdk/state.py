@@ -33,7 +33,7 @@ from .ledger import LedgerEvent, MetricRecord
 from .memo import SECRET_BYTES, check_secret
 
 STATE_MAGIC = b"ONSC"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: per-window memoization and ledger (a version-1 state does not open: its spend is charged as lost)
 STATE_AAD = b"onesided/client-state/v1"
 KEY_BYTES = 32
 MAX_EVENTS = 200

@@ -83,7 +83,8 @@ def main() -> None:
         digest = agg.admin.post("/v1/metrics", params.to_dict())["digest"]
         key = hashlib.sha256(b"example-state-key").digest()
         sdk = [Client(agg.url, Path(tmp) / f"client-{i}.state", server_public_keys=agg.keys.sign_public_raw,
-                      max_epsilon=8.0, state_key=key, autosave=False, rng=args.seed * 1000 + i)
+                      max_epsilon=8.0, state_key=key, autosave=False, rng=args.seed * 1000 + i,
+                      insecure_rng_for_testing=True)
                for i in range(args.sdk_clients)]
         n_sdk = len(sdk)
         sim = SimulatedClients(params=params, digest=digest, population=pop, first=n_sdk,

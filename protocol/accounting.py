@@ -26,6 +26,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from scipy import integrate
@@ -39,8 +40,10 @@ __all__ = [
     "check_sequence_privacy",
     "guarantee",
     "laplace_rate_from_f",
+    "from_micro",
     "report_epsilon",
     "round_up",
+    "to_micro",
     "sequence_bit_epsilon",
     "sequence_pattern_probabilities",
 ]
@@ -57,20 +60,43 @@ _QUAD_SLACK = 1e-8
 
 
 def round_up(value: float, digits: int = _DIGITS, slack: float = 0.0) -> float:
-    """Round ``value + slack`` up to ``digits`` decimals.
+    """The smallest multiple of ``10**-digits`` at or above ``value + slack``, always.
 
-    ``slack`` covers a numerical error bound (quadrature results pass theirs).
-    A value within 1e-9 of a grid point (a closed form such as ``2/2``, off
-    only by floating-point representation) stays on that point.
+    The arithmetic is exact (the double's own rational value), so nothing is
+    ever rounded down: ``round_up(1.0000000009) == 1.000001``. ``slack``
+    covers a numerical error bound (quadrature results pass theirs). The
+    result is the double nearest to that decimal, which is itself at or
+    above ``value`` (a double closer to the decimal would be the nearest).
+    A double that *is* the nearest double of a grid decimal stands for that
+    decimal, so the function is idempotent (``round_up(round_up(x)) ==
+    round_up(x)``); no tolerance is involved.
     """
     if math.isinf(value):
         return value
-    scale = 10.0**digits
-    scaled = (value + slack) * scale
-    nearest = round(scaled)
-    if abs(scaled - nearest) <= 1e-9 * max(1.0, abs(scaled)) and slack == 0.0:
-        return nearest / scale
-    return math.ceil(scaled) / scale
+    if math.isnan(value) or math.isnan(slack):
+        raise ParameterError("epsilon", "is NaN")
+    scale = 10**digits
+    total = Fraction(value) + Fraction(slack)
+    grid = math.ceil(total * scale)
+    if slack == 0.0 and (grid - 1) / scale == value:
+        return value
+    return grid / scale
+
+
+def to_micro(epsilon: float) -> int:
+    """A rounded-up epsilon (a :func:`round_up` result) as an integer count of ``1e-6``.
+
+    Ledgers add these integers, so a sum of charges is exactly the sum of the
+    printed decimals (no floating-point drift in either direction).
+    """
+    if math.isinf(epsilon) or math.isnan(epsilon):
+        raise ParameterError("epsilon", f"must be finite to count in micro units, got {epsilon}")
+    return round(epsilon * 10**_DIGITS)
+
+
+def from_micro(micro: int) -> float:
+    """Inverse of :func:`to_micro`."""
+    return micro / 10**_DIGITS
 
 
 def bit_epsilon(mode: Mode, level: float) -> float:
@@ -113,8 +139,10 @@ class Guarantee:
     Attributes:
         epsilon_bit: one memoized bit at the current level.
         epsilon_per_report: one transmission (with IRR when on: RAPPOR's eps_1).
-        epsilon_longitudinal: all transmissions of the same value, ever, at
-            this level (the memoized bits: RAPPOR's eps_inf).
+        epsilon_longitudinal: any number of transmissions of one window's
+            memoized bits at this level (RAPPOR's eps_inf). Noise is memoized
+            per window, so different windows are independent releases whose
+            costs add up (docs/privacy.md).
         neighbour: which change of the input the epsilons are about.
         protects / reveals: plain statement of the policy.
     """
@@ -131,11 +159,30 @@ class Guarantee:
 
 
 def _neighbour(value_kind: ValueKind, mode: Mode, num_hashes: int) -> tuple[int, str]:
+    """Bits changed and the neighbour relation, per window (docs/privacy.md states them all)."""
+    if mode == "asymmetric" and value_kind == "categorical":
+        return num_hashes, "a sensitive value replaced by the declared none value (which owns no bits)"
     if mode == "asymmetric":
         return num_hashes, "one member removed from the set (S' subset of S)"
     if value_kind == "set":
         return num_hashes, "one member added to or removed from the set"
     return 2 * num_hashes, "the value replaced by another value"
+
+
+def _policy(value_kind: ValueKind, mode: Mode) -> tuple[str, str]:
+    """``(protects, reveals)`` in words."""
+    if mode == "asymmetric" and value_kind == "categorical":
+        return (
+            "that the value is a sensitive one rather than the declared none value",
+            "which sensitive value it is, against another sensitive value (not hidden at all), and "
+            "that a value is none or not a given value when its bits are reported 0",
+        )
+    if mode == "asymmetric":
+        return (
+            "that an item IS in the set (a reported 1 may be noise)",
+            "that an item is NOT in the set, when its bits are reported 0 (a 0 is always true)",
+        )
+    return "both presence and absence of every item (two-sided noise)", "nothing beyond the epsilon"
 
 
 def guarantee(
@@ -157,12 +204,7 @@ def guarantee(
     longitudinal = report_epsilon(
         *randomizer.permanent_probabilities(), mode=mode, value_kind=value_kind, num_hashes=num_hashes
     )
-    if mode == "asymmetric":
-        protects = "that an item IS in the set (a reported 1 may be noise)"
-        reveals = "that an item is NOT in the set, when its bits are reported 0 (a 0 is always true)"
-    else:
-        protects = "both presence and absence of every item (two-sided noise)"
-        reveals = "nothing beyond the epsilon"
+    protects, reveals = _policy(value_kind, mode)
     return Guarantee(
         mode=mode,
         level=randomizer.level,

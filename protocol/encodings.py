@@ -107,6 +107,27 @@ def canonical_value(value_or_set: Value | Iterable[Value]) -> bytes:
     return b"".join(out)
 
 
+def members_of_canonical(key: bytes) -> list[bytes]:
+    """The members of a :func:`canonical_value` (its inverse, up to order and repeats).
+
+    Raises:
+        ParameterError: ``key`` is not a canonical value.
+    """
+    if not key.startswith(b"S") or len(key) < 5:
+        raise ParameterError("value", "is not a canonical value")
+    (count,) = struct.unpack(">I", key[1:5])
+    members, at = [], 5
+    for _ in range(count):
+        if at + 4 > len(key):
+            raise ParameterError("value", "is not a canonical value (truncated)")
+        (size,) = struct.unpack(">I", key[at : at + 4])
+        members.append(key[at + 4 : at + 4 + size])
+        at += 4 + size
+    if at != len(key):
+        raise ParameterError("value", "is not a canonical value (trailing bytes)")
+    return members
+
+
 def as_members(value_or_set: Value | Iterable[Value]) -> list[bytes]:
     """The members of a value or a set, as bytes."""
     if isinstance(value_or_set, str | bytes):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from aggsupport import LiveServer, live_server
 
 from client_sdk import Client, RetryPolicy
 from client_sdk.cli import register
+from client_sdk.client import AlreadyReported
 from protocol.crypto import AggregatorKeys, b64e
 from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError
@@ -38,6 +41,14 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
     with live_server(f"sqlite:///{tmp_path / 'agg.db'}", tmp_path / "agg") as srv:
         srv.storage.put_metric(PLACES)
         yield srv
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def sent_payloads(client: Client, keys: AggregatorKeys) -> list[tuple[int, np.ndarray]]:
@@ -61,12 +72,15 @@ def test_thousand_clients_counts_match(server: LiveServer, tmp_path: Path) -> No
     session = requests.Session()
     retry = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
     for i in range(1000):
+        clock = Clock(time.time() - PLACES.time_precision)
         client = Client(url, tmp_path / "clients" / f"{i}.state", server_public_keys=keys.sign_public_raw,
-                        max_epsilon=10.0, session=session, retry=retry, rng=rng, autosave=False)
+                        max_epsilon=10.0, session=session, retry=retry, rng=rng, autosave=False,
+                        insecure_rng_for_testing=True, clock=clock)
         client.sync()
         visits = rng.integers(len(CITY), int(rng.integers(4, 1)[0]) + 1)
         client.report("places", {CITY[j] for j in visits})
-        if i % 10 == 0:  # some clients report a second, different day
+        if i % 10 == 0:  # some clients report a second, different window (one value per window)
+            clock.now += PLACES.time_precision
             client.report("places", {CITY[j] for j in visits[:1]})
         mine = sent_payloads(client, keys)
         for cohort, bits in mine:
@@ -96,17 +110,23 @@ def test_cli_report_flush_ledger(server: LiveServer, tmp_path: Path, capsys: pyt
     url, keys, storage = server.url, server.keys, server.storage
     monkeypatch.setenv("ONESIDED_SERVER_KEY", b64e(keys.sign_public_raw))
     common = ["--server", url, "--state", str(tmp_path / "cli.state")]
-    assert run_cli(["client", "report", *common, "--metric", "places", "home", "cafe"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["flush"]["delivered"] == 1 and out["ledger"]["spent"] == 2.0  # k * level / 2
-    assert run_cli(["client", "report", *common, "--no-send", "--metric", "places", "home"]) == 0
+    assert run_cli(["client", "report", *common, "--no-send", "--metric", "places", "home", "cafe"]) == 0
     assert json.loads(capsys.readouterr().out)["flush"] is None
     assert run_cli(["client", "flush", *common]) == 0
     assert json.loads(capsys.readouterr().out)["delivered"] == 1
+    # the same value again in the window sends nothing new; another value is refused
+    assert run_cli(["client", "report", *common, "--metric", "places", "cafe", "home"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # one report with IRR costs RAPPOR's eps_1: k ln(1/p*), p* = q + (1 - q) q_irr, q = e^-1 (below k L/2 = 2)
+    q = math.exp(-1.0)
+    assert out["flush"]["delivered"] == 0
+    assert out["ledger"]["spent"] == pytest.approx(2 * math.log(1 / (q + (1 - q) * 0.1)), abs=1e-6)
+    with pytest.raises(AlreadyReported):
+        run_cli(["client", "report", *common, "--metric", "places", "home"])
     assert run_cli(["client", "ledger", *common]) == 0
     ledger = json.loads(capsys.readouterr().out)
-    assert ledger["entries"][0]["distinct_values"] == 2 and ledger["queued_reports"] == 0
-    assert storage.bit_counts("places")[1].sum() == 2
+    assert ledger["entries"][0]["windows"] == 1 and ledger["queued_reports"] == 0
+    assert storage.bit_counts("places")[1].sum() == 1
     monkeypatch.delenv("ONESIDED_SERVER_KEY")
     with pytest.raises(ParameterError) as info:
         run_cli(["client", "ledger", *common])

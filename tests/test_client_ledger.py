@@ -1,4 +1,4 @@
-"""The ledger: exact costs, the ceiling is never exceeded, no tightening."""
+"""The ledger: one value per window, exact window costs that add up, the ceiling, no tightening."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 
 from client_sdk import Ceiling, Client
-from client_sdk.ledger import MetricRecord, check_new_value, metric_cost, value_cost
+from client_sdk.client import AlreadyReported
+from client_sdk.ledger import MetricRecord, check_new_window, window_cost
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import sequence_bit_epsilon
 from protocol.encodings import BloomEncoding, DirectEncoding
-from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.errors import BudgetExceeded, ParameterError, PolicyError, TighteningRefused
 from protocol.params import MetricParams
+from protocol.randomizers import MAX_LEVEL
+from protocol.rng import SecureRandom, SeededRandom
 
 BLOOM = BloomEncoding(num_bits=64, num_hashes=2, num_cohorts=4)
 ASYM = MetricParams(name="places", encoding=BLOOM, mode="asymmetric", level=1.0)
@@ -23,52 +26,91 @@ CAT = MetricParams(
     value_kind="categorical",
 )
 TRUSTED = MetricParams(name="exact", encoding=BLOOM, mode="trusted", level=math.inf)
+SYM_IRR = MetricParams(name="urls-irr", encoding=BLOOM, mode="symmetric", level=1.0, irr_p=0.5, irr_q=0.75)
 
 
-def make_client(tmp_path: Path, max_epsilon: object, metrics: list[MetricParams] | None = None) -> Client:
-    fake = FakeAggregator(metrics or [ASYM, SYM, CAT, TRUSTED])
+DAY = 86400.0
+
+
+class Clock:
+    """A settable clock: tests move it by whole windows (``time_precision`` is a day)."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def next_window(self) -> None:
+        self.now += DAY
+
+
+def make_client(
+    tmp_path: Path, max_epsilon: object, metrics: list[MetricParams] | None = None, clock: Clock | None = None
+) -> Client:
+    fake = FakeAggregator(metrics or [ASYM, SYM, CAT, TRUSTED, SYM_IRR])
     client = Client("http://agg.test", tmp_path / "state", server_public_keys=fake.sign_public,
-                    max_epsilon=max_epsilon, session=fake, rng=3)  # type: ignore[arg-type]
+                    max_epsilon=max_epsilon, session=fake, rng=3, insecure_rng_for_testing=True,  # type: ignore[arg-type]
+                    clock=clock or Clock())
     client.sync()
     return client
 
 
-def test_value_cost_is_bits_changed_times_sequence_epsilon() -> None:
-    # asymmetric: k * L_last / 2, whatever the path
-    assert value_cost(ASYM, [1.0]) == (1.0, True)
-    assert value_cost(ASYM, [1.0, 2.0, 4.0]) == (4.0, True)
+def test_window_cost_is_bits_changed_times_the_chain_epsilon() -> None:
+    # asymmetric: k * L_last / 2, whatever the chain
+    assert window_cost(ASYM, [1.0]) == (1.0, True)
+    assert window_cost(ASYM, [1.0, 2.0, 4.0]) == (4.0, True)
     # symmetric set: k * e_bit; categorical: 2k * e_bit (k = 1 for direct)
     e_bit = sequence_bit_epsilon("symmetric", (1.0,))[0]
-    assert value_cost(SYM, [1.0])[0] == pytest.approx(2 * e_bit, abs=2e-6)
-    assert value_cost(CAT, [2.0])[0] == pytest.approx(2 * sequence_bit_epsilon("symmetric", (2.0,))[0], abs=2e-6)
+    assert window_cost(SYM, [1.0])[0] == 2 * e_bit
+    assert window_cost(CAT, [2.0])[0] == 2 * sequence_bit_epsilon("symmetric", (2.0,))[0]
     # a relaxed symmetric pair costs its exact sequence epsilon, less than the sum of both
-    pair, exact = value_cost(SYM, [1.0, 2.0])
-    assert exact and pair == pytest.approx(2 * sequence_bit_epsilon("symmetric", (1.0, 2.0))[0], abs=2e-6)
-    assert pair < value_cost(SYM, [1.0])[0] + value_cost(SYM, [2.0])[0]
-    assert value_cost(TRUSTED, [math.inf]) == (math.inf, True)
+    pair, exact = window_cost(SYM, [1.0, 2.0])
+    assert exact and pair == 2 * sequence_bit_epsilon("symmetric", (1.0, 2.0))[0]
+    assert pair < window_cost(SYM, [1.0])[0] + window_cost(SYM, [2.0])[0]
+    assert window_cost(TRUSTED, [math.inf]) == (math.inf, True)
 
 
-def test_metric_cost_sums_distinct_values_from_their_first_step() -> None:
-    # two values first released at step 0, one at step 1, chain 1 -> 3: asym costs 3 * (2 * 3 / 2)
-    assert metric_cost(ASYM, [1.0, 3.0], {0: 2, 1: 1}) == (9.0, True)
-    # symmetric: the late value only pays its single level, the early ones the pair
-    cost, _ = metric_cost(SYM, [1.0, 2.0], {0: 1, 1: 1})
-    assert cost == pytest.approx(value_cost(SYM, [1.0, 2.0])[0] + value_cost(SYM, [2.0])[0], abs=3e-6)
+def test_with_irr_one_report_costs_eps_1_and_a_chain_the_smaller_bound() -> None:
+    one = SYM_IRR.guarantee(1.0)
+    assert window_cost(SYM_IRR, [1.0]) == (one.epsilon_per_report, True)
+    assert one.epsilon_per_report < one.epsilon_longitudinal
+    two, exact = window_cost(SYM_IRR, [1.0, 2.0])
+    chain = 2 * sequence_bit_epsilon("symmetric", (1.0, 2.0))[0]
+    per_reports = one.epsilon_per_report + SYM_IRR.guarantee(2.0).epsilon_per_report
+    assert two == pytest.approx(min(chain, per_reports), abs=1e-9) and not exact
 
 
-def test_new_values_cost_once_and_the_ceiling_is_enforced(tmp_path: Path) -> None:
-    client = make_client(tmp_path, 3.0)
-    for value in ("a", "b", "c"):
+def test_one_value_per_window(tmp_path: Path) -> None:
+    clock = Clock()
+    client = make_client(tmp_path, 10.0, clock=clock)
+    first = client.report("places", {"a", "b"})
+    assert client.report("places", ["b", "a", "a"]) == first  # the same value again: nothing new is sent
+    with pytest.raises(AlreadyReported) as info:
+        client.report("places", {"a"})
+    assert info.value.field == "value"
+    assert len(client._state.queue) == 1 and client.ledger()["places"].spent == 1.0
+    clock.next_window()
+    assert client.report("places", {"a"}) != first
+    assert client.ledger()["places"].windows == 2
+    clock.now -= 2 * DAY
+    with pytest.raises(PolicyError) as past:
+        client.report("places", {"a"})  # the clock went back to a window already closed
+    assert past.value.field == "window"
+
+
+def test_windows_add_up_and_the_ceiling_is_enforced(tmp_path: Path) -> None:
+    clock = Clock()
+    client = make_client(tmp_path, 3.0, clock=clock)
+    for value in ("a", "a", "b"):  # equal values in different windows cost each window: independent noise
         client.report("places", value)
-        client.report("places", value)  # repeating a value is free
+        clock.next_window()
     entry = client.ledger()["places"]
-    assert (entry.spent, entry.remaining, entry.distinct_values) == (3.0, 0.0, 3)
+    assert (entry.spent, entry.remaining, entry.windows) == (3.0, 0.0, 3)
     with pytest.raises(BudgetExceeded) as info:
-        client.report("places", "d")
+        client.report("places", "a")
     assert (info.value.requested, info.value.remaining) == (1.0, 0.0)
-    assert len(client._state.queue) == 6  # nothing queued for the refused value
-    client.report("places", "a")  # a known value is still fine
-    assert client.ledger()["places"].spent == 3.0
+    assert len(client._state.queue) == 3  # nothing queued for the refused report
     assert client.ledger().events[-1].kind == "refused"
 
 
@@ -81,30 +123,40 @@ def test_ceiling_boundary_is_tight(tmp_path: Path) -> None:
     assert info.value.requested == 1.0 and info.value.remaining == pytest.approx(0.999999)
 
 
-def test_relaxation_checks_the_ceiling_first_and_refuses_tightening(tmp_path: Path) -> None:
-    client = make_client(tmp_path, 5.0)
+def test_relaxation_resends_the_window_checks_the_ceiling_and_refuses_tightening(tmp_path: Path) -> None:
+    clock = Clock()
+    client = make_client(tmp_path, 5.0, clock=clock)
     client.report("places", "a")
-    client.report("places", "b")  # spent 2
+    clock.next_window()
+    client.report("places", "b")  # spent 2: two windows at k * 1 / 2
     with pytest.raises(BudgetExceeded) as info:
-        client.relax("places", 3.0, round_id=1)  # 2 values * 2 * 1.5 = 6 > 5
-    assert (info.value.requested, info.value.remaining) == (4.0, 3.0)
-    assert client.ledger()["places"].levels == (1.0,)
-    entry = client.relax("places", 2.5, round_id=1)  # 2 * 2 * 1.25 = 5
-    assert (entry.levels, entry.rounds, entry.spent, entry.remaining) == ((1.0, 2.5), (0, 1), 5.0, 0.0)
+        client.relax("places", 4.5, round_id=1)  # window 1 final (1) + window 2 chain 1 -> 4.5 (4.5) = 5.5
+    assert (info.value.requested, info.value.remaining) == (3.5, 3.0)
+    assert client.ledger()["places"].levels == (1.0,) and len(client._state.queue) == 2
+    entry = client.relax("places", 4.0, round_id=1)
+    assert (entry.levels, entry.rounds, entry.spent, entry.remaining) == ((1.0, 4.0), (0, 1), 5.0, 0.0)
+    assert len(client._state.queue) == 3  # the window's value re-sent at the new level, for the round
+    resent = client._state.queue[-1]
+    assert client.report("places", "b") == resent["report_id"]  # the app's own repeat is the round report
     with pytest.raises(TighteningRefused) as tight:
         client.relax("places", 2.0, round_id=2)
-    assert (tight.value.current, tight.value.requested) == (2.5, 2.0)
-    assert client.relax("places", 2.5, round_id=1).levels == (1.0, 2.5)  # the same round again: no-op
-    # a new value now costs the current level: refused
-    with pytest.raises(BudgetExceeded):
+    assert (tight.value.current, tight.value.requested) == (4.0, 2.0)
+    assert client.relax("places", 4.0, round_id=1).levels == (1.0, 4.0)  # the same round again: no-op
+    assert len(client._state.queue) == 3
+    clock.next_window()
+    with pytest.raises(BudgetExceeded):  # a new window now costs the current level
         client.report("places", "c")
 
 
-def test_relax_before_any_report_is_free_and_later_values_pay_the_new_level(tmp_path: Path) -> None:
-    client = make_client(tmp_path, 10.0)
+def test_relax_after_the_window_passed_is_free_and_later_windows_pay_the_new_level(tmp_path: Path) -> None:
+    clock = Clock()
+    client = make_client(tmp_path, 10.0, clock=clock)
     assert client.relax("places", 4.0, round_id=3).spent == 0.0
     client.report("places", "a")
     assert client.ledger()["places"].spent == 4.0  # k * 4 / 2
+    clock.next_window()
+    entry = client.relax("places", 5.0, round_id=4)  # the window of "a" is over: nothing is re-sent
+    assert entry.spent == 4.0 and len(client._state.queue) == 1
 
 
 def test_ledger_view(tmp_path: Path) -> None:
@@ -114,15 +166,15 @@ def test_ledger_view(tmp_path: Path) -> None:
     guarantee = CAT.guarantee(2.0)
     assert entry.mode == "symmetric" and entry.ceiling == 20.0
     assert entry.epsilon_per_report == guarantee.epsilon_per_report
-    assert entry.epsilon_per_value == entry.spent == value_cost(CAT, [2.0])[0]
+    assert entry.epsilon_per_window == entry.spent == window_cost(CAT, [2.0])[0]
     assert entry.remaining == pytest.approx(20.0 - entry.spent)
-    assert "absence" in entry.protects
+    assert "absence" in entry.protects and entry.neighbour == guarantee.neighbour
     assert "os" in client.ledger() and "places" not in client.ledger()
     with pytest.raises(ParameterError):
         client.report("os", {"mac", "linux"})  # one value per report for categorical data
     with pytest.raises(ParameterError):
         client.report("os", "beos")  # outside the declared domain
-    assert client.ledger()["os"].distinct_values == 1
+    assert client.ledger()["os"].windows == 1
 
 
 def test_unlisted_metric_without_default_is_refused(tmp_path: Path) -> None:
@@ -145,10 +197,30 @@ def test_trusted_metric_needs_an_infinite_ceiling(tmp_path: Path) -> None:
 
 def test_prior_spend_counts_against_the_ceiling() -> None:
     record = MetricRecord(params=ASYM.to_dict(), digest=ASYM.digest(), cohort=0, levels=[1.0], rounds=[0])
-    assert check_new_value(record, ASYM, 4.0, prior=3.0) == 4.0
+    assert check_new_window(record, ASYM, 4.0, prior=3.0) == 4.0
     with pytest.raises(BudgetExceeded) as info:
-        check_new_value(record, ASYM, 4.0, prior=3.5)
+        check_new_window(record, ASYM, 4.0, prior=3.5)
     assert info.value.remaining == 0.5
+
+
+def test_levels_above_the_cap_are_refused_without_a_crash(tmp_path: Path) -> None:
+    client = make_client(tmp_path, math.inf)
+    client.report("places", "a")
+    with pytest.raises(ParameterError) as info:
+        client.relax("places", MAX_LEVEL + 1, round_id=1)
+    assert info.value.field == "level_to"
+    assert client.relax("places", MAX_LEVEL, round_id=1).levels == (1.0, MAX_LEVEL)
+
+
+def test_a_seeded_rng_needs_the_testing_switch(tmp_path: Path) -> None:
+    fake = FakeAggregator([ASYM])
+    for rng in (7, SeededRandom(7)):
+        with pytest.raises(ParameterError) as info:
+            Client("http://agg.test", tmp_path / "s", server_public_keys=fake.sign_public, max_epsilon=1.0,
+                   session=fake, rng=rng)
+        assert info.value.field == "rng"
+    Client("http://agg.test", tmp_path / "s", server_public_keys=fake.sign_public, max_epsilon=1.0,
+           session=fake, rng=SecureRandom())
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, "4", True])

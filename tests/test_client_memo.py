@@ -1,5 +1,5 @@
-"""Memoized noise: same value -> same permanent bits (also across restarts), new value -> independent noise,
-IRR fresh per report, relaxation chains."""
+"""Memoized noise: keyed per (metric, window, value): the same value in a window -> the same permanent bits
+(also across restarts), another window or value -> independent noise; IRR fresh per report; relaxation chains."""
 
 from __future__ import annotations
 
@@ -11,38 +11,58 @@ import pytest
 from scipy import stats
 
 from client_sdk import Client
-from client_sdk.memo import memoized_noise, permanent_bits, value_fingerprint
+from client_sdk.memo import (
+    memoized_noise,
+    noise_key,
+    permanent_bits,
+    report_bits,
+    value_fingerprint,
+)
 from client_sdk.testing import FakeAggregator
 from protocol.encodings import BloomEncoding, canonical_value
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
-from protocol.rng import KeyedRandom
+from protocol.rng import KeyedRandom, SeededRandom
 
 SECRET = bytes(range(32))
 BLOOM = BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=8)
 ASYM = MetricParams(name="places", encoding=BLOOM, mode="asymmetric", level=1.0)
 SYM_IRR = MetricParams(name="urls", encoding=BLOOM, mode="symmetric", level=1.0, irr_p=0.25, irr_q=0.75)
+WINDOW = 1_699_920_000
+DAY = 86400
+
+
+class Clock:
+    def __init__(self, now: float = WINDOW + 3600.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("max_epsilon", 100.0)
+    kwargs.setdefault("clock", Clock())
     return Client("http://agg.test", path, server_public_keys=[fake.sign_public], session=fake,
-                  rng=kwargs.pop("rng", 1), **kwargs)  # type: ignore[arg-type]
+                  rng=kwargs.pop("rng", 1), insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
 
-def test_noise_is_a_pure_function_of_secret_metric_value_and_levels() -> None:
-    key = canonical_value("home")
+def test_noise_is_a_pure_function_of_secret_metric_window_value_and_levels() -> None:
+    key = noise_key(WINDOW, canonical_value("home"))
     a = memoized_noise(SECRET, ASYM, key, [1.0])
     assert np.array_equal(a, memoized_noise(SECRET, ASYM, key, [1.0]))
     assert not np.array_equal(a, memoized_noise(bytes(32), ASYM, key, [1.0]))
-    assert not np.array_equal(a, memoized_noise(SECRET, ASYM, canonical_value("work"), [1.0]))
+    assert not np.array_equal(a, memoized_noise(SECRET, ASYM, noise_key(WINDOW, canonical_value("work")), [1.0]))
+    # the next window's noise of the same value is another draw: equal days do not send equal bits
+    assert not np.array_equal(a, memoized_noise(SECRET, ASYM, noise_key(WINDOW + DAY, canonical_value("home")), [1.0]))
+    assert key == b"W" + WINDOW.to_bytes(8, "big") + canonical_value("home")
     # step 0 is exactly draw_noise with the step-0 keyed stream (the decided design)
     expected = ASYM.randomizer(1.0).draw_noise(128, KeyedRandom.for_value(SECRET, "places", key, 0))
     assert np.array_equal(a, expected)
 
 
 def test_relaxation_chain_follows_the_levels_used() -> None:
-    key = canonical_value({"cafe", "park"})
+    key = noise_key(WINDOW, canonical_value({"cafe", "park"}))
     v0 = memoized_noise(SECRET, ASYM, key, [1.0])
     v1 = memoized_noise(SECRET, ASYM, key, [1.0, 2.0])
     expected = ASYM.randomizer(1.0).relax_noise(v0, 2.0, KeyedRandom.for_value(SECRET, "places", key, 1))
@@ -82,61 +102,55 @@ def test_any_iterable_is_a_set(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM])
     client = make_client(fake, tmp_path / "s", max_epsilon=100.0)
     client.sync()
-    client.report("places", (p for p in ["b", "a", "b"]))  # a generator, read once
-    client.report("places", {"a", "b"})
-    client.report("places", ["a", "b"])
+    first = client.report("places", (p for p in ["b", "a", "b"]))  # a generator, read once
+    assert client.report("places", {"a", "b"}) == first  # the same set in the same window: nothing new
+    assert client.report("places", ["a", "b"]) == first
     client.flush()
-    bits = [p.bits for p in fake.payloads("places")]
-    assert all(np.array_equal(b, bits[0]) for b in bits)  # same set, same permanent bits (no IRR)
-    assert client.ledger()["places"].distinct_values == 1
-    assert bits[0][ASYM.encoding.encode({"a", "b"}, client.ledger()["places"].cohort)].all()
+    (payload,) = fake.payloads("places")
+    assert client.ledger()["places"].windows == 1
+    assert payload.bits[ASYM.encoding.encode({"a", "b"}, client.ledger()["places"].cohort)].all()
 
 
-def test_same_value_same_permanent_bits_across_restarts(tmp_path: Path) -> None:
+def test_a_window_survives_restarts_and_the_next_window_draws_new_noise(tmp_path: Path) -> None:
     # asymmetric without IRR: what is sent IS the permanent bits
     fake = FakeAggregator([ASYM])
-    path = tmp_path / "state"
-    sent = []
+    path, clock = tmp_path / "state", Clock()
+    ids = []
     for run in range(3):
-        client = make_client(fake, path, rng=run)
+        client = make_client(fake, path, rng=run, clock=clock)
         client.sync()
-        client.report("places", {"home", "cafe"})
-        client.report("places", {"home", "gym"})
-        assert client.flush().delivered == 2
+        ids.append(client.report("places", {"home", "cafe"}))
+        client.flush()
         client.close()
-        ours = [fake.stored[(m, rid)][1] for (m, rid) in list(fake.stored)[-2:]]
-        sent.append([p.bits for p in ours])
-        assert len({p.cohort for p in ours}) == 1
-    for run in (1, 2):
-        assert np.array_equal(sent[run][0], sent[0][0])
-        assert np.array_equal(sent[run][1], sent[0][1])
-    assert not np.array_equal(sent[0][0], sent[0][1])
-    # the cohort was chosen once and kept
-    assert len({p.cohort for p in fake.payloads("places")}) == 1
-    # another client (another secret) has other noise: 128 bits, different sets of noise ones
-    other = make_client(fake, tmp_path / "other", rng=9)
-    other.sync()
-    other.report("places", {"home", "cafe"})
-    other.flush()
-    assert len(fake.payloads("places")) == 7
-
-
-def test_irr_is_fresh_per_report(tmp_path: Path) -> None:
-    fake = FakeAggregator([SYM_IRR])
-    client = make_client(fake, tmp_path / "s", rng=5, autosave=False)
+    assert ids[1] == ids[2] == ids[0] and len(fake.payloads("places")) == 1  # one report for the window
+    clock.now += DAY
+    client = make_client(fake, path, rng=4, clock=clock)
     client.sync()
-    n = 400
-    for _ in range(n):
-        client.report("urls", "https://example.org/")
+    client.report("places", {"home", "cafe"})
     client.flush()
-    bits = np.array([p.bits for p in fake.payloads("urls")])
+    first, second = fake.payloads("places")
+    assert first.cohort == second.cohort  # the cohort was chosen once and kept
+    # independent noise: each of ~126 non-member bits is a noise 1 w.p. q = e^-0.5 = 0.61 in each window;
+    # equal vectors have probability (q^2 + (1-q)^2)^126 ~ 1e-23
+    assert not np.array_equal(first.bits, second.bits)
+    record = client._state.metrics["places"]
+    bits = ASYM.encode({"home", "cafe"}, record.cohort)
+    window = int(clock.now) // DAY * DAY
+    assert np.array_equal(second.bits, permanent_bits(
+        client._state.secret, ASYM, bits, noise_key(window, canonical_value({"home", "cafe"})), [1.0]))
+
+
+def test_irr_is_fresh_per_report() -> None:
+    n, cohort = 400, 3
+    irr = SeededRandom(5)
+    bits = np.array([report_bits(SECRET, SYM_IRR, "https://example.org/", cohort=cohort, window=WINDOW,
+                                 levels=[1.0], rng=irr) for _ in range(n)])
     assert bits.shape == (n, 128)
     # Two reports agree on a bit w.p. p^2 + (1-p)^2 <= 0.625: identical 128-bit reports have
     # probability <= 0.625^128 ~ 1e-26 per pair.
     assert len({b.tobytes() for b in bits}) == n
-    record = client._state.metrics["urls"]
-    perm = permanent_bits(client._state.secret, SYM_IRR, SYM_IRR.encoding.encode("https://example.org/", record.cohort),
-                          canonical_value("https://example.org/"), record.levels)
+    key = noise_key(WINDOW, canonical_value("https://example.org/"))
+    perm = permanent_bits(SECRET, SYM_IRR, SYM_IRR.encode("https://example.org/", cohort), key, [1.0])
     # Frequency of reported ones given the permanent bit: q = 0.75 or p = 0.25.
     # Two-sided binomial tests at alpha = 1e-6 each.
     for mask, prob in ((perm, 0.75), (~perm, 0.25)):
@@ -145,18 +159,18 @@ def test_irr_is_fresh_per_report(tmp_path: Path) -> None:
         assert stats.binomtest(ones, total, prob).pvalue > 1e-6
     # the permanent bits did not change in between: the same permanent vector explains every report,
     # which it would not if the memoized noise were redrawn (checked against a second value's bits)
-    other = permanent_bits(client._state.secret, SYM_IRR, SYM_IRR.encoding.encode("https://x.org/", record.cohort),
-                           canonical_value("https://x.org/"), record.levels)
+    other = permanent_bits(SECRET, SYM_IRR, SYM_IRR.encode("https://x.org/", cohort),
+                           noise_key(WINDOW, canonical_value("https://x.org/")), [1.0])
     assert not np.array_equal(perm, other)
 
 
-def test_report_after_relaxation_uses_the_relaxed_noise_and_round(tmp_path: Path) -> None:
+def test_a_round_resends_the_window_relaxed(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM])
     client = make_client(fake, tmp_path / "s")
     client.sync()
-    client.report("places", "home")
-    client.relax("places", 3.0, round_id=7)
-    client.report("places", "home")
+    first_id = client.report("places", "home")
+    client.relax("places", 3.0, round_id=7)  # re-sends "home" at level 3 for round 7
+    assert client.report("places", "home") not in (first_id,)  # the app's repeat returns the round's report
     client.flush()
     (first, p1), (second, p2) = list(fake.stored.values())
     assert (first.round, p1.level) == (0, 1.0)
@@ -164,6 +178,6 @@ def test_report_after_relaxation_uses_the_relaxed_noise_and_round(tmp_path: Path
     # one-sided: relaxing only turns noise ones off, never on
     assert np.all(p2.bits <= p1.bits)
     record = client._state.metrics["places"]
-    key = canonical_value("home")
-    expected = permanent_bits(client._state.secret, ASYM, ASYM.encoding.encode("home", record.cohort), key, [1.0, 3.0])
+    key = noise_key(WINDOW, canonical_value("home"))
+    expected = permanent_bits(client._state.secret, ASYM, ASYM.encode("home", record.cohort), key, [1.0, 3.0])
     assert np.array_equal(p2.bits, expected)

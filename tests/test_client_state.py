@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from client_sdk import Client, StateCorrupted
-from client_sdk.state import ClientState, StateStore
+from client_sdk.state import STATE_VERSION, ClientState, StateStore
 from client_sdk.testing import FakeAggregator
 from protocol.encodings import BloomEncoding
 from protocol.errors import BudgetExceeded, ParameterError
@@ -182,6 +182,6 @@ def test_bad_key_arguments(tmp_path: Path) -> None:
     (tmp_path / "k").write_text("not base64!")
     os.chmod(tmp_path / "k", 0o600)
     store = StateStore(tmp_path / "s", key_path=tmp_path / "k")
-    (tmp_path / "s").write_bytes(b"ONSC\x01" + bytes(40))
+    (tmp_path / "s").write_bytes(b"ONSC" + bytes([STATE_VERSION]) + bytes(40))
     with pytest.raises(ParameterError):
         store.load()

@@ -22,6 +22,19 @@ ASYM = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_hashe
 POLICY = RetryPolicy(max_attempts=5, base_delay=0.5, max_delay=4.0, max_retry_after=60.0)
 
 
+DAY = 86400.0
+
+
+class Clock:
+    """A settable clock. A metric takes one value per window, so queued reports sit a window apart."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Sleeps(list[float]):
     def __call__(self, seconds: float) -> None:
         self.append(seconds)
@@ -30,8 +43,9 @@ class Sleeps(list[float]):
 def make_client(fake: FakeAggregator, path: Path, sleeps: Sleeps, **kwargs: object) -> Client:
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("retry", POLICY)
+    kwargs.setdefault("clock", Clock())
     return Client("http://agg.test/", path, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
-                  rng=11, **kwargs)  # type: ignore[arg-type]
+                  rng=11, insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -40,8 +54,15 @@ def fake() -> FakeAggregator:
 
 
 def queue_reports(client: Client, n: int) -> list[str]:
+    """``n`` reports, one window each."""
     client.sync()
-    return [client.report("places", {f"p{i % 7}", "home"}) for i in range(n)]
+    clock = client._clock
+    assert isinstance(clock, Clock)
+    ids = []
+    for i in range(n):
+        clock.now += DAY
+        ids.append(client.report("places", {f"p{i % 7}", "home"}))
+    return ids
 
 
 @pytest.mark.parametrize("failures", [0, 1, 4])
@@ -96,9 +117,10 @@ def test_retries_spent_keeps_the_queue_and_reports_the_error(fake: FakeAggregato
 
 def test_retry_after_is_honoured(fake: FakeAggregator, tmp_path: Path) -> None:
     sleeps = Sleeps()
-    now = [1_000_000.0]
-    client = make_client(fake, tmp_path / "s", sleeps, clock=lambda: now[0])
+    clock = Clock()
+    client = make_client(fake, tmp_path / "s", sleeps, clock=clock)
     queue_reports(client, 3)
+    clock.now = 1_000_000.0
     fake.fail_next(1, status=429, retry_after="7")
     fake.fail_next(1, status=503, retry_after="Mon, 12 Jan 1970 13:46:49 GMT")  # 9 s after now
     assert client.flush().delivered == 3
@@ -107,18 +129,18 @@ def test_retry_after_is_honoured(fake: FakeAggregator, tmp_path: Path) -> None:
 
 def test_long_retry_after_defers_instead_of_sleeping(fake: FakeAggregator, tmp_path: Path) -> None:
     sleeps = Sleeps()
-    now = [5000.0]
+    clock = Clock(5000.0)
     errors: list[Exception] = []
-    client = make_client(fake, tmp_path / "s", sleeps, clock=lambda: now[0], on_error=errors.append)
+    client = make_client(fake, tmp_path / "s", sleeps, clock=clock, on_error=errors.append)
     queue_reports(client, 2)
     fake.fail_next(1, status=503, retry_after="3600")
     result = client.flush()
     assert result.remaining == 2 and isinstance(result.error, TransportError)
     assert result.error.retry_after == 3600.0 and sleeps == []
     posts = fake.requests.count(("POST", "/v1/reports"))
-    now[0] += 1800
+    clock.now += 1800
     assert client.flush().deferred and fake.requests.count(("POST", "/v1/reports")) == posts
-    now[0] += 1801
+    clock.now += 1801
     assert client.flush().delivered == 2
     assert len(errors) == 1
 
@@ -269,17 +291,22 @@ def test_binary_batches(fake: FakeAggregator, tmp_path: Path) -> None:
 
 def test_reports_queued_during_a_flush_are_kept(fake: FakeAggregator, tmp_path: Path) -> None:
     client = make_client(fake, tmp_path / "s", Sleeps(), batch_size=3)
-    client.sync()
     reported: list[str] = []
+    clock = client._clock
+    assert isinstance(clock, Clock)
+
+    def late() -> None:
+        clock.now += DAY
+        reported.append(client.report("places", "late"))
 
     def threads_report(*args: object, **kwargs: object) -> object:
         # another thread of the app reports while a batch is on the wire (the lock is not held)
-        worker = threading.Thread(target=lambda: reported.append(client.report("places", "late")))
+        worker = threading.Thread(target=late)
         worker.start()
         worker.join(timeout=10)
         return fake.request(*args, **kwargs)  # type: ignore[arg-type]
 
-    ids = [client.report("places", "early") for _ in range(5)]
+    ids = queue_reports(client, 5)
     client.transport.session = type("Session", (), {"request": staticmethod(threads_report)})()
     result = client.flush()
     # two batches of the 5 early reports; the 2 late ones wait for the next flush (no endless flush)

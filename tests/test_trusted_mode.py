@@ -44,7 +44,7 @@ def new_client(srv: LiveServer, path: Path, *, clock: float, session: requests.S
                max_epsilon: float = math.inf) -> Client:
     return Client(srv.url, path, server_public_keys=srv.keys.sign_public_raw, max_epsilon=max_epsilon,
                   session=session, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
-                  clock=lambda: clock, rng=seed, autosave=False)
+                  clock=lambda: clock, rng=seed, autosave=False, insecure_rng_for_testing=True)
 
 
 def test_clients_send_exact_sets_and_counts_are_exact(server: LiveServer, tmp_path: Path) -> None:
