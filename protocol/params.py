@@ -55,6 +55,9 @@ class MetricParams:
             required by the asymmetric mode (DESIGN 4).
         time_precision: seconds per window; estimates are per window.
         min_batch_size: below this many reports in a window, no estimate.
+        max_items: contribution bound of trusted set metrics: the aggregator keeps at most this
+            many ones of a report (chosen at random) and central releases protect a person with
+            up to this many items (L1 sensitivity); 1 <= max_items <= num_bits, default 1.
     """
 
     name: str
@@ -67,6 +70,7 @@ class MetricParams:
     none_value: str | None = None
     time_precision: int = 86400
     min_batch_size: int = 100
+    max_items: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
@@ -86,6 +90,7 @@ class MetricParams:
             )
         _check_int("time_precision", self.time_precision, 1, 10**9)
         _check_int("min_batch_size", self.min_batch_size, 1, 10**9)
+        _check_int("max_items", self.max_items, 1, self.encoding.num_bits)
         self.randomizer()  # validates level and IRR
 
     def _check_none_value(self) -> None:
@@ -150,7 +155,7 @@ class MetricParams:
             "none_value": self.none_value,
             "time_precision": self.time_precision,
             "min_batch_size": self.min_batch_size,
-        }
+        } | ({"max_items": self.max_items} if self.max_items != 1 else {})  # default left out: digests unchanged
 
     def digest(self) -> str:
         """Hex SHA-256 of :func:`canonical_json` of :meth:`to_dict`.
@@ -166,7 +171,7 @@ class MetricParams:
             raise ParameterError("metric", "must be a JSON object")
         known = {
             "version", "name", "encoding", "mode", "level", "irr_p", "irr_q", "value_kind",
-            "none_value", "time_precision", "min_batch_size",
+            "none_value", "time_precision", "min_batch_size", "max_items",
         }
         unknown = sorted(set(data) - known)
         if unknown:
@@ -184,7 +189,7 @@ class MetricParams:
                 raise ParameterError("level", "is required for symmetric and asymmetric metrics")
             level = math.inf
         kwargs: dict[str, Any] = {k: data[k] for k in ("irr_p", "irr_q", "none_value") if k in data}
-        for k in ("value_kind", "time_precision", "min_batch_size"):
+        for k in ("value_kind", "time_precision", "min_batch_size", "max_items"):
             if k in data:
                 kwargs[k] = data[k]
         return cls(
