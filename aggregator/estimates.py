@@ -275,8 +275,18 @@ def refusal(metric: MetricRecord, chosen: Chosen, reports: int) -> str | None:
 
 
 def _check_candidates(metric: MetricRecord, candidates: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The candidates to decode: the given ones (in the domain for a direct metric), or the domain."""
+    """The candidates to decode: the given ones (in the domain for a direct metric), or the domain.
+
+    A declared ``none_value`` owns no bits (it is reported as noise only), so
+    it is never a candidate: the default domain leaves it out and asking for
+    it is refused (its count is the reports minus the other values').
+    """
     encoding = metric.params.encoding
+    none = metric.params.none_value
+    if candidates is not None and none is not None and none in candidates:
+        raise ParameterError(
+            "candidates", f"{none!r} is the metric's none_value: it owns no bits and cannot be estimated directly"
+        )
     if not isinstance(encoding, DirectEncoding):
         if candidates is None:
             raise ParameterError(
@@ -284,7 +294,7 @@ def _check_candidates(metric: MetricRecord, candidates: tuple[str, ...] | None) 
             )
         return candidates
     if candidates is None:
-        return encoding.domain
+        return tuple(item for item in encoding.domain if item != none)
     domain = set(encoding.domain)
     for candidate in candidates:
         if candidate not in domain:
