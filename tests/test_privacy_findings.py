@@ -75,7 +75,7 @@ def test_levels_are_capped_where_every_probability_is_representable() -> None:
     assert Randomizer(mode="asymmetric", level=MAX_LEVEL).f > 2.0**-40
     for mode in ("symmetric", "asymmetric"):
         with pytest.raises(ParameterError) as info:
-            Randomizer(mode=mode, level=MAX_LEVEL * 1.0001)  # type: ignore[arg-type]
+            Randomizer(mode=mode, level=MAX_LEVEL * 1.0001)
         assert info.value.field == "level"
     with pytest.raises(ParameterError) as info:
         MetricParams.from_dict({"name": "x", "encoding": DOMAIN.to_dict(), "mode": "symmetric", "level": 80})
