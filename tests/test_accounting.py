@@ -131,3 +131,36 @@ def test_sequence_validation(levels: tuple[float, ...], field: str) -> None:
     with pytest.raises(ParameterError) as err:
         sequence_bit_epsilon("symmetric", levels)
     assert err.value.field == field
+
+
+# Values of the adaptive scipy quadrature (tolerance 1e-12) the accounting used before it moved to numpy
+# Gauss-Legendre (the device has no scipy): the two must agree within 1e-9, and the reported epsilon is
+# still rounded up with the quadrature slack.
+SCIPY_REFERENCE = {
+    (1.0, 2.0): 1.551199118360969,
+    (1.0, 3.0): 2.1824091994219192,
+    (0.5, 1.0): 0.8549355472654562,
+    (0.2, 0.3): 0.2828279604619779,
+    (1.3862943611198906, 2.0): 1.5336687536099571,
+    (1.0, 2.0, 3.0): 2.2118576116080284,
+    (0.5, 1.0, 4.0): 2.7887031518182415,
+    (2.0, 3.0, 5.0): 3.363681645285176,
+}
+
+
+@pytest.mark.parametrize("levels", sorted(SCIPY_REFERENCE))
+def test_numpy_quadrature_matches_the_scipy_reference(levels: tuple[float, ...]) -> None:
+    from protocol.accounting import _laplace_sequence_exact
+
+    assert abs(_laplace_sequence_exact(levels) - SCIPY_REFERENCE[levels]) < 1e-9
+    eps, exact = sequence_bit_epsilon("symmetric", levels)
+    assert exact and eps == round_up(SCIPY_REFERENCE[levels], slack=1e-8) and eps >= SCIPY_REFERENCE[levels]
+
+
+def test_accounting_does_not_import_scipy() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, protocol.accounting, client_sdk; print('scipy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
