@@ -45,6 +45,7 @@ COMMANDS: list[str] = [
     "aggregator.commands.demo:register",
     "aggregator.commands.rounds:register",
     "aggregator.commands.simulate:register",
+    "aggregator.commands.audit:register",
 ]
 
 
