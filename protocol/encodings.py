@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import ParameterError
+from .validation import check_int
 
 Hashing = Literal["mmh3", "rappor-md5"]
 HASHINGS: tuple[str, ...] = ("mmh3", "rappor-md5")
@@ -70,9 +71,9 @@ def bloom_bits(
         ``num_hashes`` indices in ``[0, num_bits)`` (repeats are possible).
     """
     data = value_bytes(value)
-    _check_int("cohort", cohort, 0, 2**32 - 1)
-    _check_int("num_bits", num_bits, 1, 2**20)
-    _check_int("num_hashes", num_hashes, 1, 64)
+    check_int("cohort", cohort, low=0, high=2**32 - 1)
+    check_int("num_bits", num_bits, low=1, high=2**20)
+    check_int("num_hashes", num_hashes, low=1, high=64)
     if hashing == "mmh3":
         return [
             mmh3.hash(data, cohort * num_hashes + i, signed=False) % num_bits
@@ -84,13 +85,6 @@ def bloom_bits(
         digest = hashlib.md5(struct.pack(">I", cohort) + data).digest()
         return [digest[i] % num_bits for i in range(num_hashes)]
     raise ParameterError("hashing", f"must be one of {HASHINGS}, got {hashing!r}")
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ParameterError(name, f"must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise ParameterError(name, f"must be in [{low}, {high}], got {value}")
 
 
 def canonical_value(value_or_set: Value | Iterable[Value]) -> bytes:
@@ -148,9 +142,9 @@ class BloomEncoding:
     kind: str = field(default="bloom", init=False)
 
     def __post_init__(self) -> None:
-        _check_int("num_bits", self.num_bits, 1, 4096)
-        _check_int("num_hashes", self.num_hashes, 1, 64)
-        _check_int("num_cohorts", self.num_cohorts, 1, 2**16)
+        check_int("num_bits", self.num_bits, low=1, high=4096)
+        check_int("num_hashes", self.num_hashes, low=1, high=64)
+        check_int("num_cohorts", self.num_cohorts, low=1, high=2**16)
         if self.num_hashes > self.num_bits:
             raise ParameterError("num_hashes", f"must be <= num_bits ({self.num_bits}), got {self.num_hashes}")
         if self.hashing not in HASHINGS:
@@ -164,7 +158,7 @@ class BloomEncoding:
         return bloom_bits(value, cohort, num_bits=self.num_bits, num_hashes=self.num_hashes, hashing=self.hashing)
 
     def check_cohort(self, cohort: int) -> None:
-        _check_int("cohort", cohort, 0, self.num_cohorts - 1)
+        check_int("cohort", cohort, low=0, high=self.num_cohorts - 1)
 
     def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
         """The OR of the members' filters, as a bool vector of ``num_bits``."""
@@ -234,7 +228,7 @@ class DirectEncoding:
         return 1
 
     def check_cohort(self, cohort: int) -> None:
-        _check_int("cohort", cohort, 0, 0)
+        check_int("cohort", cohort, low=0, high=0)
 
     def bits_of(self, value: Value, cohort: int = 0) -> list[int]:
         self.check_cohort(cohort)

@@ -21,6 +21,7 @@ from .accounting import Guarantee, ValueKind, guarantee
 from .encodings import BloomEncoding, BoolArray, DirectEncoding, Encoding, Value, encoding_from_dict
 from .errors import ParameterError, PolicyError
 from .randomizers import MODES, Mode, Randomizer
+from .validation import check_int
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 VALUE_KINDS: tuple[str, ...] = ("set", "categorical")
@@ -32,11 +33,6 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
         "utf-8"
     )
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ParameterError(name, f"must be an integer in [{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,9 +84,9 @@ class MetricParams:
                 "asymmetric randomization reveals true zeros; for single-valued categorical data "
                 "every value is sensitive: declare a non-sensitive none_value or use the symmetric mode",
             )
-        _check_int("time_precision", self.time_precision, 1, 10**9)
-        _check_int("min_batch_size", self.min_batch_size, 1, 10**9)
-        _check_int("max_items", self.max_items, 1, self.encoding.num_bits)
+        check_int("time_precision", self.time_precision, low=1, high=10**9)
+        check_int("min_batch_size", self.min_batch_size, low=1, high=10**9)
+        check_int("max_items", self.max_items, low=1, high=self.encoding.num_bits)
         self.randomizer()  # validates level and IRR
 
     def _check_none_value(self) -> None:

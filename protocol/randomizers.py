@@ -30,6 +30,7 @@ import numpy.typing as npt
 from .errors import ParameterError
 from .relaxation import relax_exponential, relax_laplace
 from .rng import FloatArray, RandomSource, as_rng
+from .validation import check_probability
 
 Mode = Literal["symmetric", "asymmetric", "trusted"]
 MODES: tuple[str, ...] = ("symmetric", "asymmetric", "trusted")
@@ -43,15 +44,6 @@ BoolArray = npt.NDArray[np.bool_]
 # above exp(-level/2) falls below the grid (no noise 1 can ever appear: an infinite loss).
 # Per-bit epsilon at the cap: 16 (asymmetric), ~16 (symmetric): far past any useful privacy.
 MAX_LEVEL = 32.0
-
-
-def _check_probability(name: str, value: float | None, allow_none: bool = True) -> None:
-    if value is None:
-        if not allow_none:
-            raise ParameterError(name, "is required")
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise ParameterError(name, f"must be a probability in [0, 1], got {value!r}")
 
 
 def threshold_bits(bits: npt.ArrayLike, noise: npt.ArrayLike) -> BoolArray:
@@ -98,8 +90,9 @@ class Randomizer:
             return
         if not 0 < lv <= MAX_LEVEL:
             raise ParameterError("level", f"must be > 0 and <= {MAX_LEVEL:g} (MAX_LEVEL), got {lv}")
-        _check_probability("irr_p", self.irr_p)
-        _check_probability("irr_q", self.irr_q)
+        for name, value in (("irr_p", self.irr_p), ("irr_q", self.irr_q)):
+            if value is not None:
+                check_probability(name, value)
         if self.mode == "symmetric":
             if (self.irr_p is None) != (self.irr_q is None):
                 raise ParameterError("irr_q", "irr_p and irr_q go together in the symmetric mode")
