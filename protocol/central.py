@@ -19,13 +19,19 @@ by the sanitizer ``answer_i <= t``.
   (eps, delta)-DP sanitizer that meets the necessary condition (7) with
   equality (Sec. III, VI-A).
 
-Published integers (AGeo, two-sided geometric) come from the exact integer
-samplers of :mod:`protocol.exact`: integer arithmetic and exact Bernoulli(exp(-gamma)) trials
-for rational ``gamma`` (the construction of Canonne, Kamath and Steinke,
-"The Discrete Gaussian for Differential Privacy", 2020, Algorithms 1-2),
-fed with exact uniform integers cut from the injected :class:`RandomSource`.
-ALap and Laplace are continuous mechanisms sampled by floating-point
-inversion; publish counts with AGeo.
+Every published value comes from the exact integer samplers of
+:mod:`protocol.exact`: integer arithmetic and exact Bernoulli(exp(-gamma))
+trials for rational ``gamma`` (the construction of Canonne, Kamath and
+Steinke, "The Discrete Gaussian for Differential Privacy", 2020, Algorithms
+1-2), fed with exact uniform integers cut from the injected
+:class:`RandomSource`. AGeo and the two-sided geometric publish integers;
+ALap, Laplace and SALap publish multiples of a power-of-two grid ``g``
+(:func:`~protocol.exact.default_grid`, about ``D / (1024 eps)``, recorded in
+the release): the noise is ``g`` times an exact geometric (one-sided) or a
+difference of two (discrete Laplace), never floating-point inversion, whose
+holes make some outputs impossible under a neighbour (Mironov 2012). The
+claimed epsilon is the exact loss of what is sampled, ``r floor(D / g)`` with
+``r = eps g / D`` per grid step as the sampler uses it, rounded up.
 
 Gradual release (gradual-release paper, Sec. 3): a published answer is
 refined by a lazy Markov step on the noise kept server-side
@@ -38,6 +44,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,14 +57,18 @@ import numpy.typing as npt
 from .accounting import round_up
 from .errors import BudgetExceeded, ParameterError, TighteningRefused
 from .exact import (
+    MAX_GRID_VALUE,
     bernoulli_exp,
+    check_grid,
+    default_grid,
     exact_rate,
     exact_uniform_words,
     geometric_exact,
+    grid_epsilon,
+    grid_step_rate,
     two_sided_geometric_exact,
     uniform_below,
 )
-from .relaxation import relax_exponential, relax_laplace
 from .rng import FloatArray, RandomSource, as_rng
 
 IntArray = npt.NDArray[np.int64]
@@ -81,6 +92,8 @@ __all__ = [
     "alap",
     "approx_dp_delta_lower_bound",
     "bernoulli_exp",
+    "check_grid",
+    "default_grid",
     "dp_beta_upper_bound",
     "dp_epsilon_lower_bound",
     "exact_rate",
@@ -89,6 +102,7 @@ __all__ = [
     "geometric_mechanism",
     "laplace_mechanism",
     "make_release",
+    "on_grid",
     "relax_noise",
     "relax_release",
     "salap",
@@ -275,104 +289,201 @@ def _max_log_ratio(log_p: FloatArray, log_q: FloatArray) -> float:
 
 
 # ==========================================================================
-# ALap (Def. V.3) and the eps-DP Laplace competitor
+# Noise on a power-of-two grid (docs/central.md, "The grid")
+# ==========================================================================
+
+
+def on_grid(values: npt.ArrayLike, grid: float, field: str = "counts") -> FloatArray:
+    """``values`` as doubles, each a multiple of ``grid`` below ``2**32`` in magnitude.
+
+    Integer counts lie on every grid (``grid <= 1``). Outputs ``c + k g`` of
+    such counts are exact doubles, so no answer ever leaves the grid.
+
+    Raises:
+        ParameterError: (field ``field``) a value off the grid or too large.
+    """
+    arr = _as_counts(values, integer=False)
+    if arr.size and (np.any(np.abs(arr) >= MAX_GRID_VALUE) or np.any(arr / grid != np.floor(arr / grid))):
+        raise ParameterError(field, f"must be multiples of the grid {grid:g} below 2**32 (integer counts always are)")
+    return arr
+
+
+def grid_steps(values: npt.ArrayLike, grid: float, field: str = "noise") -> IntArray:
+    """Stored noise in whole grid steps (``values / grid``, exact)."""
+    return (on_grid(values, grid, field=field) / grid).astype(np.int64)
+
+
+def _geometric_parts(
+    monotonicity: Monotonicity, rate: Fraction, shape: int | tuple[int, ...], rng: RandomSource
+) -> tuple[IntArray, IntArray]:
+    """``(up, down)`` in grid steps, noise ``g (up - down)``, from the exact geometric sampler.
+
+    decreasing: ``up = G``, ``down = 0`` (noise ``>= 0``, against ``Sign_p``); increasing: the
+    mirror image; none: two independent geometrics, the discrete Laplace ``G1 - G2``.
+    """
+    zeros = np.zeros(shape, dtype=np.int64)
+    if monotonicity == "decreasing":
+        return geometric_exact(rng, rate, shape), zeros
+    if monotonicity == "increasing":
+        return zeros, geometric_exact(rng, rate, shape)
+    up = geometric_exact(rng, rate, shape)
+    return up, geometric_exact(rng, rate, shape)
+
+
+def _grid_safe_probability(monotonicity: Monotonicity, rate: float, steps: float) -> float:
+    """``P(noise <= steps grid steps)`` for the noise of :func:`_geometric_parts` at ``rate`` per step."""
+    k = math.floor(steps)
+    if monotonicity == "decreasing":
+        return -math.expm1(-rate * (k + 1)) if k >= 0 else 0.0
+    if monotonicity == "increasing":
+        return 1.0 if k >= 0 else math.exp(rate * math.ceil(steps))
+    q = math.exp(-rate)
+    return 1.0 - q ** (k + 1) / (1 + q) if k >= 0 else q ** (-k) / (1 + q)
+
+
+# ==========================================================================
+# ALap (Def. V.3) and the eps-DP Laplace competitor, on the grid
 # ==========================================================================
 
 
 @dataclass(frozen=True, kw_only=True)
 class ALapMechanism:
-    """Asymmetric Laplace mechanism (ADP paper, Def. V.3, Theorem V.4).
+    """Asymmetric Laplace mechanism (ADP paper, Def. V.3, Theorem V.4), discretized exactly.
 
-    ``ALap(X)_i = f(X)_i + lambda_i`` with ``|lambda_i| ~ Exp(eps / D_p)``
-    pointing against ``Sign_p`` (``>= 0`` for a decreasing p-sensitivity,
-    ``<= 0`` for an increasing one); Laplace(``D_p / eps``) when not monotonic.
-    ``E|noise| = D_p / eps`` (Corollary V.5) against ``sqrt(2) D_p / eps``
-    for Laplace's RMS.
+    ``ALap(X)_i = f(X)_i + g G_i`` on the power-of-two grid ``g``
+    (:func:`~protocol.exact.default_grid` of ``D_p / eps``): ``G_i >= 0`` with
+    ``P(G >= k) = exp(-r k)``, ``r = eps g / D_p``, from the exact sampler,
+    pointing against ``Sign_p`` (the discrete analogue of ``Exp(eps / D_p)``);
+    the discrete Laplace ``g (G1 - G2)`` when not monotonic. Floating-point
+    inversion would leave holes in the output set (Mironov 2012); every
+    output here is possible under every neighbour in the protected direction.
+    ``E|noise| = g q / (1 - q) ~ D_p / eps - g / 2`` (Corollary V.5, discretized).
 
     Attributes:
         epsilon: > 0; ``inf`` releases the counts.
         sensitivity: ``D_p(f)`` (L1 over the coordinates), > 0.
         monotonicity: of the p-sensitivity; ``decreasing`` by default.
+        grid: the output grid; ``None``: :func:`~protocol.exact.default_grid`.
     """
 
     epsilon: float
     sensitivity: float = 1.0
     monotonicity: Monotonicity = "decreasing"
+    grid: float | None = None
 
     def __post_init__(self) -> None:
         _check_epsilon("epsilon", self.epsilon)
         _check_epsilon("sensitivity", self.sensitivity, allow_inf=False)
         _check_monotonicity(self.monotonicity)
+        if self.grid is not None:
+            check_grid(self.grid)
+        if not math.isinf(self.epsilon):
+            self.step_rate  # noqa: B018 -- validates the exact sampler's range
 
     @property
-    def rate(self) -> float:
-        """``eps / D_p``."""
-        return self.epsilon / self.sensitivity
+    def step(self) -> float:
+        """The output grid ``g`` (given, or from the scale ``D_p / eps``)."""
+        if self.grid is not None:
+            return self.grid
+        return default_grid(0.0 if math.isinf(self.epsilon) else self.sensitivity / self.epsilon, self.sensitivity)
+
+    @property
+    def step_rate(self) -> Fraction:
+        """``r = eps g / D_p`` per grid step, exact (rounded down by :func:`exact_rate`)."""
+        return grid_step_rate(self.epsilon, self.sensitivity, self.step)
+
+    @property
+    def effective_epsilon(self) -> float:
+        """The loss of what is sampled: ``r floor(D_p / g)`` (``= eps`` when ``D_p / g`` is an integer)."""
+        return math.inf if math.isinf(self.epsilon) else grid_epsilon(self.step_rate, self.sensitivity, self.step)
+
+    def noise_parts(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> tuple[IntArray, IntArray]:
+        """``(up, down)`` in grid steps; the noise is ``g (up - down)`` (both kept for relaxation)."""
+        if math.isinf(self.epsilon):
+            return np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+        return _geometric_parts(self.monotonicity, self.step_rate, shape, as_rng(rng))
 
     def noise(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> FloatArray:
-        """Fresh noise (one uniform per element)."""
-        source = as_rng(rng)
-        if math.isinf(self.epsilon):
-            return np.zeros(shape)
-        if self.monotonicity == "none":
-            return source.laplace(self.rate, shape)
-        return -sign_p(self.monotonicity) * source.exponential(self.rate, shape)
+        """Fresh noise, on the grid."""
+        up, down = self.noise_parts(shape, rng)
+        return (up - down).astype(np.float64) * self.step
 
     def release(self, counts: npt.ArrayLike, rng: RandomSource | int | None = None) -> FloatArray:
-        c = _as_counts(counts, integer=False)
+        if math.isinf(self.epsilon):
+            return _as_counts(counts, integer=False)
+        c = on_grid(counts, self.step)
         return c + self.noise(c.shape, rng)
 
-    def log_density(self, outputs: npt.ArrayLike, count: float) -> FloatArray:
-        """``ln`` of the output density at ``outputs`` given the true ``count`` (``-inf`` off support)."""
-        x = np.asarray(outputs, dtype=np.float64) - count
-        r = self.rate
+    def log_pmf(self, outputs: npt.ArrayLike, count: float) -> FloatArray:
+        """``ln P(answer = z | count)`` (``-inf`` off the grid or off the support)."""
+        k = (np.asarray(outputs, dtype=np.float64) - count) / self.step
+        r = float(self.step_rate)
+        on = k == np.floor(k)
         if self.monotonicity == "none":
-            return np.log(r / 2) - r * np.abs(x)
-        y = -sign_p(self.monotonicity) * x
-        with np.errstate(divide="ignore"):
-            return np.where(y >= 0, math.log(r) - r * y, -math.inf)
+            log_p = math.log(-math.expm1(-r) / (1 + math.exp(-r))) - r * np.abs(k)
+        else:
+            y = -sign_p(self.monotonicity) * k
+            log_p = np.where(y >= 0, math.log(-math.expm1(-r)) - r * y, -math.inf)
+        return np.where(on, log_p, -math.inf)
 
     def safe_probability(self, count: float, threshold: float) -> float:
         """``P(answer <= threshold | count)`` in closed form.
 
-        Decreasing: ``1 - exp(-eps (t - c) / D_p)`` for ``c <= t``, else 0.
+        Decreasing: ``1 - exp(-r (floor((t - c) / g) + 1))`` for ``c <= t``, else 0
+        (``-> 1 - exp(-eps (t - c) / D_p)`` as ``g -> 0``).
         """
-        d, r = threshold - count, self.rate
-        if self.monotonicity == "decreasing":
-            return -math.expm1(-r * d) if d >= 0 else 0.0
-        if self.monotonicity == "increasing":
-            return 1.0 if d >= 0 else math.exp(r * d)
-        return 1.0 - 0.5 * math.exp(-r * d) if d >= 0 else 0.5 * math.exp(r * d)
+        return _grid_safe_probability(self.monotonicity, float(self.step_rate), (threshold - count) / self.step)
 
     def guarantee(self) -> CentralGuarantee:
-        # Theorem V.4: the density ratio is at most exp(eps |f(X') - f(X)| / D_p) <= e^eps.
-        return _adp_guarantee("alap", self.epsilon, self.monotonicity, f"L1 change <= {self.sensitivity:g}")
+        # Theorem V.4 on the grid: P(z | c) / P(z | c - m g) = exp(r m) on the whole support of the
+        # second, m <= floor(D_p / g): exactly effective_epsilon at the largest shift.
+        scale = f"L1 change <= {self.sensitivity:g}; grid {self.step:g}"
+        return _adp_guarantee("alap", self.effective_epsilon, self.monotonicity, scale)
 
 
 @dataclass(frozen=True, kw_only=True)
 class LaplaceMechanism:
-    """The eps-DP Laplace mechanism (competitor): ``f(X) + Laplace(D / eps)``."""
+    """The eps-DP Laplace mechanism (competitor), discretized exactly: ``f(X) + g (G1 - G2)``.
+
+    The discrete Laplace on the grid ``g`` with ``P(g k)`` proportional to
+    ``exp(-r |k|)``, ``r = eps g / D`` (see :class:`ALapMechanism`).
+    """
 
     epsilon: float
     sensitivity: float = 1.0
+    grid: float | None = None
 
     def __post_init__(self) -> None:
-        _check_epsilon("epsilon", self.epsilon)
-        _check_epsilon("sensitivity", self.sensitivity, allow_inf=False)
+        self.two_sided  # noqa: B018 -- validates
 
     @property
-    def rate(self) -> float:
-        return self.epsilon / self.sensitivity
+    def two_sided(self) -> ALapMechanism:
+        return ALapMechanism(epsilon=self.epsilon, sensitivity=self.sensitivity, monotonicity="none", grid=self.grid)
+
+    @property
+    def step(self) -> float:
+        return self.two_sided.step
+
+    @property
+    def step_rate(self) -> Fraction:
+        return self.two_sided.step_rate
+
+    @property
+    def effective_epsilon(self) -> float:
+        return self.two_sided.effective_epsilon
+
+    def noise_parts(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> tuple[IntArray, IntArray]:
+        return self.two_sided.noise_parts(shape, rng)
 
     def noise(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> FloatArray:
-        return ALapMechanism(epsilon=self.epsilon, sensitivity=self.sensitivity, monotonicity="none").noise(shape, rng)
+        return self.two_sided.noise(shape, rng)
 
     def release(self, counts: npt.ArrayLike, rng: RandomSource | int | None = None) -> FloatArray:
-        c = _as_counts(counts, integer=False)
-        return c + self.noise(c.shape, rng)
+        return self.two_sided.release(counts, rng)
 
     def guarantee(self) -> CentralGuarantee:
-        return _dp_guarantee("laplace", self.epsilon, f"L1 change <= {self.sensitivity:g}")
+        scale = f"L1 change <= {self.sensitivity:g}; grid {self.step:g}"
+        return _dp_guarantee("laplace", self.effective_epsilon, scale)
 
 
 def alap(
@@ -394,9 +505,8 @@ def alap(
 def laplace_mechanism(
     counts: npt.ArrayLike, epsilon: float, *, sensitivity: float = 1.0, rng: RandomSource | int | None = None
 ) -> FloatArray:
-    """eps-DP Laplace answers (competitor)."""
+    """eps-DP discrete Laplace answers on the grid (competitor)."""
     return LaplaceMechanism(epsilon=epsilon, sensitivity=sensitivity).release(counts, rng)
-
 
 # ==========================================================================
 # AGeo (Def. VIII.1) and the two-sided geometric competitor
@@ -407,8 +517,8 @@ def laplace_mechanism(
 class AGeoMechanism:
     """Asymmetric geometric mechanism (ADP paper, Def. VIII.1, Theorems VIII.2-3).
 
-    For counts in ``{0..n_max}`` with p-sensitivity 1. With ``q = exp(-eps)``
-    and ``P(G >= k) = q^k`` (exact sampler):
+    For counts in ``{0..n_max}`` with p-sensitivity ``D`` (L1, an integer).
+    With ``q = exp(-eps / D)`` and ``P(G >= k) = q^k`` (exact sampler):
 
     * decreasing: ``min(c + G, n_max)``: ``P(z) = (1-q) q^(z-c)`` for
       ``c <= z < n_max``, ``P(n_max) = q^(n_max - c)``;
@@ -421,32 +531,42 @@ class AGeoMechanism:
         epsilon: > 0 (at most 2**20); ``inf`` releases the counts.
         n_max: the largest possible count (the ``n`` of the paper), >= 0.
         monotonicity: of the p-sensitivity; ``decreasing`` by default.
+        sensitivity: ``D``, the L1 change of the count vector a protected
+            change makes (an integer >= 1; the paper's case is 1).
     """
 
     epsilon: float
     n_max: int
     monotonicity: Monotonicity = "decreasing"
+    sensitivity: int = 1
 
     def __post_init__(self) -> None:
         _check_epsilon("epsilon", self.epsilon)
+        if isinstance(self.sensitivity, bool) or not isinstance(self.sensitivity, int | np.integer) or self.sensitivity < 1:
+            raise ParameterError("sensitivity", f"must be an integer >= 1 for ageo, got {self.sensitivity!r}")
         if not math.isinf(self.epsilon):
-            exact_rate(self.epsilon)
+            self.step_rate  # noqa: B018 -- validates the exact sampler's range
         if isinstance(self.n_max, bool) or not isinstance(self.n_max, int | np.integer) or self.n_max < 0:
             raise ParameterError("n_max", f"must be an integer >= 0, got {self.n_max!r}")
         _check_monotonicity(self.monotonicity)
 
     @property
+    def step_rate(self) -> Fraction:
+        """``r = eps / D`` per count, as the exact sampler uses it (rounded down by :func:`exact_rate`)."""
+        return exact_rate(Fraction(self.epsilon) / int(self.sensitivity))
+
+    @property
     def effective_epsilon(self) -> float:
-        """The rate the exact sampler uses (equal to ``epsilon`` for every float >= 1/16)."""
-        return math.inf if math.isinf(self.epsilon) else float(exact_rate(self.epsilon))
+        """The loss of a shift by ``D``: ``r D`` (equal to ``epsilon`` for every float ``eps / D >= 1/16``)."""
+        return math.inf if math.isinf(self.epsilon) else grid_epsilon(self.step_rate, int(self.sensitivity), 1.0)
 
     def noise(self, shape: int | tuple[int, ...], rng: RandomSource | int | None = None) -> IntArray:
         """The untruncated noise: ``G >= 0`` (monotonic) or two-sided ``Z``; exact."""
         if math.isinf(self.epsilon):
             return np.zeros(shape, dtype=np.int64)
         if self.monotonicity == "none":
-            return two_sided_geometric_exact(as_rng(rng), self.epsilon, shape)
-        return geometric_exact(as_rng(rng), self.epsilon, shape)
+            return two_sided_geometric_exact(as_rng(rng), self.step_rate, shape)
+        return geometric_exact(as_rng(rng), self.step_rate, shape)
 
     def publish(self, counts: npt.ArrayLike, noise: npt.ArrayLike) -> IntArray:
         """Answers from counts and stored noise (truncation included)."""
@@ -472,7 +592,7 @@ class AGeoMechanism:
     def log_pmf(self, outputs: npt.ArrayLike, count: int) -> FloatArray:
         """``ln P(answer = z | count)`` for integer ``outputs`` (Def. VIII.1 verbatim)."""
         z = np.asarray(outputs, dtype=np.int64)
-        e = self.effective_epsilon
+        e = math.inf if math.isinf(self.epsilon) else float(self.step_rate)
         log_1mq = math.log(-math.expm1(-e))
         if self.monotonicity == "none":
             return math.log(-math.expm1(-e) / (1 + math.exp(-e))) - e * np.abs(z - count)
@@ -484,17 +604,19 @@ class AGeoMechanism:
     def privacy_loss(self, *, reverse: bool = False) -> float:
         """Exact ``max ln P(z | X) / P(z | X')`` over p-neighbours ``X ~p X'`` and outputs ``z``.
 
-        A p-neighbour changes the count by ``f(X') - f(X) = -1`` (decreasing),
-        ``+1`` (increasing) or either (none); counts range over ``[0, n_max]``
+        A p-neighbour changes the count by ``f(X') - f(X) = -D`` (decreasing),
+        ``+D`` (increasing) or either (none), the worst single-count case of an
+        L1 change ``D`` (losses add over the counts); counts range over ``[0, n_max]``
         and the outcome space is finite (a window around it when not
         monotonic), so this is a maximum, not a bound. ``reverse=True`` takes
         the changes the policy does *not* protect (``inf``: they are revealed).
         """
-        steps = {"decreasing": (-1,), "increasing": (1,), "none": (-1, 1)}[self.monotonicity]
+        d = int(self.sensitivity)
+        steps = {"decreasing": (-d,), "increasing": (d,), "none": (-d, d)}[self.monotonicity]
         if reverse:
             steps = tuple(-s for s in steps)
         n = self.n_max
-        outputs = np.arange(-n - 2, 2 * n + 3) if self.monotonicity == "none" else np.arange(n + 1)
+        outputs = np.arange(-n - 2 * d - 2, 2 * n + 2 * d + 3) if self.monotonicity == "none" else np.arange(n + 1)
         worst = -math.inf
         for c in range(n + 1):
             for s in steps:
@@ -503,8 +625,8 @@ class AGeoMechanism:
         return worst
 
     def safe_probability(self, count: int, threshold: int) -> float:
-        """``P(answer <= t | count)``; decreasing: ``1 - exp(-eps (t - c + 1))`` for ``c <= t < n_max``."""
-        e, d = self.effective_epsilon, threshold - count
+        """``P(answer <= t | count)``; decreasing: ``1 - exp(-r (t - c + 1))`` for ``c <= t < n_max``, ``r = eps / D``."""
+        e, d = float(self.step_rate), threshold - count
         if self.monotonicity == "decreasing":
             if threshold >= self.n_max:
                 return 1.0
@@ -515,8 +637,10 @@ class AGeoMechanism:
         return 1.0 - q ** (d + 1) / (1 + q) if d >= 0 else q ** (-d) / (1 + q)
 
     def guarantee(self) -> CentralGuarantee:
-        # Theorem VIII.2; ratio exactly e^eps on the whole support (privacy_loss() is tight).
-        return _adp_guarantee("ageo", self.effective_epsilon, self.monotonicity, "count change <= 1")
+        # Theorem VIII.2 at rate eps / D per count: the ratio for a shift of D is exactly e^(r D)
+        # on the whole support (privacy_loss() is tight).
+        scale = f"L1 change <= {self.sensitivity}"
+        return _adp_guarantee("ageo", self.effective_epsilon, self.monotonicity, scale)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -588,7 +712,10 @@ class SALapMechanism:
     """Sanitized asymmetric Laplace mechanism (ADP paper, Algorithm 1, Theorem V.7).
 
     Queries ``f_1..f_d``, each with monotonically decreasing p-sensitivity
-    ``<= 1``, are answered in order with ``z_i = f_i(X) + Exp(eps)``: output
+    ``<= D`` (per query: the paper's case is 1, and one person's report moves
+    each of its place counts by at most 1 however many places it holds), are
+    answered in order with ``z_i = f_i(X) + g G_i``, the grid ALap noise of
+    :class:`ALapMechanism` (the discrete ``Exp(eps / D)``): output
     ``None`` (the paper's bottom: "below threshold", a certificate that
     ``f_i(X) <= t_i``) while ``z_i <= t_i``; at the first ``z_i > t_i``
     output ``z_i`` and stop; every later answer is NaN. The whole sequence
@@ -596,12 +723,30 @@ class SALapMechanism:
     """
 
     epsilon: float
+    sensitivity: float = 1.0
+    grid: float | None = None
 
     def __post_init__(self) -> None:
-        _check_epsilon("epsilon", self.epsilon)
+        self.one_sided  # noqa: B018 -- validates
+
+    @property
+    def one_sided(self) -> ALapMechanism:
+        """The ALap each query uses (decreasing p-sensitivity, the per-query bound ``D``)."""
+        return ALapMechanism(epsilon=self.epsilon, sensitivity=self.sensitivity, grid=self.grid)
+
+    @property
+    def step(self) -> float:
+        return self.one_sided.step
+
+    @property
+    def effective_epsilon(self) -> float:
+        return self.one_sided.effective_epsilon
+
+    def noise_parts(self, size: int, rng: RandomSource | int | None = None) -> tuple[IntArray, IntArray]:
+        return self.one_sided.noise_parts(size, rng)
 
     def noise(self, size: int, rng: RandomSource | int | None = None) -> FloatArray:
-        return ALapMechanism(epsilon=self.epsilon).noise(size, rng)
+        return self.one_sided.noise(size, rng)
 
     @staticmethod
     def publish(counts: npt.ArrayLike, noise: npt.ArrayLike, thresholds: npt.ArrayLike) -> list[float | None]:
@@ -619,17 +764,21 @@ class SALapMechanism:
         self, counts: npt.ArrayLike, thresholds: npt.ArrayLike, rng: RandomSource | int | None = None
     ) -> list[float | None]:
         c, t = _salap_inputs(counts, thresholds)
+        if not math.isinf(self.epsilon):
+            c = on_grid(c, self.step)
         return self.publish(c, self.noise(c.size, rng), t)
 
     def prefix_probability(self, counts: npt.ArrayLike, thresholds: npt.ArrayLike) -> FloatArray:
-        """``P(answers 1..j are all None)`` for ``j = 1..d``: ``prod_{i<=j} (1 - exp(-eps (t_i - c_i)))``."""
+        """``P(answers 1..j are all None)`` for ``j = 1..d``: the product of ALap's :meth:`~ALapMechanism.safe_probability`."""
         c, t = _salap_inputs(counts, thresholds)
-        single = np.array([ALapMechanism(epsilon=self.epsilon).safe_probability(a, b) for a, b in zip(c, t, strict=True)])
+        single = np.array([self.one_sided.safe_probability(a, b) for a, b in zip(c, t, strict=True)])
         return np.cumprod(single)
 
     def guarantee(self) -> CentralGuarantee:
-        # Theorem V.7: bottoms have ratio <= 1 (monotone queries), the one value e^eps.
-        return _adp_guarantee("salap", self.epsilon, "decreasing", "each query's count change <= 1")
+        # Theorem V.7: bottoms have ratio <= 1 (monotone queries), the one value at most
+        # ALap's exact grid loss for a per-query shift <= D.
+        scale = f"each query's count change <= {self.sensitivity:g}; grid {self.step:g}"
+        return _adp_guarantee("salap", self.effective_epsilon, "decreasing", scale)
 
 
 def _salap_inputs(counts: npt.ArrayLike, thresholds: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -759,6 +908,8 @@ def virtual_dp_sanitizer(
 # ==========================================================================
 
 RELEASE_SCHEMA = "onesided.release/v1"
+GRID_MECHANISMS: tuple[str, ...] = ("alap", "laplace", "salap")
+"""Mechanisms whose noise lives on a power-of-two grid recorded in the release; the others are integers."""
 
 
 def relax_noise(
@@ -769,23 +920,27 @@ def relax_noise(
     *,
     sensitivity: float = 1.0,
     monotonicity: Monotonicity = "decreasing",
+    grid: float | None = None,
     rng: RandomSource | int | None = None,
 ) -> npt.NDArray[Any]:
-    """The lazy step on stored noise, from ``eps_from`` to ``eps_to >= eps_from``.
+    """The lazy step on stored one-sided noise, from ``eps_from`` to ``eps_to >= eps_from``.
 
-    * ``alap`` (monotonic): :func:`~protocol.relaxation.relax_exponential` on
-      ``|noise|`` at rates ``eps / D_p``; ``alap`` (none) and ``laplace``:
-      :func:`~protocol.relaxation.relax_laplace`.
-    * ``ageo`` (monotonic): ``G2 = min(G1, H)``, ``P(H >= k) = exp(-(e2 - e1) k)``
-      with ``e2 - e1`` exact and ``H`` from the exact sampler: the step of
-      :func:`~protocol.relaxation.relax_geometric`, without floating point.
+    ``G2 = min(G1, H)`` in whole steps, ``P(H >= k) = exp(-(r2 - r1) k)``
+    with the step rates ``r1 < r2`` exact and ``H`` from the exact sampler
+    (the discrete analogue of :func:`~protocol.relaxation.relax_exponential`):
 
-    The refined noise has exactly the one-shot ``eps_to`` law and the pair
-    is a post-processing of it: the release costs ``eps_to``, not the sum.
+    * ``alap`` (monotonic): steps of the grid ``grid`` (default: the grid of
+      ``eps_from``), ``r = eps g / D``;
+    * ``ageo`` (monotonic): steps of 1, ``r = eps / D``.
+
+    ``G2`` has exactly the one-shot ``eps_to`` law and ``G1 - G2`` is
+    independent of ``G2`` (memorylessness), so the pair is a post-processing
+    of ``G2``: the release costs ``eps_to``, not the sum. Two-sided grid
+    noise needs both of its geometric parts: :func:`relax_release` steps each.
 
     Raises:
         TighteningRefused: ``eps_to < eps_from``.
-        ParameterError: the two-sided geometric and SALap have no lazy step here.
+        ParameterError: two-sided noise, SALap and the two-sided geometric (field ``mechanism``).
     """
     source = as_rng(rng)
     e1 = _check_epsilon("eps_from", eps_from, allow_inf=False)
@@ -793,45 +948,57 @@ def relax_noise(
     if e2 < e1:
         raise TighteningRefused(current=e1, requested=e2)
     _check_monotonicity(monotonicity)
-    if mechanism in ("laplace", "alap") and (mechanism == "laplace" or monotonicity == "none"):
-        return relax_laplace(noise, e1 / sensitivity, e2 / sensitivity, source)
-    if mechanism == "alap":
-        direction = -sign_p(monotonicity)
-        mag = relax_exponential(np.abs(np.asarray(noise, dtype=np.float64)), e1 / sensitivity, e2 / sensitivity, source)
-        return direction * mag
-    if mechanism == "ageo" and monotonicity != "none":
-        return _relax_geometric_exact(noise, e1, e2, source)
-    raise ParameterError("mechanism", f"{mechanism!r} ({monotonicity}) has no lazy relaxation step")
+    if monotonicity == "none" or mechanism not in ("alap", "ageo"):
+        raise ParameterError("mechanism", f"{mechanism!r} ({monotonicity}) has no lazy step on a single noise array")
+    if mechanism == "ageo":
+        d = _integer_sensitivity(sensitivity)
+        r1 = exact_rate(Fraction(e1) / d)
+        r2 = math.inf if math.isinf(e2) else exact_rate(Fraction(e2) / d)
+        return _relax_geometric_exact(noise, r1, r2, source)
+    mech = ALapMechanism(epsilon=e1, sensitivity=sensitivity, monotonicity=monotonicity, grid=grid)
+    g = mech.step
+    r2 = math.inf if math.isinf(e2) else dataclasses.replace(mech, epsilon=e2, grid=g).step_rate
+    steps = _relax_geometric_exact(np.abs(grid_steps(noise, g)), mech.step_rate, r2, source)
+    return -sign_p(monotonicity) * steps.astype(np.float64) * g
 
 
-def _relax_geometric_exact(noise: npt.ArrayLike, e1: float, e2: float, rng: RandomSource) -> IntArray:
+def _relax_geometric_exact(noise: npt.ArrayLike, r1: Fraction, r2: Fraction | float, rng: RandomSource) -> IntArray:
+    """``min(G, H)`` with ``P(H >= k) = exp(-(r2 - r1) k)`` (``r2 = inf``: zeros)."""
     g = np.asarray(noise)
     if g.size and not np.issubdtype(g.dtype, np.integer):
         raise ParameterError("noise", "must be integers for the geometric step")
     g = g.astype(np.int64)
-    if math.isinf(e2):
+    if isinstance(r2, float):
         return np.zeros_like(g)
-    gap = Fraction(e2) - Fraction(e1)
-    if gap == 0:
+    gap = r2 - r1
+    if gap <= 0:
         return g.copy()
     return np.minimum(g, geometric_exact(rng, exact_rate(gap), g.shape))
 
 
-def _mechanism_of(name: str, epsilon: float, sensitivity: float, monotonicity: Monotonicity, n_max: int | None) -> Any:
+def _integer_sensitivity(sensitivity: float) -> int:
+    if sensitivity != int(sensitivity) or sensitivity < 1:
+        raise ParameterError("sensitivity", f"must be an integer >= 1 for an integer mechanism, got {sensitivity}")
+    return int(sensitivity)
+
+
+def _mechanism_of(
+    name: str, epsilon: float, sensitivity: float, monotonicity: Monotonicity, n_max: int | None,
+    grid: float | None = None,
+) -> Any:
     if name == "alap":
-        return ALapMechanism(epsilon=epsilon, sensitivity=sensitivity, monotonicity=monotonicity)
+        return ALapMechanism(epsilon=epsilon, sensitivity=sensitivity, monotonicity=monotonicity, grid=grid)
     if name == "laplace":
-        return LaplaceMechanism(epsilon=epsilon, sensitivity=sensitivity)
+        return LaplaceMechanism(epsilon=epsilon, sensitivity=sensitivity, grid=grid)
     if name == "ageo":
         if n_max is None:
             raise ParameterError("n_max", "is required for ageo")
-        return AGeoMechanism(epsilon=epsilon, n_max=n_max, monotonicity=monotonicity)
+        d = _integer_sensitivity(sensitivity)
+        return AGeoMechanism(epsilon=epsilon, n_max=n_max, monotonicity=monotonicity, sensitivity=d)
     if name == "geometric":
-        if sensitivity != int(sensitivity):
-            raise ParameterError("sensitivity", f"must be an integer for the geometric mechanism, got {sensitivity}")
-        return GeometricMechanism(epsilon=epsilon, sensitivity=int(sensitivity))
+        return GeometricMechanism(epsilon=epsilon, sensitivity=_integer_sensitivity(sensitivity))
     if name == "salap":
-        return SALapMechanism(epsilon=epsilon)
+        return SALapMechanism(epsilon=epsilon, sensitivity=sensitivity, grid=grid)
     raise ParameterError("mechanism", f"must be one of {MECHANISMS}, got {name!r}")
 
 
@@ -850,6 +1017,11 @@ class Release:
         answers: the published values; for SALap ``None`` is "below
             threshold" and NaN "not answered" (after the stop).
         sensitivity, monotonicity, n_max, thresholds: mechanism parameters.
+        grid: the output grid ``g`` (:data:`GRID_MECHANISMS`; 1 for the
+            integer mechanisms): every answer is a multiple of it.
+        negative_noise: server-side, grid mechanisms: the part ``g G_minus``
+            of ``noise = g (G_plus - G_minus)`` (0 for one-sided noise), kept
+            so that relaxation can step both geometrics.
     """
 
     mechanism: MechanismName
@@ -861,6 +1033,8 @@ class Release:
     monotonicity: Monotonicity = "decreasing"
     n_max: int | None = None
     thresholds: tuple[float, ...] | None = None
+    grid: float = 1.0
+    negative_noise: tuple[float, ...] | None = None
     SCHEMA: ClassVar[str] = RELEASE_SCHEMA
 
     def __post_init__(self) -> None:
@@ -870,11 +1044,16 @@ class Release:
             _check_epsilon(f"levels[{i}]", lv, allow_inf=False)
         if any(b <= a for a, b in zip(self.levels, self.levels[1:], strict=False)):
             raise ParameterError("levels", f"must be strictly increasing, got {list(self.levels)}")
+        check_grid(self.grid)
+        if self.mechanism not in GRID_MECHANISMS and self.grid != 1.0:
+            raise ParameterError("grid", f"{self.mechanism} releases integers: the grid is 1, got {self.grid}")
         self.mechanism_params()  # validates mechanism, sensitivity, monotonicity, n_max
         n = len(self.counts)
         for name in ("noise", "answers"):
             if len(getattr(self, name)) != n:
                 raise ParameterError(name, f"must have one entry per count ({n}), got {len(getattr(self, name))}")
+        if self.mechanism in GRID_MECHANISMS and (self.negative_noise is None or len(self.negative_noise) != n):
+            raise ParameterError("negative_noise", f"a grid release keeps one negative part per count ({n})")
         if self.mechanism == "salap" and (self.thresholds is None or len(self.thresholds) != n):
             raise ParameterError("thresholds", f"salap needs one threshold per query ({n})")
 
@@ -884,9 +1063,10 @@ class Release:
         return self.levels[-1]
 
     def mechanism_params(self, epsilon: float | None = None) -> Any:
-        """The mechanism object at ``epsilon`` (default: the current level)."""
+        """The mechanism object at ``epsilon`` (default: the current level), on this release's grid."""
         return _mechanism_of(
-            self.mechanism, self.epsilon if epsilon is None else epsilon, self.sensitivity, self.monotonicity, self.n_max
+            self.mechanism, self.epsilon if epsilon is None else epsilon, self.sensitivity, self.monotonicity,
+            self.n_max, self.grid if self.mechanism in GRID_MECHANISMS else None,
         )
 
     def guarantee(self) -> CentralGuarantee:
@@ -899,6 +1079,7 @@ class Release:
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
             "levels": list(self.levels),
+            "grid": self.grid,
             "answers": _answers_to_json(self),
             "num_answers": len(self.answers),
             "thresholds": None if self.thresholds is None else list(self.thresholds),
@@ -907,6 +1088,9 @@ class Release:
 
     def to_json_dict(self) -> dict[str, Any]:
         """Everything, for the store; ``server`` holds the fields never shown to analysts."""
+        server: dict[str, Any] = {"counts": list(self.counts), "noise": list(self.noise)}
+        if self.negative_noise is not None:
+            server["negative_noise"] = list(self.negative_noise)
         return {
             "schema": self.SCHEMA,
             "mechanism": self.mechanism,
@@ -914,15 +1098,16 @@ class Release:
             "sensitivity": self.sensitivity,
             "monotonicity": self.monotonicity,
             "n_max": self.n_max,
+            "grid": self.grid,
             "thresholds": None if self.thresholds is None else list(self.thresholds),
             "answers": _answers_to_json(self),
             "num_answers": len(self.answers),
-            "server": {"counts": list(self.counts), "noise": list(self.noise)},
+            "server": server,
         }
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> Release:
-        """Inverse of :meth:`to_json_dict` (validated)."""
+        """Inverse of :meth:`to_json_dict` (validated; grid releases must name their grid)."""
         if not isinstance(data, dict) or data.get("schema") != RELEASE_SCHEMA:
             raise ParameterError("schema", f"must be {RELEASE_SCHEMA!r}")
         try:
@@ -930,6 +1115,8 @@ class Release:
             n = int(data["num_answers"])
             answers = list(data["answers"]) + [math.nan] * (n - len(data["answers"]))
             thresholds = data.get("thresholds")
+            negative = server.get("negative_noise")
+            grid = data["grid"] if data["mechanism"] in GRID_MECHANISMS else data.get("grid", 1.0)
             return cls(
                 mechanism=data["mechanism"],
                 levels=tuple(float(x) for x in data["levels"]),
@@ -940,6 +1127,8 @@ class Release:
                 monotonicity=data["monotonicity"],
                 n_max=data.get("n_max"),
                 thresholds=None if thresholds is None else tuple(float(x) for x in thresholds),
+                grid=grid,
+                negative_noise=None if negative is None else tuple(negative),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ParameterError):
@@ -978,7 +1167,13 @@ def make_release(
     thresholds: npt.ArrayLike | None = None,
     rng: RandomSource | int | None = None,
 ) -> Release:
-    """Run ``mechanism`` once at ``epsilon`` and record it (noise kept for later relaxation)."""
+    """Run ``mechanism`` once at ``epsilon`` and record it (noise kept for later relaxation).
+
+    Grid mechanisms (:data:`GRID_MECHANISMS`) draw their noise on the grid
+    of ``D / epsilon`` (:func:`~protocol.exact.default_grid`), recorded in
+    the release and kept by every later relaxation; counts must lie on it
+    (integers always do).
+    """
     _check_epsilon("epsilon", epsilon, allow_inf=False)
     mech = _mechanism_of(mechanism, epsilon, sensitivity, monotonicity, n_max)
     integer = mechanism in ("ageo", "geometric")
@@ -986,12 +1181,18 @@ def make_release(
         c = mech.check_counts(counts)
     else:
         c = _as_counts(counts, integer=integer).ravel()
+    grid = mech.step if mechanism in GRID_MECHANISMS else 1.0
     t: FloatArray | None = None
     if mechanism == "salap":
         if thresholds is None:
             raise ParameterError("thresholds", "is required for salap")
         c, t = _salap_inputs(c, thresholds)
-        noise = mech.noise(c.size, rng)
+    negative: tuple[float, ...] | None = None
+    if mechanism in GRID_MECHANISMS:
+        c = on_grid(c, grid)
+        up, down = mech.noise_parts(c.shape, rng)
+        noise = (up - down).astype(np.float64) * grid
+        negative = tuple((down.astype(np.float64) * grid).tolist())
     else:
         noise = mech.noise(c.shape, rng)
     return Release(
@@ -1004,7 +1205,31 @@ def make_release(
         monotonicity=monotonicity,
         n_max=n_max,
         thresholds=None if t is None else tuple(t.tolist()),
+        grid=grid,
+        negative_noise=negative,
     )
+
+
+def _relax_grid_noise(release: Release, e2: float, rng: RandomSource) -> tuple[FloatArray, tuple[float, ...]]:
+    """Both geometric parts of a grid release, each stepped to ``e2`` by ``min(G, H)``.
+
+    ``noise = g (G_plus - G_minus)``: with ``G_plus' = min(G_plus, H1)`` and
+    ``G_minus' = min(G_minus, H2)`` the new parts are independent geometrics
+    at the new step rate (so the new noise has exactly the one-shot law,
+    discrete Laplace for two-sided noise), and each ``G - G'`` is independent
+    of ``G'`` (memorylessness): the old answers are the new ones plus
+    independent noise, a post-processing. One-sided noise has one part.
+    """
+    g = release.grid
+    old, new = release.mechanism_params(), release.mechanism_params(e2)
+    down = grid_steps(release.negative_noise or (), g, field="negative_noise")
+    up = grid_steps(np.asarray(release.noise) + np.asarray(release.negative_noise), g)
+    mono = "none" if release.mechanism == "laplace" else release.monotonicity
+    if mono != "increasing":
+        up = _relax_geometric_exact(up, old.step_rate, new.step_rate, rng)
+    if mono != "decreasing":
+        down = _relax_geometric_exact(down, old.step_rate, new.step_rate, rng)
+    return (up - down).astype(np.float64) * g, tuple((down.astype(np.float64) * g).tolist())
 
 
 def relax_release(
@@ -1016,37 +1241,39 @@ def relax_release(
 ) -> Release:
     """Refine a published release to the looser level ``epsilon`` (gradual-release paper, Sec. 3).
 
-    The stored noise takes one lazy step (:func:`relax_noise`), the answers
-    are recomputed from it, and ``epsilon`` is appended to ``levels``. The
+    The stored noise takes one exact lazy step on the release's grid
+    (:func:`_relax_grid_noise`; AGeo: :func:`relax_noise`), the answers are
+    recomputed from it, and ``epsilon`` is appended to ``levels``. The
     refined answers have the one-shot ``epsilon`` error, and the budget
     charged for the whole history is ``epsilon`` (not the sum of levels).
 
     Raises:
         TighteningRefused: ``epsilon`` below the current level.
         BudgetExceeded: ``epsilon`` above ``ceiling``.
-        ParameterError: SALap and the two-sided geometric cannot be relaxed.
+        ParameterError: SALap, the two-sided geometric and two-sided AGeo cannot be relaxed.
     """
     e2 = _check_epsilon("epsilon", epsilon, allow_inf=False)
     if ceiling is not None and e2 > ceiling:
         raise BudgetExceeded(requested=e2, remaining=ceiling, detail="relaxation ceiling")
+    if e2 < release.epsilon:
+        raise TighteningRefused(current=release.epsilon, requested=e2)
     if e2 == release.epsilon:
         return release
-    noise = relax_noise(
-        release.mechanism, release.noise, release.epsilon, e2,
-        sensitivity=release.sensitivity, monotonicity=release.monotonicity, rng=rng,
-    )
+    source = as_rng(rng)
+    negative = release.negative_noise
+    noise: npt.NDArray[Any]
+    if release.mechanism in ("alap", "laplace"):
+        noise, negative = _relax_grid_noise(release, e2, source)
+    else:
+        noise = relax_noise(
+            release.mechanism, release.noise, release.epsilon, e2,
+            sensitivity=release.sensitivity, monotonicity=release.monotonicity, rng=source,
+        )
     mech = release.mechanism_params(e2)
     counts = np.asarray(release.counts)
-    return Release(
-        mechanism=release.mechanism,
-        levels=(*release.levels, e2),
-        counts=release.counts,
-        noise=tuple(noise.tolist()),
+    return dataclasses.replace(
+        release, levels=(*release.levels, e2), noise=tuple(noise.tolist()), negative_noise=negative,
         answers=_publish(mech, release.mechanism, counts, noise, release.thresholds),
-        sensitivity=release.sensitivity,
-        monotonicity=release.monotonicity,
-        n_max=release.n_max,
-        thresholds=release.thresholds,
     )
 
 

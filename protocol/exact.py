@@ -5,7 +5,8 @@ Integer arithmetic and exact Bernoulli(exp(-gamma)) trials for rational
 Gaussian for Differential Privacy", 2020, Algorithms 1-2), fed with exact
 uniform integers cut from the injected :class:`~protocol.rng.RandomSource`.
 Used by the central mechanisms (:mod:`protocol.central`: AGeo, the
-two-sided geometric, and the relaxation of AGeo releases).
+two-sided geometric, and ALap, Laplace and SALap on a power-of-two output
+grid, :func:`default_grid`) and Mechanism A (:mod:`protocol.multianalyst`).
 """
 
 from __future__ import annotations
@@ -23,14 +24,20 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 __all__ = [
+    "GRID_BITS",
+    "MAX_GRID_VALUE",
     "MAX_RATE",
     "MAX_RATE_DENOMINATOR",
     "MAX_UNIFORM_BOUND",
     "WORD_BITS",
     "bernoulli_exp",
+    "check_grid",
+    "default_grid",
     "exact_rate",
     "exact_uniform_words",
     "geometric_exact",
+    "grid_epsilon",
+    "grid_step_rate",
     "two_sided_geometric_exact",
     "uniform_below",
 ]
@@ -214,3 +221,59 @@ def two_sided_geometric_exact(
     """
     source = as_rng(rng)
     return geometric_exact(source, rate, shape) - geometric_exact(source, rate, shape)
+
+
+# ==========================================================================
+# The output grid of the central mechanisms (docs/central.md, "The grid")
+# ==========================================================================
+
+GRID_BITS = 10
+"""The grid is at most ``scale / 2**10``: about a thousand grid points per noise scale."""
+MIN_GRID_EXPONENT = -20
+MAX_GRID_VALUE = 2.0**32
+"""Counts and noise stay below this in magnitude: ``c + k g`` is then an exact double for ``g >= 2**-20``."""
+
+
+def default_grid(scale: float, sensitivity: float = 1.0) -> float:
+    """The output grid ``g = 2**k`` for noise of scale ``b = D / eps`` (public: parameters only).
+
+    The largest power of two with ``g <= b / 2**10``, ``g <= D`` and
+    ``g <= 1``, but at least ``2**-20``. Integer counts lie on every such
+    grid, and a shift by ``D`` covers at least one grid step.
+    """
+    exponent = 0
+    for bound in (scale / 2**GRID_BITS, sensitivity):
+        if 0 < bound < math.inf:
+            exponent = min(exponent, math.frexp(bound)[1] - 1)  # floor(log2(bound))
+    return math.ldexp(1.0, max(exponent, MIN_GRID_EXPONENT))
+
+
+def check_grid(value: object) -> float:
+    """A grid: a power of two in ``[2**-20, 1]``.
+
+    Raises:
+        ParameterError: (field ``grid``) anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ParameterError("grid", f"must be a power of two in [2**-20, 1], got {value!r}")
+    mantissa, exponent = math.frexp(value)
+    if mantissa != 0.5 or not MIN_GRID_EXPONENT <= exponent - 1 <= 0:
+        raise ParameterError("grid", f"must be a power of two in [2**-20, 1], got {value!r}")
+    return float(value)
+
+
+def grid_step_rate(epsilon: float, sensitivity: float | Fraction, grid: float) -> Fraction:
+    """``r = eps g / D`` per grid step, as the exact sampler uses it (:func:`exact_rate`: never above)."""
+    return exact_rate(Fraction(epsilon) * Fraction(grid) / Fraction(sensitivity))
+
+
+def grid_epsilon(rate: Fraction, sensitivity: float | Fraction, grid: float) -> float:
+    """The exact loss ``r floor(D / g)`` of a shift by at most ``D``, as the double at or above it.
+
+    Counts on the grid move by whole grid steps, at most ``floor(D / g)`` of
+    them; each step multiplies a geometric's probabilities by exactly
+    ``exp(r)`` on the shared support (``= eps`` when ``D / g`` is an integer).
+    """
+    exact = rate * math.floor(Fraction(sensitivity) / Fraction(grid))
+    value = float(exact)
+    return value if Fraction(value) >= exact else math.nextafter(value, math.inf)

@@ -12,6 +12,10 @@ Two ways to serve analysts with different trust:
 * **Mechanism A** (multi-user non-zero-mean Laplace paper, Algorithm 1):
   analyst ``i`` gets a secret location ``mu_i`` drawn from an interval;
   each of its ``k`` queries is answered ``r_j + Lap(mu_i, k D / eps)``.
+  Here discretized exactly: ``mu_i`` uniform on the grid points of the
+  interval and the noise the discrete Laplace on the power-of-two grid of
+  ``b = k D / eps`` (:func:`protocol.exact.default_grid`), from the exact
+  samplers, so no answer is impossible under a neighbour (docs/central.md).
   Accuracy: Theorem 2. Against the averaging attack the paper's claim
   (Theorem 3) is that the coalition's mean converges to ``r + mean(mu)``,
   not ``r``. It is still ``eps``-DP per analyst and ``i eps`` for ``i``
@@ -26,23 +30,35 @@ correlated answers, and compares with the paper's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from .accounting import round_up
 from .central import (
     MechanismName,
     Monotonicity,
     Release,
     coerce_levels,
     make_release,
+    on_grid,
     relax_release,
 )
 from .errors import ParameterError
+from .exact import (
+    check_grid,
+    default_grid,
+    exact_rate,
+    grid_epsilon,
+    two_sided_geometric_exact,
+    uniform_below,
+)
 from .relaxation import relax_laplace
 from .rng import FloatArray, RandomSource, as_rng
 
@@ -113,17 +129,7 @@ def correlated_releases(
 
 def _single_level(release: Release) -> Release:
     """The release as its holder sees it: only the final level (the chain below is not theirs)."""
-    return Release(
-        mechanism=release.mechanism,
-        levels=(release.epsilon,),
-        counts=release.counts,
-        noise=release.noise,
-        answers=release.answers,
-        sensitivity=release.sensitivity,
-        monotonicity=release.monotonicity,
-        n_max=release.n_max,
-        thresholds=release.thresholds,
-    )
+    return dataclasses.replace(release, levels=(release.epsilon,))
 
 
 def coalition_epsilon(levels: Sequence[float], *, correlated: bool) -> float:
@@ -153,7 +159,8 @@ class MechanismA:
             ``eps / k`` (noise scale ``b = k D / eps``).
         sensitivity: ``D``, the global sensitivity of every query.
         location_low, location_high: the interval the secret location
-            ``mu_i`` of each analyst is drawn from, uniformly.
+            ``mu_i`` of each analyst is drawn from, uniformly on its grid points.
+        grid: the output grid; ``None``: :func:`~protocol.exact.default_grid` of ``b``.
     """
 
     epsilon: float
@@ -161,6 +168,7 @@ class MechanismA:
     sensitivity: float = 1.0
     location_low: float = 0.0
     location_high: float = 0.0
+    grid: float | None = None
 
     def __post_init__(self) -> None:
         _positive("epsilon", self.epsilon)
@@ -172,6 +180,9 @@ class MechanismA:
                 raise ParameterError(name, f"must be a finite number, got {v!r}")
         if self.location_high < self.location_low:
             raise ParameterError("location_high", f"must be >= location_low ({self.location_low}), got {self.location_high}")
+        if self.grid is not None:
+            check_grid(self.grid)
+        self.step_rate  # noqa: B018 -- validates the exact sampler's range
 
     @property
     def scale(self) -> float:
@@ -179,24 +190,63 @@ class MechanismA:
         return self.queries * self.sensitivity / self.epsilon
 
     @property
+    def step(self) -> float:
+        """The output grid ``g`` (given, or from the scale ``b``)."""
+        return self.grid if self.grid is not None else default_grid(self.scale, self.sensitivity)
+
+    @property
+    def step_rate(self) -> Fraction:
+        """``r = (eps / k) g / D`` per grid step, as the exact sampler uses it."""
+        return exact_rate(Fraction(self.epsilon) * Fraction(self.step) / (self.queries * Fraction(self.sensitivity)))
+
+    @property
+    def query_epsilon(self) -> float:
+        """The exact loss of one answer for a shift by ``D``: ``r floor(D / g)`` (``= eps / k``)."""
+        return grid_epsilon(self.step_rate, self.sensitivity, self.step)
+
+    @property
+    def effective_epsilon(self) -> float:
+        """Per analyst over its ``k`` answers: ``k r floor(D / g)`` (``= eps``), rounded up (6 decimals)."""
+        return round_up(grid_epsilon(self.queries * self.step_rate, self.sensitivity, self.step))
+
+    @property
+    def location_grid(self) -> tuple[int, int]:
+        """``(lo, hi)``: the locations are ``g j`` for integers ``lo <= j <= hi`` (the interval's grid points,
+        or the one nearest its middle when it holds none)."""
+        g = Fraction(self.step)
+        lo, hi = math.ceil(Fraction(self.location_low) / g), math.floor(Fraction(self.location_high) / g)
+        if hi < lo:
+            lo = hi = round(Fraction(self.location_low + self.location_high) / 2 / g)
+        return lo, hi
+
+    @property
     def location_mean(self) -> float:
-        return (self.location_low + self.location_high) / 2.0
+        lo, hi = self.location_grid
+        return (lo + hi) / 2.0 * self.step
 
     def draw_locations(self, analysts: int, rng: RandomSource | int | None = None) -> FloatArray:
-        """The secret ``mu_i``, uniform on ``[location_low, location_high]`` (kept server-side)."""
+        """The secret ``mu_i``, uniform on the grid points of ``[location_low, location_high]`` (server-side).
+
+        Exact: a uniform integer index (:func:`~protocol.exact.uniform_below`) times the grid.
+        """
         n = _count("analysts", analysts)
-        return self.location_low + (self.location_high - self.location_low) * as_rng(rng).uniform(n)
+        lo, hi = self.location_grid
+        return (lo + uniform_below(as_rng(rng), hi - lo + 1, n)).astype(np.float64) * self.step
 
     def answer(
         self, true_answers: npt.ArrayLike, locations: npt.ArrayLike, rng: RandomSource | int | None = None
     ) -> FloatArray:
-        """``r_hat[i, j] = r_j + mu_i + Lap(b)``: one row per analyst, one column per query."""
-        r = np.atleast_1d(np.asarray(true_answers, dtype=np.float64))
-        mu = np.atleast_1d(np.asarray(locations, dtype=np.float64))
+        """``r_hat[i, j] = r_j + mu_i + g Z``, ``Z`` discrete Laplace at ``r`` per step: one row per analyst.
+
+        ``true_answers`` and ``locations`` must lie on the grid (integer counts and
+        :meth:`draw_locations` do), so every answer is a grid point.
+        """
+        r = np.atleast_1d(on_grid(true_answers, self.step, field="true_answers"))
+        mu = np.atleast_1d(on_grid(locations, self.step, field="locations"))
         if r.ndim != 1 or r.size > self.queries:
             raise ParameterError("true_answers", f"must be a vector of at most k={self.queries} queries")
-        noise = as_rng(rng).laplace(1.0 / self.scale, (mu.size, r.size))
-        return r[None, :] + mu[:, None] + noise
+        steps = two_sided_geometric_exact(as_rng(rng), self.step_rate, (mu.size, r.size))
+        return r[None, :] + mu[:, None] + steps.astype(np.float64) * self.step
 
     def accuracy_bound(self, beta: float, location: float | None = None) -> float:
         """Theorem 2 for this mechanism (``location`` defaults to the worst end of the interval)."""
@@ -207,9 +257,10 @@ class MechanismA:
 
     def coalition_epsilon(self, analysts: int) -> float:
         """``i * eps``: sequential composition. The secret location does not lower the worst case:
-        for an output above every ``r + mu``, each answer's density ratio between
+        for an output above every ``r + mu``, each answer's probability ratio between
         neighbours is exactly ``e^(eps/k)`` per query, whatever ``mu``."""
-        return _count("analysts", analysts) * self.epsilon
+        i = _count("analysts", analysts)
+        return round_up(grid_epsilon(i * self.queries * self.step_rate, self.sensitivity, self.step))
 
 
 def mechanism_a_accuracy_bound(
@@ -287,8 +338,8 @@ def _analyst_noise(
     if scheme == "independent":
         return rng.laplace(1.0 / mech.scale, (trials, analysts))
     if scheme in ("mechanism_a", "mechanism_a_calibrated"):
-        mu = mech.location_low + (mech.location_high - mech.location_low) * rng.uniform((trials, analysts))
-        noise = mu + rng.laplace(1.0 / mech.scale, (trials, analysts))
+        mu = mech.draw_locations(trials * analysts, rng).reshape(trials, analysts)
+        noise = mech.answer(np.zeros(1), mu.ravel(), rng).reshape(trials, analysts)  # exact, on the grid
         return noise - mech.location_mean if scheme == "mechanism_a_calibrated" else noise
     return _correlated_chain(trials, levels / (mech.queries * mech.sensitivity), rng)
 

@@ -223,17 +223,22 @@ def test_alap_safe_answers_are_never_wrong_and_beta_matches() -> None:
     answers = alap(counts, eps, rng=34)
     mech = ALapMechanism(epsilon=eps)
     _one_sided_check(counts, t, answers, mech)
-    assert mech.safe_probability(2, t) == pytest.approx(1 - math.exp(-eps * 3), rel=1e-15)
+    # on the grid g = 2**-10 (scale 1/0.7): 1 - exp(-r (3/g + 1)), r = eps g; the continuous law as g -> 0
+    g, r = mech.step, float(mech.step_rate)
+    assert g == 2.0**-10 and r == pytest.approx(eps * g, rel=1e-15)
+    assert mech.safe_probability(2, t) == pytest.approx(1 - math.exp(-r * (3 / g + 1)), rel=1e-15)
+    assert mech.safe_probability(2, t) == pytest.approx(1 - math.exp(-eps * 3), rel=1e-3)
     assert mech.safe_probability(6, t) == 0.0
 
 
-def test_alap_density_ratio_is_exactly_e_eps_and_unbounded_in_reverse() -> None:
+def test_alap_probability_ratio_is_exactly_e_eps_and_unbounded_in_reverse() -> None:
     mech = ALapMechanism(epsilon=0.8, sensitivity=2.0)
-    z = np.linspace(3.0, 30.0, 50)
-    ratio = mech.log_density(z, 3.0) - mech.log_density(z, 1.0)  # X ~p X': count 3 -> 1
+    z = 3.0 + mech.step * np.arange(0, 20_000, 37)  # grid points of the support
+    ratio = mech.log_pmf(z, 3.0) - mech.log_pmf(z, 1.0)  # X ~p X': count 3 -> 1
     assert np.allclose(ratio, 0.8, rtol=0, atol=1e-12)
-    reverse = mech.log_density(np.array([1.5]), 1.0) - mech.log_density(np.array([1.5]), 3.0)
+    reverse = mech.log_pmf(np.array([1.5]), 1.0) - mech.log_pmf(np.array([1.5]), 3.0)
     assert math.isinf(reverse[0])
+    assert math.isinf(-mech.log_pmf(np.array([3.0 + mech.step / 2]), 3.0)[0])  # off the grid: impossible
     g = mech.guarantee()
     assert (g.epsilon, g.delta, g.definition) == (0.8, 0.0, "(eps, p)-ADP")
     assert "never wrong" in (g.one_sided or "")
