@@ -15,7 +15,12 @@ For each report, in this order (cheap checks before decryption):
    as AAD (``decrypt_error``); plaintext only if the operator allows it;
 6. the payload is well formed (``invalid_message``, ``payload.*``), its
    level is the metric's base level (round 0) or the round's ``level_to``,
-   and its cohort is one the round asked for.
+   and its cohort is one the round asked for;
+7. a trusted metric's report keeps at most ``max_items * num_hashes`` ones
+   (the contribution bound the central releases rely on), chosen uniformly
+   at random with the server's secure RNG (:func:`clip_items`, as PipelineDP
+   bounds ``max_partitions_contributed``); an accepted report that was
+   clipped says so in its result's ``detail``.
 
 The survivors are stored in one transaction (``Storage.store_reports``),
 which adds ``accepted`` / ``replayed`` (and catches a metric or round that
@@ -24,11 +29,17 @@ changed meanwhile). Nothing of a rejected report is stored.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from protocol.errors import ReportRejected
+from protocol.exact import uniform_below
+from protocol.params import MetricParams
+from protocol.rng import RandomSource, as_rng
 from protocol.wire import (
     PAYLOAD_HEADER,
     STATUS_ACCEPTED,
@@ -150,13 +161,53 @@ def check_payload(data: bytes, item: Candidate) -> ReportRow:
     )
 
 
-class Ingestor:
-    """Turns parsed batches into stored reports and per-report results."""
+def item_limit(params: MetricParams) -> int | None:
+    """The ones a report of ``params`` may keep: ``max_items * num_hashes`` (trusted metrics), else ``None``."""
+    if params.mode != "trusted":
+        return None
+    return params.max_items * params.encoding.num_hashes
 
-    def __init__(self, *, storage: Storage, opener: EnvelopeOpener, settings: Settings) -> None:
+
+def clip_items(bits: bytes, num_bits: int, limit: int, rng: RandomSource) -> tuple[bytes, int]:
+    """Keep at most ``limit`` of the ones of packed ``bits`` (LSB first), a uniformly random subset.
+
+    Exact: a partial Fisher-Yates shuffle with exact uniform integers
+    (:func:`~protocol.exact.uniform_below`). Returns the packed bits and the
+    number of ones dropped (0: ``bits`` unchanged).
+    """
+    vector = np.unpackbits(np.frombuffer(bits, dtype=np.uint8), bitorder="little")[:num_bits]
+    ones = np.flatnonzero(vector)
+    if ones.size <= limit:
+        return bits, 0
+    for i in range(limit):
+        j = i + int(uniform_below(rng, int(ones.size) - i, 1)[0])
+        ones[i], ones[j] = ones[j], ones[i]
+    kept = np.zeros(len(bits) * 8, dtype=np.uint8)
+    kept[ones[:limit]] = 1
+    return np.packbits(kept, bitorder="little").tobytes(), int(ones.size) - limit
+
+
+def clip_report(row: ReportRow, params: MetricParams, rng: RandomSource) -> tuple[ReportRow, int]:
+    """Step 7: ``row`` with at most :func:`item_limit` ones, and how many were dropped."""
+    limit = item_limit(params)
+    if limit is None:
+        return row, 0
+    bits, dropped = clip_items(row.bits, params.num_bits, limit, rng)
+    return (dataclasses.replace(row, bits=bits) if dropped else row), dropped
+
+
+class Ingestor:
+    """Turns parsed batches into stored reports and per-report results.
+
+    ``rng`` draws the clipped items' subsets (default: the secure source).
+    """
+
+    def __init__(self, *, storage: Storage, opener: EnvelopeOpener, settings: Settings,
+                 rng: RandomSource | None = None) -> None:
         self.storage = storage
         self.opener = opener
         self.settings = settings
+        self.rng = as_rng(rng)
 
     def open_candidates(
         self, candidates: list[Candidate], results: list[ReportResult | None]
@@ -204,12 +255,18 @@ class Ingestor:
         opened = self.open_candidates(candidates, results)
         rows: list[ReportRow] = []
         positions: list[int] = []
+        clipped: dict[int, str] = {}
         for item, data in opened:
             try:
-                rows.append(check_payload(data, item))
-                positions.append(item.index)
+                row, dropped = clip_report(check_payload(data, item), item.metric.params, self.rng)
             except ReportRejected as exc:
                 results[item.index] = ReportResult.from_error(item.envelope.report_id, exc)
+                continue
+            rows.append(row)
+            positions.append(item.index)
+            if dropped:
+                limit = item_limit(item.metric.params)
+                clipped[item.index] = f"clipped: {dropped} of the report's ones dropped at random, {limit} kept (max_items)"
         bindings = {
             m.id: MetricBinding(metric_id=m.id, digest=m.digest, num_bits=m.params.num_bits)
             for m in ctx.metrics.values()
@@ -218,7 +275,7 @@ class Ingestor:
         for i, status in zip(positions, statuses, strict=True):
             env = envelopes[i]
             if status == STATUS_ACCEPTED:
-                results[i] = ReportResult(report_id=env.report_id_text, status=status)
+                results[i] = ReportResult(report_id=env.report_id_text, status=status, detail=clipped.get(i))
             else:
                 results[i] = ReportResult(report_id=env.report_id_text, status=status, detail=_STORE_DETAILS[status])
         return [r for r in results if r is not None]

@@ -54,6 +54,7 @@ from protocol.central import (
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.exact import MAX_RATE
 from protocol.multianalyst import correlated_releases
+from protocol.params import MetricParams
 from protocol.rng import RandomSource, as_rng
 
 from .errors import Conflict, Forbidden, NotFound
@@ -63,7 +64,6 @@ DEFAULT_ANALYST_BUDGET = 10.0
 BUDGET_ENV = "ONESIDED_ANALYST_BUDGET"
 STORED_SCHEMA = "onesided.stored-release/v1"
 CORRELATED_MECHANISMS: tuple[str, ...] = ("laplace", "alap", "ageo")
-UNIT_SENSITIVITY: tuple[str, ...] = ("ageo", "salap")
 RELAXABLE: tuple[str, ...] = ("alap", "ageo", "laplace")
 REQUEST_FIELDS = ("metric", "window", "places", "mechanism", "epsilon", "threshold", "sensitivity", "analysts")
 # PostgreSQL advisory lock key of the budget section ("ones" + 2; migrations hold "ones").
@@ -147,9 +147,8 @@ class ReleaseRequest:
         threshold: ``t`` of "is the place safe, count <= t?".
         epsilon: the level of a single release (exclusive with ``analysts``).
         analysts: ``(name, epsilon)`` pairs of a correlated multi-analyst release (admin).
-        sensitivity: ``D_p``, the visits one protected change removes (1: one
-            visit at one place; ``k`` protects a whole set of up to ``k``
-            places); must be 1 for ``ageo`` and ``salap``.
+        sensitivity: optional ``D_p`` above the metric's own (:func:`release_sensitivity`:
+            ``max_items`` visits per person's report), to protect more; never below it.
     """
 
     metric: str
@@ -159,7 +158,7 @@ class ReleaseRequest:
     threshold: float
     epsilon: float | None = None
     analysts: tuple[tuple[str, float], ...] | None = None
-    sensitivity: float = 1.0
+    sensitivity: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
@@ -177,10 +176,10 @@ class ReleaseRequest:
             raise ParameterError(
                 "mechanism", f"correlated releases need one of {CORRELATED_MECHANISMS}, got {self.mechanism!r}"
             )
-        if _number("sensitivity", self.sensitivity) < 1:
+        if self.sensitivity is not None and _number("sensitivity", self.sensitivity) < 1:
             raise ParameterError("sensitivity", f"must be >= 1 (visits per protected change), got {self.sensitivity}")
-        if self.mechanism in UNIT_SENSITIVITY and self.sensitivity != 1:
-            raise ParameterError("sensitivity", f"{self.mechanism} is defined for sensitivity 1 only")
+        if self.sensitivity is not None and self.mechanism in ("ageo", "geometric") and self.sensitivity % 1:
+            raise ParameterError("sensitivity", f"must be an integer for {self.mechanism}, got {self.sensitivity}")
 
     @property
     def levels(self) -> dict[str, float] | None:
@@ -206,7 +205,7 @@ class ReleaseRequest:
             threshold=data["threshold"],
             epsilon=data.get("epsilon"),
             analysts=_analysts(data.get("analysts")),
-            sensitivity=data.get("sensitivity", 1.0),
+            sensitivity=data.get("sensitivity"),
         )
 
 
@@ -249,9 +248,12 @@ class StoredRelease:
     created_at: int
     updated_at: int
 
+    max_items: int = 1
+
     @staticmethod
     def make_body(
-        *, window: int, places: tuple[str, ...], threshold: float, group: str | None, release: Release
+        *, window: int, places: tuple[str, ...], threshold: float, group: str | None, release: Release,
+        max_items: int = 1,
     ) -> dict[str, Any]:
         """The JSON a store keeps: everything, exact counts and noise included."""
         return {
@@ -260,13 +262,14 @@ class StoredRelease:
             "places": list(places),
             "threshold": threshold,
             "group": group,
+            "max_items": max_items,
             "release": release.to_json_dict(),
         }
 
     def body(self, release: Release | None = None) -> dict[str, Any]:
         return self.make_body(
             window=self.window, places=self.places, threshold=self.threshold, group=self.group,
-            release=self.release if release is None else release,
+            release=self.release if release is None else release, max_items=self.max_items,
         )
 
     @classmethod
@@ -282,6 +285,7 @@ class StoredRelease:
             places=tuple(body["places"]),
             threshold=float(body["threshold"]),
             group=body.get("group"),
+            max_items=int(body.get("max_items", 1)),
             release=Release.from_json_dict(body["release"]),
             created_at=record.created_at,
             updated_at=record.updated_at,
@@ -290,6 +294,7 @@ class StoredRelease:
     def public_view(self) -> dict[str, Any]:
         """What the analyst sees: answers, levels, guarantee; never counts or noise."""
         public = self.release.public_dict()
+        guarantee = {**public["guarantee"], "neighbour": person_neighbour(self.max_items, self.release)}
         return {
             "id": self.id,
             "analyst": self.analyst,
@@ -300,9 +305,11 @@ class StoredRelease:
             "levels": public["levels"],
             "threshold": self.threshold,
             "sensitivity": self.release.sensitivity,
+            "max_items": self.max_items,
+            "grid": self.release.grid,
             "n_max": self.release.n_max,
             "group": self.group,
-            "guarantee": public["guarantee"],
+            "guarantee": guarantee,
             "answers": place_answers(public, self.places, self.threshold),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
@@ -348,6 +355,31 @@ def check_release_source(metric: MetricRecord) -> None:
             "metric", f"{metric.name!r} uses the {params.encoding.kind} encoding, whose bit counts are not place "
             "counts; releases of place counts need encoding.kind == 'direct' (one bit per place)"
         )
+
+
+def release_sensitivity(params: MetricParams, mechanism: str) -> int:
+    """The sensitivity of the released counts for "one person's report in the window added or removed".
+
+    Ingestion keeps at most ``max_items`` ones of a trusted report, so with the
+    direct encoding one person moves at most ``max_items`` place counts, each
+    by 1: L1 sensitivity ``max_items`` (ALap, AGeo, Laplace, the geometric).
+    SALap needs only the per-query bound, 1 (Algorithm 1; its bottoms cost
+    nothing and it publishes one value). A Bloom report moves up to
+    ``max_items * num_hashes`` bit counts of its cohort; such metrics are
+    not released (:func:`check_release_source`), and that is the bound to use if they were.
+    """
+    if mechanism == "salap":
+        return 1
+    return params.max_items * params.encoding.num_hashes
+
+
+def person_neighbour(max_items: int, release: Release) -> str:
+    """The neighbour relation a release's epsilon is about, in one sentence."""
+    return (
+        f"one person's report in the window added or removed; a person contributes at most {max_items} "
+        f"item{'s' if max_items != 1 else ''} (L1 change <= {release.sensitivity:g}; answers on the grid "
+        f"{release.grid:g})"
+    )
 
 
 def place_indices(metric: MetricRecord, places: tuple[str, ...] | None) -> tuple[tuple[str, ...], list[int]]:
@@ -437,9 +469,9 @@ class ReleaseService:
             raise exc
 
     def _draw(self, request: ReleaseRequest, counts: np.ndarray, n_max: int,
-              levels: dict[str, float]) -> dict[str, Release]:
+              levels: dict[str, float], sensitivity: float) -> dict[str, Release]:
         common: dict[str, Any] = {
-            "sensitivity": request.sensitivity, "monotonicity": MONOTONICITY,
+            "sensitivity": sensitivity, "monotonicity": MONOTONICITY,
             "n_max": n_max if request.mechanism == "ageo" else None, "rng": self.rng,
         }
         if request.analysts is None:
@@ -466,6 +498,7 @@ class ReleaseService:
                 "window", f"must be a multiple of {metric.params.time_precision} (the metric's window length)"
             )
         places, bits = place_indices(metric, request.places)
+        sensitivity = self._sensitivity(request, metric)
         levels = self._recipients(request, caller)
         with budget_lock(self.storage):
             counts, total = self.exact_counts(metric, request.window, bits)
@@ -474,16 +507,29 @@ class ReleaseService:
             for name, level in levels.items():
                 field = "epsilon" if request.analysts is None else f"analysts.{name}"
                 self._check_budget(name, metric.name, request.window, level, field=field)
-            drawn = self._draw(request, counts, total, levels)
+            drawn = self._draw(request, counts, total, levels, sensitivity)
             group = None if request.analysts is None else _group_id(metric.name, request.window, self.rng)
             return [
                 StoredRelease.from_record(self.storage.create_release(
                     analyst=name, metric=metric.name,
-                    body=StoredRelease.make_body(window=request.window, places=places,
-                                                 threshold=request.threshold, group=group, release=release),
+                    body=StoredRelease.make_body(window=request.window, places=places, threshold=request.threshold,
+                                                 group=group, release=release, max_items=metric.params.max_items),
                 ))
                 for name, release in drawn.items()
             ]
+
+    @staticmethod
+    def _sensitivity(request: ReleaseRequest, metric: MetricRecord) -> float:
+        """The metric's :func:`release_sensitivity`, or the request's if larger (never smaller)."""
+        derived = release_sensitivity(metric.params, request.mechanism)
+        if request.sensitivity is None:
+            return float(derived)
+        if request.sensitivity < derived:
+            raise ParameterError(
+                "sensitivity", f"must be >= {derived} for {metric.name!r} (max_items = {metric.params.max_items}: "
+                f"one person's report moves up to that many counts), got {request.sensitivity:g}"
+            )
+        return float(request.sensitivity)
 
     # --- relaxing --------------------------------------------------------------
 

@@ -56,10 +56,13 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def register_metrics(agg: LocalAggregator, places: tuple[str, ...], level: float) -> None:
+def register_metrics(agg: LocalAggregator, places: tuple[str, ...], level: float, max_items: int) -> None:
     domain = DirectEncoding(domain=places)
     local = MetricParams(name="places", encoding=domain, mode="asymmetric", level=level, min_batch_size=50)
-    exact = MetricParams(name="places-exact", encoding=domain, mode="trusted", level=math.inf, min_batch_size=50)
+    # max_items: the most places one person's exact set may add (larger sets are clipped at random on
+    # ingestion); central releases protect a whole person, with L1 sensitivity max_items.
+    exact = MetricParams(name="places-exact", encoding=domain, mode="trusted", level=math.inf, min_batch_size=50,
+                         max_items=max_items)
     for params in (local, exact):
         agg.admin.post("/v1/metrics", params.to_dict())
 
@@ -97,7 +100,8 @@ def main() -> None:
     truth = {p: int((visited == i).sum()) for i, p in enumerate(places)}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, local_aggregator(Path(tmp) / "aggregator") as agg:
-        register_metrics(agg, places, args.level_from)
+        largest = int((visited >= 0).sum(axis=1).max())  # nothing clipped: the truth below is what is stored
+        register_metrics(agg, places, args.level_from, largest)
         clients = make_clients(agg, Path(tmp) / "clients", args.clients, args.ceiling, args.seed)
         sets = [[places[j] for j in row if j >= 0] for row in visited]
         for client, visits in zip(clients, sets, strict=True):

@@ -73,8 +73,10 @@ def main() -> None:
     truth = np.array([(sets == j).sum() for j in range(args.places)])
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, local_aggregator(Path(tmp) / "aggregator") as agg:
+        # max_items: the most places one person adds (larger sets would be clipped at random on ingestion;
+        # here none is, so `truth` is what is stored); releases protect a whole person, L1 sensitivity max_items.
         params = MetricParams(name="visits", encoding=DirectEncoding(domain=names), mode="trusted", level=math.inf,
-                              min_batch_size=50)
+                              min_batch_size=50, max_items=int((sets >= 0).sum(axis=1).max()))
         agg.admin.post("/v1/metrics", params.to_dict())
         collect(agg.url, agg.keys.sign_public_raw, Path(tmp), [[names[j] for j in row if j >= 0] for row in sets],
                 args.seed)

@@ -50,14 +50,16 @@ from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
 
 DOMAIN = tuple(f"place-{i:02d}" for i in range(16))
+MAX_ITEMS = 8  # a person's report keeps at most 8 places (a few of the 200 reports are clipped)
 VISITS = MetricParams(
-    name="visits", encoding=DirectEncoding(domain=DOMAIN), mode="trusted", level=math.inf, time_precision=WINDOW
+    name="visits", encoding=DirectEncoding(domain=DOMAIN), mode="trusted", level=math.inf, time_precision=WINDOW,
+    max_items=MAX_ITEMS,
 )
 BLOOM = make_params("visits-bloom", mode="trusted", level=math.inf)
 NOISY = MetricParams(
     name="visits-noisy", encoding=DirectEncoding(domain=DOMAIN), mode="asymmetric", level=2.0, time_precision=WINDOW
 )
-N_REPORTS = 200  # each place's bit is Bernoulli(0.3): counts near 60
+N_REPORTS = 200  # each place's bit is Bernoulli(0.3), at most 8 kept per report: counts near 59
 THRESHOLD = 60
 ONE_SIDED = ("alap", "ageo", "salap")
 SECRET_KEYS = {"server", "counts", "noise"}
@@ -105,7 +107,8 @@ def make_world(backend: str, folder: Path) -> Iterator[World]:
             reports = make_reports(VISITS, srv.keys.seal_public_raw, N_REPORTS, seed=100 + i, window=w)
             response = post_reports(srv.url, reports.envelopes)
             assert response.json()["accepted"] == N_REPORTS, response.text
-            counts[w] = reports.expected(1)[0][0]
+            counts[w] = srv.storage.bit_counts("visits", window=w, round=0)[0][0]  # exact, after clipping
+            assert np.all(counts[w] <= reports.expected(1)[0][0])
         bloom = make_reports(BLOOM, srv.keys.seal_public_raw, 20, seed=7, window=window)
         assert post_reports(srv.url, bloom.envelopes).json()["accepted"] == 20
         tokens = {"admin": admin, "alice": srv.analyst_token("alice"), "bob": srv.analyst_token("bob")}
@@ -158,12 +161,22 @@ def test_safe_answers_never_wrong_and_nothing_secret(backend: str, tmp_path: Pat
                 assert view["guarantee"]["one_sided"] is not None
             else:
                 assert view["guarantee"]["one_sided"] is None
-            if mechanism in ("alap", "ageo"):  # non-vacuous: some places certified, some not
-                assert any(safe) and not all(safe)
+            assert view["max_items"] == MAX_ITEMS and "at most 8 items" in view["guarantee"]["neighbour"]
+            assert view["sensitivity"] == (1 if mechanism == "salap" else MAX_ITEMS)
+            assert all(v is None or v / view["grid"] == int(v / view["grid"]) for v in values)  # on the grid
             fetched = w.call("GET", "alice", f"/v1/releases/{view['id']}")
             assert fetched.status_code == 200 and secret_keys(fetched.json()) == set()
             assert answers(fetched.json()) == answers(view)
         assert w.spent("alice") == 5.0
+        # non-vacuous (seeded noise; the server's own is secure): some places certified, some not
+        bob = w.srv.storage.authenticate(w.tokens["bob"])
+        assert bob is not None
+        for mechanism in ("alap", "ageo"):
+            request = ReleaseRequest.from_dict({"metric": "visits", "window": w.window, "mechanism": mechanism,
+                                                "threshold": THRESHOLD, "epsilon": 2.0})
+            made = ReleaseService(w.srv.storage, rng=9).create(request, caller=bob)[0].public_view()
+            safe = answers(made)[1]
+            assert any(safe) and not all(safe)
         listed = w.call("GET", "alice", "/v1/releases").json()["releases"]
         assert len(listed) == 5 and secret_keys(listed) == set()
 
@@ -356,7 +369,8 @@ BAD_CREATE = [
     ({"window": 17}, 400, "window"),
     ({"window": -3600}, 400, "window"),
     ({"window": 0}, 404, "window"),
-    ({"sensitivity": 2}, 400, "sensitivity"),
+    ({"sensitivity": 2}, 400, "sensitivity"),  # below max_items = 8: would under-protect a person
+    ({"sensitivity": 8.5}, 400, "sensitivity"),  # ageo needs an integer
     ({"sensitivity": 0.5, "mechanism": "alap"}, 400, "sensitivity"),
     ({"colour": "red"}, 400, "colour"),
 ]

@@ -140,6 +140,10 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "none_value": {"type": ["string", "null"]},
             "time_precision": {"type": "integer", "minimum": 1},
             "min_batch_size": {"type": "integer", "minimum": 1},
+            "max_items": {"type": "integer", "minimum": 1, "default": 1,
+                          "description": "trusted set metrics: at most this many ones of a report are kept "
+                                         "(chosen at random) and releases protect a person with this many "
+                                         "items; at most num_bits"},
         },
     },
     "Metric": {

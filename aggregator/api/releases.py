@@ -10,6 +10,9 @@
 * ``GET /v1/releases/budget?metric=&window=``: limit, spent, remaining.
 
 Answers never contain exact counts or noise (only ``Release.public_dict``).
+Every answer is a multiple of the release's ``grid`` (a power of two; 1 for
+the integer mechanisms) and the ``guarantee`` names its neighbour: one
+person's report in the window, at most ``max_items`` items.
 A passed budget is 409 ``budget_exceeded`` (field ``epsilon``, or
 ``analysts.<name>``) with ``requested`` and ``remaining``; a lower level
 than the current one is 409 ``tightening_refused`` (field ``epsilon``)
@@ -235,7 +238,9 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "mechanism": {"enum": ["alap", "ageo", "salap", "laplace", "geometric"]},
             "epsilon": {"type": "number", "exclusiveMinimum": 0, "description": "exclusive with analysts"},
             "threshold": {"type": "number", "description": "safe means answer <= threshold"},
-            "sensitivity": {"type": "number", "minimum": 1, "description": "visits per protected change"},
+            "sensitivity": {"type": "number", "minimum": 1,
+                            "description": "optional, to protect more: at least the metric's max_items "
+                                           "(salap: 1), which is the default"},
             "analysts": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
                          "description": "admin only: correlated releases, analyst name -> epsilon"},
         },
@@ -253,7 +258,10 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "epsilon": {"type": "number", "description": "the current level, which the budget counts"},
             "levels": {"type": "array", "items": {"type": "number"}},
             "threshold": {"type": "number"},
-            "sensitivity": {"type": "number"},
+            "sensitivity": {"type": "number", "description": "L1 change of the counts one person's report makes"},
+            "max_items": {"type": "integer", "minimum": 1,
+                          "description": "the metric's contribution bound (ones kept per report)"},
+            "grid": {"type": "number", "description": "every answer is a multiple of this power of two"},
             "n_max": {"type": ["integer", "null"], "description": "ageo: the largest answer (reports in window)"},
             "group": {"type": ["string", "null"], "description": "correlated release group"},
             "guarantee": {"type": "object"},

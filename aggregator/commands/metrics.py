@@ -50,6 +50,8 @@ def _add_param_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--none-value")
     parser.add_argument("--time-precision", type=int, default=86400, help="seconds per window (default 86400)")
     parser.add_argument("--min-batch-size", type=int, default=100)
+    parser.add_argument("--max-items", type=int, default=1,
+                        help="trusted set metrics: ones kept per report, the items a person contributes (default 1)")
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -78,6 +80,7 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "name": args.name, "encoding": encoding, "mode": args.mode, "level": args.level,
         "irr_p": args.irr_p, "irr_q": args.irr_q, "value_kind": args.value_kind, "none_value": args.none_value,
         "time_precision": args.time_precision, "min_batch_size": args.min_batch_size,
+        "max_items": args.max_items,
     }
     return MetricParams.from_dict(data).to_dict()
 

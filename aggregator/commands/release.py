@@ -30,7 +30,7 @@ def register(subparsers: Subparsers) -> None:
     create.add_argument("--mechanism", choices=MECHANISMS, default="ageo", help="default ageo")
     create.add_argument("--epsilon", type=float, help="the level of the release")
     create.add_argument("--threshold", type=float, required=True, help="safe means answer <= threshold")
-    create.add_argument("--sensitivity", type=float, help="visits per protected change (default 1)")
+    create.add_argument("--sensitivity", type=float, help="visits per protected change, to protect more than the metric's max_items (the default)")
     create.add_argument("--analyst", action="append", metavar="NAME=EPS",
                         help="admin: correlated releases, one per analyst (repeat); replaces --epsilon")
     create.set_defaults(func=run_create)
