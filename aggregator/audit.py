@@ -147,6 +147,8 @@ class AuditTarget:
         statistic: outcomes -> one number each, for threshold events; default
             the number of ones over ``focus`` (2-D) or the value (1-D).
         description: the mechanism and the neighbour, in words.
+        max_samples: a cap on the samples per input for slow samplers (the
+            client's own per-report code); the result records what was drawn.
     """
 
     name: str
@@ -158,6 +160,7 @@ class AuditTarget:
     focus: tuple[int, ...] = ()
     statistic: Callable[[Outcomes], FloatArray] | None = None
     description: str = ""
+    max_samples: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -500,6 +503,8 @@ def audit(
     if isinstance(confidence, bool) or not isinstance(confidence, float | int) or not 0 < confidence < 1:
         raise ParameterError("confidence", f"must be in (0, 1), got {confidence!r}")
     alpha = 1.0 - float(confidence)
+    if target.max_samples is not None:
+        samples = min(samples, target.max_samples)
     rng_a, rng_b = (SeededRandom(s) for s in np.random.SeedSequence(seed).spawn(2))
     out_a = _draw(target.sample_a, samples, rng_a, "sample_a")
     out_b = _draw(target.sample_b, samples, rng_b, "sample_b")
@@ -898,6 +903,53 @@ def _planted_none_bit(name: str) -> AuditTarget:
     )
 
 
+_DAY = 86400
+_WINDOW0 = 1_699_920_000
+
+
+def client_history_reports(
+    params: MetricParams, history: Sequence[frozenset[str]], n: int, rng: RandomSource
+) -> Outcomes:
+    """What ``n`` clients (one fresh secret each) send over ``history``, one window a day.
+
+    Runs the SDK's own per-report function (:func:`client_sdk.memo.report_bits`: encoding, noise
+    memoized per (metric, window, value), IRR), so it audits the product's memoization, not a model.
+    """
+    from client_sdk.memo import report_bits
+
+    out = np.empty((n, len(history) * params.num_bits), dtype=bool)
+    m = params.num_bits
+    for i in range(n):
+        secret = rng.integers(256, 32).astype(np.uint8).tobytes()
+        for d, day in enumerate(history):
+            out[i, d * m : (d + 1) * m] = report_bits(
+                secret, params, sorted(day), cohort=0, window=_WINDOW0 + d * _DAY, levels=[params.level], rng=rng
+            )
+    return out
+
+
+def _client_history(name: str) -> AuditTarget:
+    params = _metric(DirectEncoding(domain=("home", "clinic", "work")), "asymmetric", _ASYM_LEVEL, irr=False)
+    h_a = (frozenset({"home", "clinic"}), frozenset({"home", "clinic"}))
+    h_b = (frozenset({"home"}), frozenset({"home"}))
+    clinic, m = 1, params.num_bits
+    # The ledger's charge for the schedule (2 windows at the level): the windows add up.
+    from client_sdk.ledger import window_cost
+
+    claimed = 2 * window_cost(params, [params.level])[0]
+    return AuditTarget(
+        name=name,
+        claimed=claimed,
+        sample_a=functools.partial(client_history_reports, params, h_a),
+        sample_b=functools.partial(client_history_reports, params, h_b),
+        direction="a_over_b",
+        focus=(clinic, m + clinic),
+        description="the client's path (SDK report_bits) over two windows: {home, clinic} each day vs {home}; "
+        "claim: the ledger's charge for two windows",
+        max_samples=100_000,
+    )
+
+
 # ==========================================================================
 # Registries
 # ==========================================================================
@@ -939,6 +991,7 @@ TARGETS: Mapping[str, AuditTarget] = _Registry({
     "central-alap": _alap_target,
     "central-ageo": _ageo_target,
     "central-salap": _salap_target,
+    "client-history": _client_history,
 })
 """The shipped mechanisms, audited with the product's own samplers and claims."""
 

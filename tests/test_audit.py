@@ -71,7 +71,9 @@ def audited(name: str) -> AuditResult:
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_target_lower_bound_within_claim(name: str) -> None:
     result = audited(name)
-    assert result.samples == SAMPLES and result.confidence == DEFAULT_CONFIDENCE
+    # the client's own per-report code (~40 us a report) is audited at its cap of 10**5 samples per input
+    expected = TARGETS[name].max_samples or SAMPLES
+    assert result.samples == expected and result.confidence == DEFAULT_CONFIDENCE
     assert result.lower_bound <= result.claimed, result
 
 

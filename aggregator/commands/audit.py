@@ -69,12 +69,12 @@ def _list(selected: list[tuple[str, bool]], as_json: bool) -> int:
 
 
 def _table(rows: list[dict[str, Any]], samples: int, confidence: float) -> None:
-    header = ("target", "claimed", "audited lower bound", "event", "verdict")
-    cells = [(r["name"], f"{r['claimed']:.6f}", f"{r['lower_bound']:.6f}", f"[{r['ratio']}] {r['event']}", r["verdict"])
-             for r in rows]
-    print(f"{samples} samples per input, confidence {confidence:g} per lower bound")
+    header = ("target", "samples", "claimed", "audited lower bound", "event", "verdict")
+    cells = [(r["name"], str(r["samples"]), f"{r['claimed']:.6f}", f"{r['lower_bound']:.6f}",
+              f"[{r['ratio']}] {r['event']}", r["verdict"]) for r in rows]
+    print(f"up to {samples} samples per input (a target may cap them), confidence {confidence:g} per lower bound")
     print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(["---", "---:", "---:", "---", "---"]) + "|")
+    print("|" + "|".join(["---", "---:", "---:", "---:", "---", "---"]) + "|")
     for row in cells:
         print("| " + " | ".join(row) + " |")
 
