@@ -38,7 +38,10 @@ refined by a lazy Markov step on the noise kept server-side
 (:func:`relax_release`); the budget charged is the final level, not the sum.
 A :class:`Release` is the JSON-serialisable record a store persists.
 
->>> ALapMechanism(epsilon=1.0).safe_probability(count=2, threshold=5) == 1 - math.exp(-3.0)
+>>> mech = ALapMechanism(epsilon=1.0)
+>>> mech.step, float(mech.step_rate)  # grid 2**-10, rate eps g / D per grid step
+(0.0009765625, 0.0009765625)
+>>> mech.safe_probability(count=2, threshold=5) == 1 - math.exp(-float(mech.step_rate) * (3 / mech.step + 1))
 True
 """
 
