@@ -68,7 +68,7 @@ BLOOM = MetricParams(
 SYMMETRIC = make_params("sym", mode="symmetric", level=2.0)
 TRUSTED = MetricParams(
     name="exact", encoding=DirectEncoding(domain=PLACES), mode="trusted", level=math.inf,
-    time_precision=WINDOW, min_batch_size=20,
+    time_precision=WINDOW, min_batch_size=20, max_items=len(PLACES),  # whole sets kept: exact counts
 )
 SMALL = dataclasses.replace(DIRECT, name="small", min_batch_size=100)
 

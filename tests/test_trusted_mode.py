@@ -26,7 +26,8 @@ from protocol.rng import SeededRandom
 
 PLACES = tuple(f"place-{i:02d}" for i in range(30))
 VISITS = MetricParams(
-    name="visits", encoding=DirectEncoding(domain=PLACES), mode="trusted", level=math.inf, time_precision=WINDOW
+    name="visits", encoding=DirectEncoding(domain=PLACES), mode="trusted", level=math.inf, time_precision=WINDOW,
+    max_items=len(PLACES),  # every set is kept whole: no clipping, exact counts
 )
 CLIENTS = 200
 COMMON = 20  # places 0..19 are common; 20..29 are rare (visited by about 1 client in 10)
