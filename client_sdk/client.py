@@ -6,18 +6,28 @@ Usage (``docs/client.md``)::
                     server_public_keys=["<base64url Ed25519 key>"], max_epsilon=4.0)
     client.sync()                              # signed config, verified against the pinned key
     client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, seal, queue
-    client.flush()                             # batch upload with retries; never raises
+    client.flush(deadline=10)                  # batch upload with retries; never raises
     client.ledger()["places"].remaining
 
 Foreground calls (:meth:`sync`, :meth:`report`, :meth:`relax`) raise on bad
 input, bad signatures and refused budgets. :meth:`flush` and the background
-sender never raise: errors go to ``on_error`` and the ``onesided.client``
-log, whose lines never hold secrets, values, bits or noise.
+sender (``background=True`` or :meth:`start`) never raise: errors go to
+``on_error`` and the ``onesided.client`` log, whose lines never hold
+secrets, values, bits or noise.
+
+Storage: the state (ledger, secret, config; :mod:`client_sdk.state`) is
+rewritten atomically on each change; the queue of sealed reports is an
+append-only file of its own (:mod:`client_sdk.queue`). The state is always
+saved *before* a report is appended to the queue, so the ledger on disk
+covers everything that can leave the device.
 """
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -62,8 +72,9 @@ from .ledger import (
     ledger_entry,
 )
 from .memo import report_bits, value_fingerprint
+from .queue import QueueDamage, ReportQueue
 from .state import ClientState, StateCorrupted, StateStore
-from .transport import RetryPolicy, Transport, TransportError
+from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport, TransportError
 
 log = logging.getLogger("onesided.client")
 
@@ -94,8 +105,10 @@ class FlushResult:
         rejected: reports with a final non-delivered status (dropped; see ``on_error``).
         dropped: reports discarded because their whole batch was refused.
         remaining: reports still queued.
-        deferred: nothing was tried: the server's ``Retry-After`` has not passed.
-        error: the error that stopped sending early, if any.
+        deferred: nothing was tried: the server's ``Retry-After`` has not passed,
+            or another flush was still running at the deadline.
+        error: the error that stopped sending early, if any (a passed
+            deadline is a :class:`TransportError` with field ``deadline``).
     """
 
     delivered: int = 0
@@ -135,6 +148,13 @@ def _secure_or_testing(rng: RandomSource | int | None, allowed: bool) -> RandomS
     return as_rng(rng)
 
 
+def _seconds(name: str, value: object) -> float:
+    """A finite duration >= 0, for deadlines and intervals."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ParameterError(name, f"must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
 class AlreadyReported(PolicyError):
     """A metric takes one value per window: another value was already reported in this window."""
 
@@ -156,11 +176,23 @@ class Client:
             ``None`` uses a key file (``key_path``, default ``<state_path>.key``, 0600).
         on_corrupt: ``"raise"`` (default) or ``"reset"``; see ``docs/client.md``.
         retry, session, batch_format: transport settings (:class:`Transport`).
+        max_config_bytes, max_response_bytes: the largest config and upload
+            answer read (4 MiB, 1 MiB); a larger one is refused (:class:`TransportError`).
         max_queue: bound of the offline queue; the oldest report goes first.
         batch_size: reports per upload.
         autosave: persist after every :meth:`report` (else at :meth:`flush`,
             :meth:`save` and :meth:`close`).
-        clock, sleep: injectable time (tests).
+        background: start the background sender now (:meth:`start` with ``send_interval``).
+        send_interval: seconds between background flushes.
+        exit_deadline: the default deadline of :meth:`close`, and the overall
+            deadline of the flush at interpreter exit (seconds).
+        flush_at_exit: flush at interpreter exit (``atexit``) even without the
+            background sender (which always does).
+        rollback_keyring: record the state generation in the OS keyring (the
+            optional ``keyring`` package) rather than next to the key file;
+            the only rollback check with an app ``state_key``.
+        clock, sleep, monotonic: injectable time (tests); ``sleep=None``
+            waits interruptibly (a shutdown cuts a backoff short).
         rng: the source of cohorts, IRR and jitter (``None``: the OS CSPRNG).
             Any other source (a seed, :class:`~protocol.rng.SeededRandom`)
             makes the IRR predictable to whoever knows it and is refused
@@ -188,11 +220,19 @@ class Client:
         retry: RetryPolicy | None = None,
         session: Any = None,
         batch_format: str = "json",
+        max_config_bytes: int = MAX_CONFIG_BYTES,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
         max_queue: int = 10_000,
         batch_size: int = 500,
         autosave: bool = True,
+        background: bool = False,
+        send_interval: float = 60.0,
+        exit_deadline: float = 5.0,
+        flush_at_exit: bool = False,
+        rollback_keyring: bool = False,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
         rng: RandomSource | int | None = None,
         accept_round: Callable[[RoundAnnouncement], bool] | None = None,
         insecure_rng_for_testing: bool = False,
@@ -202,27 +242,39 @@ class Client:
         for name, value in (("max_queue", max_queue), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ParameterError(name, f"must be an integer >= 1, got {value!r}")
+        self.exit_deadline = _seconds("exit_deadline", exit_deadline)
+        if not _seconds("send_interval", send_interval) > 0:
+            raise ParameterError("send_interval", f"must be > 0, got {send_interval!r}")
         self._keys = pinned_keys(server_public_keys)
         self._ceiling = Ceiling.of(max_epsilon)
         self._on_error = on_error
         self._accept_round = accept_round
         self._rng = _secure_or_testing(rng, insecure_rng_for_testing)
         self._clock = clock
+        self._monotonic = monotonic
         self.max_queue = max_queue
         self.batch_size = batch_size
         self.autosave = autosave
         self.transport = Transport(
             server_url, retry=retry, session=session, sleep=sleep, clock=clock, rng=self._rng,
-            batch_format=batch_format,
+            batch_format=batch_format, max_config_bytes=max_config_bytes, max_response_bytes=max_response_bytes,
+            monotonic=monotonic,
         )
         self._lock = threading.RLock()
+        self._sending = threading.Lock()  # one flush at a time
         self._not_before = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._store = StateStore(state_path, key=state_key, key_path=key_path)
+        self._exit_hook = False
+        self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
+        self._queue = ReportQueue(self._store.queue_path, self._store.key)
         self._dirty = False
         self._state = self._open_state(on_corrupt)
         self._config = self._stored_config()
+        if background:
+            self.start(send_interval)
+        elif flush_at_exit:
+            self._register_exit()
 
     # --- state ------------------------------------------------------------------
 
@@ -234,9 +286,23 @@ class Client:
                 raise
             return self._reset_after_loss(exc)
         if state is None:  # first run: written (with its key file) on the first change
+            self._queue.discard()  # a queue without its state is charged by no ledger: never sent
             state = ClientState.fresh()
+            state.queue = self._queue
             self._dirty = True
+            return state
+        state.queue = self._queue
+        damage = self._queue.load(state.generation)
+        for item in damage:
+            self._report_damage(state, item)
         return state
+
+    def _report_damage(self, state: ClientState, damage: QueueDamage) -> None:
+        """A part of the queue file that could not be read: counted, in the ledger events, to ``on_error``."""
+        state.dropped += damage.dropped
+        state.record_event(LedgerEvent(at=self._clock(), kind="dropped", metric=None, detail=damage.detail))
+        self._dirty = True
+        self._notify(ReportsDropped(damage.dropped, damage.detail))
 
     def _reset_after_loss(self, error: StateCorrupted) -> ClientState:
         """The ``reset`` policy: keep the bad file, start over, charge the lost spend in full.
@@ -247,7 +313,9 @@ class Client:
         """
         now = self._clock()
         moved = self._store.quarantine(f"{int(now)}")
+        self._queue.discard()
         state = ClientState.fresh()
+        state.queue = self._queue
         state.lost.append({"at": now, "reason": error.reason, "ceiling": self._ceiling.to_dict()})
         state.record_event(LedgerEvent(
             at=now, kind="state_lost", metric=None,
@@ -270,11 +338,16 @@ class Client:
             return None
 
     def save(self) -> None:
-        """Write the state if it changed since the last write (atomic, fsync'ed)."""
+        """Write the state if it changed (atomic, fsync'ed), then append the queue's changes.
+
+        In this order: a report reaches the queue file only once a state
+        charging it is on disk.
+        """
         with self._lock:
             if self._dirty:
                 self._store.save(self._state)
                 self._dirty = False
+            self._queue.persist(self._state.generation)
 
     def _commit(self) -> None:
         """Mark the state changed and write it."""
@@ -517,14 +590,23 @@ class Client:
             raise
 
     def _enqueue(self, envelope: ReportEnvelope) -> None:
-        queue = self._state.queue
-        queue.append(envelope.to_json())
-        overflow = len(queue) - self.max_queue
+        """Queue in memory; the file gets it at the next :meth:`save`, after the state."""
+        self._queue.append(envelope.to_json())
+        overflow = len(self._queue) - self.max_queue
         if overflow > 0:
-            del queue[:overflow]
-            self._state.dropped += overflow
-            self._event("dropped", None, f"{overflow} oldest report(s) dropped: queue full ({self.max_queue})")
-            self._notify(ReportsDropped(overflow, f"offline queue full ({self.max_queue}); oldest dropped"))
+            self._drop(self._queue.oldest(overflow), f"queue full ({self.max_queue})",
+                       f"offline queue full ({self.max_queue}); oldest dropped", oldest=True)
+
+    def _drop(self, ids: Sequence[str], why: str, notice: str, *, oldest: bool = False) -> int:
+        """Remove queued reports for good: counted, an event, ``ReportsDropped`` to ``on_error``."""
+        with self._lock:
+            count = self._queue.remove(ids)
+            if count:
+                self._state.dropped += count
+                self._event("dropped", None, f"{count} {'oldest ' if oldest else ''}report(s) dropped: {why}")
+        if count:
+            self._notify(ReportsDropped(count, notice))
+        return count
 
     def relax(self, metric: str, level_to: float, round_id: int) -> LedgerEntry:
         """Move the metric's memoized noise to ``level_to`` (the local part of a round).
@@ -582,33 +664,45 @@ class Client:
 
     # --- sending ----------------------------------------------------------------
 
-    def flush(self) -> FlushResult:
+    def flush(self, deadline: float | None = None) -> FlushResult:
         """Upload the queue in batches; never raises (errors go to ``on_error``).
 
         The state is saved before anything is sent (the ledger always covers
-        what left the device) and after each batch. Delivered (``accepted``
-        or ``replayed``) and finally rejected reports leave the queue; on a
-        network failure the rest stays for the next call. One call sends at
-        most the reports queued when it starts.
+        what left the device). Delivered (``accepted`` or ``replayed``) and
+        finally rejected reports leave the queue; on a network failure the
+        rest stays for the next call. One call sends at most the reports
+        queued when it starts.
+
+        Args:
+            deadline: seconds this call may take in all (``None``: only the
+                retry policy bounds it). No backoff or request runs past it;
+                a request's timeout is capped by the time left.
         """
-        if not self._state.queue:
+        try:
+            until = None if deadline is None else self._monotonic() + _seconds("deadline", deadline)
+        except ParameterError as exc:
+            self._notify(exc)
+            return FlushResult(remaining=len(self._queue), error=exc)
+        return self._flush(until, wait=True)
+
+    def _flush(self, until: float | None, *, wait: bool) -> FlushResult:
+        """:meth:`flush` by the monotonic instant ``until``; ``wait=False``: skip if a flush is running."""
+        if not len(self._queue):
             return FlushResult()
         if self._clock() < self._not_before:
-            return FlushResult(remaining=len(self._state.queue), deferred=True)
+            return FlushResult(remaining=len(self._queue), deferred=True)
+        timeout = -1.0 if until is None else max(0.0, until - self._monotonic())
+        if not self._sending.acquire(timeout=timeout if wait else 0):
+            return FlushResult(remaining=len(self._queue), deferred=True)
         delivered = rejected = dropped = 0
         error: Exception | None = None
         try:
             with self._lock:
                 self.save()
-                pending = {r["report_id"] for r in self._state.queue}
-            while True:
-                with self._lock:
-                    items = [r for r in self._state.queue if r["report_id"] in pending][: self.batch_size]
-                batch = [ReportEnvelope.from_json(r) for r in items]
-                if not batch:
-                    break
+                pending = set(self._queue.ids())
+            while batch := self._next_batch(pending):
                 try:
-                    results = self.transport.upload(batch)
+                    results = self.transport.upload(batch, deadline=until)
                 except TransportError as exc:
                     dropped += self._after_batch_error(batch, exc)
                     if exc.retryable:
@@ -619,9 +713,27 @@ class Client:
         except Exception as exc:  # background sending never raises into the app
             error = exc
             self._notify(exc)
+        finally:
+            self._sending.release()
         return FlushResult(
-            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._state.queue), error=error
+            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._queue), error=error
         )
+
+    def _next_batch(self, pending: set[str]) -> list[ReportEnvelope]:
+        """Up to ``batch_size`` of the reports in ``pending``, oldest first; a malformed one is dropped."""
+        with self._lock:
+            items = list(itertools.islice((r for r in self._queue if r.get("report_id") in pending), self.batch_size))
+            batch, malformed = [], []
+            for item in items:
+                try:
+                    batch.append(ReportEnvelope.from_json(item))
+                except (ReportRejected, ValueError, KeyError, TypeError):
+                    malformed.append(str(item.get("report_id")))
+            if malformed:
+                pending.difference_update(malformed)
+                self._drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
+                self.save()
+            return batch
 
     def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
         """Handle a whole-batch failure; returns how many reports were dropped."""
@@ -635,23 +747,17 @@ class Client:
             return 0
         if exc.status not in _POISON_STATUSES:
             raise exc
-        ids = {r.report_id_text for r in batch}
         with self._lock:
-            before = len(self._state.queue)
-            self._state.queue = [r for r in self._state.queue if r["report_id"] not in ids]
-            count = before - len(self._state.queue)
-            self._state.dropped += count
-            self._event("dropped", None, f"{count} report(s) dropped: batch refused ({exc.error_code})")
-            self._commit()
-        self._notify(ReportsDropped(count, f"the aggregator refused the batch: {exc}"))
+            count = self._drop([r.report_id_text for r in batch], f"batch refused ({exc.error_code})",
+                               f"the aggregator refused the batch: {exc}")
+            self.save()
         return count
 
     def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
-        done = {r.report_id for r in results}
         failed = [r for r in results if r.status not in _DELIVERED]
         with self._lock:
-            self._state.queue = [r for r in self._state.queue if r["report_id"] not in done]
-            self._commit()
+            self._queue.remove([r.report_id for r in results])
+            self.save()
         log.info("uploaded %d reports: %d delivered, %d rejected", len(results), len(results) - len(failed),
                  len(failed))
         for result in failed:
@@ -659,28 +765,82 @@ class Client:
         return len(results) - len(failed), len(failed)
 
     def start(self, interval: float = 60.0) -> None:
-        """Flush in a background thread every ``interval`` seconds until :meth:`close`."""
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+        """Flush in a background thread every ``interval`` seconds until :meth:`close`.
+
+        Returns at once; a second call while the sender runs does nothing,
+        a call after :meth:`close` (or after the thread died) starts a new
+        one. Also registers the flush at interpreter exit (``exit_deadline``).
+        """
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 < interval < math.inf:
             raise ParameterError("interval", f"must be > 0, got {interval!r}")
-        if self._thread is not None:
-            return
-        self._stop.clear()
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self.transport.stop_by(None)
+            self._thread = threading.Thread(target=self._send_loop, args=(float(interval),),
+                                            name="onesided-client", daemon=True)
+            self._thread.start()
+        self._register_exit()
 
-        def loop() -> None:
-            while not self._stop.wait(interval):
-                self.flush()
+    def _send_loop(self, interval: float) -> None:
+        """The background sender: never raises, never waits on a flush the app is running."""
+        while not self._stop.wait(interval):
+            try:
+                self._flush(None, wait=False)
+            except Exception:  # pragma: no cover - _flush catches; a last guard for the thread
+                log.exception("background flush failed")
 
-        self._thread = threading.Thread(target=loop, name="onesided-client", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop the background sender, save the state, close the HTTP session."""
+    def _stop_sender(self, until: float) -> None:
+        """Stop the background sender, waiting for it until the monotonic instant ``until``."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        thread = self._thread
+        if thread is None:
+            return
+        self.transport.stop_by(until)
+        thread.join(timeout=max(0.0, until - self._monotonic()))
+        if thread.is_alive():
+            log.warning("background sender still busy at the deadline; it ends on its own")
+        else:
             self._thread = None
+
+    def close(self, deadline: float | None = None) -> None:
+        """Stop the background sender, save the state, close the HTTP session.
+
+        Args:
+            deadline: seconds to wait for a background flush in progress
+                (default ``exit_deadline``); its requests and backoffs are cut
+                to end by then. Queued reports stay queued for the next run.
+        """
+        seconds = self.exit_deadline if deadline is None else _seconds("deadline", deadline)
+        self._stop_sender(self._monotonic() + seconds)
+        self._unregister_exit()
         self.save()
         self.transport.close()
+
+    def _register_exit(self) -> None:
+        with self._lock:
+            if not self._exit_hook:
+                atexit.register(self._flush_at_exit)
+                self._exit_hook = True
+
+    def _unregister_exit(self) -> None:
+        with self._lock:
+            if self._exit_hook:
+                atexit.unregister(self._flush_at_exit)
+                self._exit_hook = False
+
+    def _flush_at_exit(self) -> None:
+        """At interpreter exit: stop the sender, flush, save, all within ``exit_deadline``; never raises."""
+        try:
+            until = self._monotonic() + self.exit_deadline
+            self._stop_sender(until)
+            self.transport.stop_by(until)
+            self._flush(until, wait=True)
+            self.save()
+            self.transport.close()
+        except Exception as exc:  # the app is exiting: log, never raise
+            self._notify(exc)
 
     def __enter__(self) -> Client:
         return self
@@ -700,7 +860,7 @@ class Client:
                 entries=tuple(self._ledger_entry(m, r) for m, r in sorted(self._state.metrics.items())),
                 events=tuple(self._state.events),
                 dropped_reports=self._state.dropped,
-                queued_reports=len(self._state.queue),
+                queued_reports=len(self._queue),
             )
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:

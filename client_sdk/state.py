@@ -2,8 +2,9 @@
 
 What it holds (never sent anywhere): the 32-byte secret behind every
 memoized noise, one :class:`~client_sdk.ledger.MetricRecord` per metric
-(cohort, levels, value fingerprints), the outgoing queue of sealed reports,
-the last verified signed config, the ledger events and any lost-state record.
+(cohort, levels, value fingerprints), the last verified signed config, the
+ledger events, any lost-state record and a generation counter. The outgoing
+queue of sealed reports lives in its own file (:mod:`client_sdk.queue`).
 
 File layout: ``"ONSC" || u8 version (1) || nonce (12) || AES-GCM(key, nonce,
 json, aad = "onesided/client-state/v1")`` via :func:`protocol.crypto.encrypt_blob`.
@@ -13,18 +14,30 @@ the state, created with mode 0600 and refused when group or others may read it.
 Writes go to a temporary file in the same folder, are fsync'ed, renamed
 over the old file, and the folder is fsync'ed: a crash leaves the old or the
 new state, never a mix. Any change to the file (one flipped byte) makes it
-fail to open: :class:`StateCorrupted`.
+fail to open: :class:`StateCorrupted`. Temporary files a crash left behind
+are removed on the next open.
+
+Rollback: every save raises ``generation`` by one and then records it
+outside the state file (:class:`GenerationFile`, ``<key_path>.gen``, or
+:class:`KeyringGeneration` in the OS keyring). A state whose generation is
+below the recorded one is an older copy put back (the ledger would forget
+what was spent since): :class:`StateCorrupted` "rolled back". Undetectable:
+the state restored together with its record, or an app key (``state_key``)
+without the keyring (no record is kept then).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from protocol.crypto import b64d, b64e, decrypt_blob, encrypt_blob, write_private_file
 from protocol.errors import DecryptError, OnesidedError, ParameterError, ReportRejected
@@ -37,6 +50,11 @@ STATE_VERSION = 2  # 2: per-window memoization and ledger (a version-1 state doe
 STATE_AAD = b"onesided/client-state/v1"
 KEY_BYTES = 32
 MAX_EVENTS = 200
+KEYRING_SERVICE = "onesided-client"
+# protocol.crypto.write_private_file's temporary names: "." + name + "." + 8 of [a-z0-9_] + ".tmp" (mkstemp)
+_TEMP_NAME = ".{name}.[a-z0-9_]{{8}}.tmp"
+
+log = logging.getLogger("onesided.client")
 
 
 class StateCorrupted(OnesidedError):
@@ -57,11 +75,17 @@ class StateCorrupted(OnesidedError):
 
 @dataclass(kw_only=True)
 class ClientState:
-    """Everything a client keeps between runs (mutable; guarded by the client's lock)."""
+    """Everything a client keeps between runs (mutable; guarded by the client's lock).
+
+    ``queue`` is a read-only view of the outgoing queue, which is stored in
+    its own file (:class:`client_sdk.queue.ReportQueue`, attached by the
+    client); it is not part of the state file. ``generation`` counts saves.
+    """
 
     secret: bytes
     metrics: dict[str, MetricRecord] = field(default_factory=dict)
-    queue: list[dict[str, Any]] = field(default_factory=list)
+    queue: Sequence[dict[str, Any]] = field(default_factory=list, compare=False, repr=False)
+    generation: int = 0
     events: list[LedgerEvent] = field(default_factory=list)
     lost: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] | None = None
@@ -84,8 +108,8 @@ class ClientState:
         data = {
             "version": STATE_VERSION,
             "secret": b64e(self.secret),
+            "generation": self.generation,
             "metrics": {name: rec.to_dict() for name, rec in self.metrics.items()},
-            "queue": self.queue,
             "events": [e.to_dict() for e in self.events],
             "lost": self.lost,
             "config": self.config,
@@ -101,8 +125,8 @@ class ClientState:
             raise ValueError(f"state version {data.get('version')!r} is not {STATE_VERSION}")
         return cls(
             secret=b64d(data["secret"], "secret"),
+            generation=int(data.get("generation", 0)),
             metrics={str(k): MetricRecord.from_dict(v) for k, v in data["metrics"].items()},
-            queue=list(data["queue"]),
             events=[LedgerEvent.from_dict(e) for e in data["events"]],
             lost=list(data["lost"]),
             config=data["config"],
@@ -115,13 +139,110 @@ write_atomically = write_private_file
 
 
 def _check_private(path: Path) -> None:
-    info = path.stat()
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ParameterError("key_path", f"{path} cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ParameterError("key_path", f"{path} is a directory, not a key file")
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ParameterError(
             "key_path", f"{path} must be readable by its owner only (0600), got {stat.S_IMODE(info.st_mode):04o}"
         )
     if hasattr(os, "getuid") and info.st_uid != os.getuid():
         raise ParameterError("key_path", f"{path} must belong to the user running the client")
+
+
+def remove_temporary_files(path: Path) -> list[Path]:
+    """Delete the temporary files a crashed atomic write of ``path`` left in its folder."""
+    pattern = re.compile(_TEMP_NAME.format(name=re.escape(path.name)))
+    removed = []
+    with contextlib.suppress(OSError):
+        for candidate in path.parent.iterdir():
+            if pattern.fullmatch(candidate.name):
+                with contextlib.suppress(OSError):
+                    candidate.unlink()
+                    removed.append(candidate)
+    return removed
+
+
+class GenerationRecord(Protocol):
+    """Where the latest saved generation is kept, outside the state file."""
+
+    def read(self) -> int | None:
+        """The recorded generation (``None``: none recorded, or unreadable)."""
+
+    def write(self, generation: int) -> None:
+        """Record ``generation`` (best effort: a failure only weakens the check)."""
+
+
+class GenerationFile:
+    """``<key_path>.gen``: the generation as fixed-width decimal text, 0600, next to the key file.
+
+    Created atomically, then overwritten in place (one fsync per save; the
+    text never changes length). A torn or unreadable file reads as ``None``.
+    """
+
+    WIDTH = 20
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> int | None:
+        try:
+            text = self.path.read_text("ascii")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("generation record %s unreadable (%s); rollback not checked", self.path, type(exc).__name__)
+            return None
+        if not text.strip().isdigit():
+            log.warning("generation record %s unreadable; rollback not checked", self.path)
+            return None
+        return int(text)
+
+    def write(self, generation: int) -> None:
+        data = f"{generation:0{self.WIDTH}d}\n".encode("ascii")
+        try:
+            if not self.path.exists():
+                write_private_file(self.path, data)
+                return
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("generation record %s not written (%s)", self.path, exc.strerror)
+
+
+class KeyringGeneration:
+    """The generation in the OS keyring (the optional ``keyring`` package), one entry per state path."""
+
+    def __init__(self, state_path: Path) -> None:
+        try:
+            import keyring  # noqa: PLC0415 - optional dependency, asked for by the app
+        except ImportError:
+            raise ParameterError(
+                "rollback_keyring", "needs the optional 'keyring' package (pip install keyring)"
+            ) from None
+        self._keyring: Any = keyring
+        self.username = str(state_path.resolve())
+
+    def read(self) -> int | None:
+        try:
+            text = self._keyring.get_password(KEYRING_SERVICE, self.username)
+        except Exception as exc:  # any backend failure: no record, never a crash
+            log.warning("keyring unavailable (%s); rollback not checked", type(exc).__name__)
+            return None
+        return int(text) if isinstance(text, str) and text.isdigit() else None
+
+    def write(self, generation: int) -> None:
+        try:
+            self._keyring.set_password(KEYRING_SERVICE, self.username, str(generation))
+        except Exception as exc:  # best effort, as for the file
+            log.warning("generation not written to the keyring (%s)", type(exc).__name__)
 
 
 class StateStore:
@@ -131,28 +252,42 @@ class StateStore:
         path: the state file.
         key: the host app's AES key (16 or 32 bytes); ``None`` uses ``key_path``.
         key_path: the key file (default ``<path>.key``), created on first use.
+        rollback_keyring: record the generation in the OS keyring (needs
+            ``keyring``) instead of ``<key_path>.gen``; the only record with an app key.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, key: bytes | None = None,
-                 key_path: str | os.PathLike[str] | None = None) -> None:
+                 key_path: str | os.PathLike[str] | None = None, rollback_keyring: bool = False) -> None:
         self.path = Path(path)
         if key is not None and (not isinstance(key, bytes) or len(key) not in (16, 32)):
             raise ParameterError("state_key", "must be 16 or 32 bytes")
         if key is not None and key_path is not None:
             raise ParameterError("key_path", "give either state_key or key_path, not both")
         self.key_path = None if key is not None else Path(key_path or f"{self.path}.key")
+        self.queue_path = Path(f"{self.path}.queue")
         self._key = key
+        self.generations: GenerationRecord | None = None
+        if rollback_keyring:
+            self.generations = KeyringGeneration(self.path)
+        elif self.key_path is not None:
+            self.generations = GenerationFile(Path(f"{self.key_path}.gen"))
+        self._recorded = 0  # the highest generation seen recorded: a new state continues above it
 
-    def _load_key(self) -> bytes:
+    def key(self) -> bytes:
+        """The AES key of the state and the queue (read once from the key file)."""
         if self._key is not None:
             return self._key
         if self.key_path is None:  # pragma: no cover - __init__ sets one of the two
             raise ParameterError("state_key", "is required")
+        if not self.key_path.exists():
+            raise StateCorrupted(self.path, f"its key file {self.key_path} is missing")
         _check_private(self.key_path)
         try:
             raw = b64d(self.key_path.read_text("ascii").strip(), "key_path")
         except (ReportRejected, UnicodeDecodeError) as exc:
             raise ParameterError("key_path", f"{self.key_path} is not a base64url key") from exc
+        except OSError as exc:
+            raise ParameterError("key_path", f"{self.key_path} cannot be read: {exc.strerror}") from None
         if len(raw) not in (16, 32):
             raise ParameterError("key_path", f"{self.key_path} must hold 16 or 32 bytes, got {len(raw)}")
         self._key = raw
@@ -162,24 +297,54 @@ class StateStore:
         key_path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(key_path, (b64e(os.urandom(KEY_BYTES)) + "\n").encode("ascii"))
 
+    def _our_files(self) -> list[Path]:
+        files = [self.path, self.queue_path]
+        if self.key_path is not None:
+            files += [self.key_path, Path(f"{self.key_path}.gen")]
+        return files
+
     def load(self) -> ClientState | None:
         """The stored state, or ``None`` when this client has never run.
 
+        Temporary files of interrupted writes are removed first.
+
         Raises:
-            StateCorrupted: the file does not open or does not parse, or it is
-                missing while its key file exists (the state was lost).
-            ParameterError: the key file is unreadable or too widely readable.
+            StateCorrupted: the file does not open or does not parse, it is
+                missing while its key file exists (the state was lost), its
+                key file is missing, or it is older than the recorded
+                generation (rolled back).
+            ParameterError: the state path is a directory (field ``state_path``);
+                the key file is unreadable, a directory or too widely readable
+                (field ``key_path``).
         """
+        for path in self._our_files():
+            for removed in remove_temporary_files(path):
+                log.info("removed %s, left by an interrupted write", removed.name)
+        self._recorded = (self.generations.read() if self.generations is not None else None) or 0
+        if self.path.is_dir():
+            raise ParameterError("state_path", f"{self.path} is a directory, not a state file")
         if not self.path.exists():
             if self.key_path is not None and self.key_path.exists():
                 raise StateCorrupted(self.path, "the state file is missing but its key file exists")
             return None
-        blob = self.path.read_bytes()
+        try:
+            blob = self.path.read_bytes()
+        except OSError as exc:
+            raise ParameterError("state_path", f"{self.path} cannot be read: {exc.strerror}") from None
+        state = self._decode(blob)
+        if state.generation < self._recorded:
+            raise StateCorrupted(
+                self.path, f"rolled back: generation {state.generation} is older than the recorded {self._recorded} "
+                "(an older copy of the state was put back)",
+            )
+        return state
+
+    def _decode(self, blob: bytes) -> ClientState:
         header = STATE_MAGIC + bytes([STATE_VERSION])
         if blob[: len(header)] != header:
             raise StateCorrupted(self.path, "unknown file header")
         try:
-            plain = decrypt_blob(self._load_key(), blob[len(header):], STATE_AAD)
+            plain = decrypt_blob(self.key(), blob[len(header):], STATE_AAD)
         except DecryptError:
             raise StateCorrupted(self.path, "does not decrypt (tampered, truncated or wrong key)") from None
         try:
@@ -188,22 +353,42 @@ class StateStore:
             raise StateCorrupted(self.path, f"does not parse: {type(exc).__name__}") from None
 
     def save(self, state: ClientState) -> None:
-        """Encrypt and write atomically (the key file is created on the first save)."""
+        """Raise the generation, encrypt and write atomically, then record the generation.
+
+        The key file is created on the first save. A new state (after a loss)
+        continues above the recorded generation, so it is never taken for a rollback.
+        """
         if self._key is None and self.key_path is not None and not self.key_path.exists():
             self._create_key(self.key_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         header = STATE_MAGIC + bytes([STATE_VERSION])
-        write_atomically(self.path, header + encrypt_blob(self._load_key(), state.to_json(), STATE_AAD))
+        generation = max(state.generation, self._recorded) + 1
+        state.generation = generation
+        write_atomically(self.path, header + encrypt_blob(self.key(), state.to_json(), STATE_AAD))
+        self._recorded = generation
+        if self.generations is not None:
+            self.generations.write(generation)
 
     def quarantine(self, suffix: str) -> Path | None:
-        """Move an unreadable state file aside (kept for inspection); returns its new path."""
-        if not self.path.exists():
-            return None
-        target = self.path.with_name(f"{self.path.name}.corrupt-{suffix}")
-        os.replace(self.path, target)
-        with contextlib.suppress(OSError):
-            os.chmod(target, 0o600)
-        return target
+        """Move an unreadable state file and its queue aside (kept for inspection, never sent)."""
+        moved = None
+        for path in (self.path, self.queue_path):
+            if not path.exists() or path.is_dir():
+                continue
+            target = path.with_name(f"{path.name}.corrupt-{suffix}")
+            os.replace(path, target)
+            with contextlib.suppress(OSError):
+                os.chmod(target, 0o600)
+            moved = moved or target
+        return moved
 
 
-__all__ = ["ClientState", "StateCorrupted", "StateStore", "write_atomically"]
+__all__ = [
+    "ClientState",
+    "GenerationFile",
+    "KeyringGeneration",
+    "StateCorrupted",
+    "StateStore",
+    "remove_temporary_files",
+    "write_atomically",
+]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,16 +47,42 @@ from protocol.wire import (
 
 @dataclass
 class FakeResponse:
-    """The part of ``requests.Response`` the transport reads."""
+    """The part of ``requests.Response`` the transport reads.
+
+    Attributes:
+        status_code, headers: as in ``requests``.
+        body: a JSON value, served as its compact JSON text (``None``: no body).
+        chunks: the raw body instead of ``body`` (any iterable of bytes, e.g.
+            a generator of a huge answer, read only as far as the reader goes).
+        read_bytes: how many body bytes the reader took.
+        closed: whether the reader closed the response.
+    """
 
     status_code: int
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    chunks: Iterable[bytes] | None = None
+    read_bytes: int = 0
+    closed: bool = False
 
     def json(self) -> Any:
         if self.body is None:
             raise ValueError("no JSON body")
         return self.body
+
+    def iter_content(self, chunk_size: int = 1) -> Iterator[bytes]:
+        """The body in pieces of at most ``chunk_size`` bytes (``requests``' streaming read)."""
+        pieces: Iterable[bytes] = self.chunks if self.chunks is not None else (
+            [] if self.body is None else [json.dumps(self.body, separators=(",", ":")).encode("utf-8")]
+        )
+        for piece in pieces:
+            for start in range(0, len(piece), chunk_size):
+                part = piece[start:start + chunk_size]
+                self.read_bytes += len(part)
+                yield part
+
+    def close(self) -> None:
+        self.closed = True
 
 
 @dataclass
@@ -84,6 +110,7 @@ class FakeAggregator:
         self.rounds: list[dict[str, Any]] = []
         self.stored: dict[tuple[str, str], tuple[ReportEnvelope, ReportPayload]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.timeouts: list[float | None] = []
         self._failures: deque[_Failure] = deque()
         self.signer = self.keys
 
@@ -112,10 +139,11 @@ class FakeAggregator:
 
     # --- the session interface ------------------------------------------------
 
-    def request(self, method: str, url: str, *, data: bytes | None = None,
-                headers: dict[str, str] | None = None, timeout: float | None = None) -> FakeResponse:
+    def request(self, method: str, url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None,
+                timeout: float | None = None, stream: bool = False) -> FakeResponse:
         path = urlsplit(url).path
         self.requests.append((method, path))
+        self.timeouts.append(timeout)
         failure = self._failures.popleft() if self._failures else None
         if failure is not None and not failure.store_first:
             return self._fail(failure)

@@ -9,6 +9,19 @@ is not slept through: the call gives up at once with a
 :class:`TransportError` carrying ``retry_after``, and the client waits that
 long before its next attempt.
 
+Deadlines: :meth:`Transport.fetch_config` and :meth:`Transport.upload` take
+an overall ``deadline`` (a :func:`time.monotonic` instant): no request
+starts after it, each request's timeout is capped by the time left, a
+backoff that would end past it is not slept (the call gives up at once with
+a retryable :class:`TransportError`, field ``deadline``), and
+:meth:`Transport.stop_by` moves every running call's deadline earlier (the
+client's shutdown). The default ``sleep`` is interruptible by it.
+
+Bounded reads: responses are read with ``stream=True`` and refused past a
+limit (``max_config_bytes`` for the config, ``max_response_bytes`` for
+upload answers; error bodies past :data:`MAX_ERROR_BODY` are ignored): a
+non-retryable :class:`TransportError` naming the limit (field).
+
 Uploads are idempotent by report id: a retried batch carries the same ids,
 so the aggregator answers ``accepted`` or ``replayed`` and counts each report
 once. Log lines name paths, statuses, counts and delays, never report bodies.
@@ -20,6 +33,7 @@ import email.utils
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +57,10 @@ log = logging.getLogger("onesided.client")
 
 RETRY_STATUSES = frozenset({408, 429})
 BATCH_FORMATS = ("json", "binary")
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_RESPONSE_BYTES = 1024 * 1024  # an upload answer: about 100 bytes per report of the batch
+MAX_ERROR_BODY = 64 * 1024
+_CHUNK = 64 * 1024
 
 
 class TransportError(OnesidedError):
@@ -134,20 +152,26 @@ def _retryable(status: int) -> bool:
     return status in RETRY_STATUSES or 500 <= status <= 599
 
 
-def _error_body(response: requests.Response) -> tuple[str | None, str | None, str]:
+def _error_body(status: int, body: bytes | None) -> tuple[str | None, str | None, str]:
     """``(error code, field, detail)`` of a JSON error body, tolerant of anything else."""
     try:
-        body = response.json()
+        parsed = json.loads(body) if body else None
     except ValueError:
-        return None, None, f"HTTP {response.status_code}"
-    if not isinstance(body, dict):
-        return None, None, f"HTTP {response.status_code}"
-    code, field, detail = body.get("error"), body.get("field"), body.get("detail")
+        parsed = None
+    if not isinstance(parsed, dict):
+        return None, None, f"HTTP {status}"
+    code, field, detail = parsed.get("error"), parsed.get("field"), parsed.get("detail")
     return (
         code if isinstance(code, str) else None,
         field if isinstance(field, str) else None,
-        detail if isinstance(detail, str) else f"HTTP {response.status_code}",
+        detail if isinstance(detail, str) else f"HTTP {status}",
     )
+
+
+def _check_limit(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ParameterError(name, f"must be an integer >= 1 (bytes), got {value!r}")
+    return value
 
 
 class Transport:
@@ -161,6 +185,12 @@ class Transport:
         sleep, clock: injectable for tests (``time.sleep``, ``time.time``).
         rng: the jitter source (:func:`protocol.rng.as_rng`).
         batch_format: ``"json"`` or ``"binary"`` (docs/wire.md 7.1, 7.2).
+        max_config_bytes: the largest config accepted (default 4 MiB).
+        max_response_bytes: the largest upload answer accepted (default 1 MiB).
+        monotonic: the clock of deadlines (``time.monotonic``).
+
+    ``sleep=None`` waits on an event that :meth:`stop_by` sets, so a
+    shutdown cuts a backoff short.
     """
 
     def __init__(
@@ -169,10 +199,13 @@ class Transport:
         *,
         retry: RetryPolicy | None = None,
         session: Any = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
         clock: Callable[[], float] = time.time,
         rng: RandomSource | int | None = None,
         batch_format: str = "json",
+        max_config_bytes: int = MAX_CONFIG_BYTES,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(server_url, str) or not server_url.startswith(("http://", "https://")):
             raise ParameterError("server_url", f"must be an http(s) URL, got {server_url!r}")
@@ -182,33 +215,49 @@ class Transport:
         self.retry = retry or RetryPolicy()
         self._owns_session = session is None
         self.session = requests.Session() if session is None else session
-        self.sleep = sleep
+        self._wake = threading.Event()
+        self.sleep: Callable[[float], object] = self._wake.wait if sleep is None else sleep
         self.clock = clock
+        self.monotonic = monotonic
         self.rng = as_rng(rng)
         self.batch_format = batch_format
+        self.max_config_bytes = _check_limit("max_config_bytes", max_config_bytes)
+        self.max_response_bytes = _check_limit("max_response_bytes", max_response_bytes)
+        self._cutoff: float | None = None
 
     def close(self) -> None:
         if self._owns_session:
             self.session.close()
 
-    def fetch_config(self) -> Any:
+    def stop_by(self, when: float | None) -> None:
+        """Every call, running or later, ends by ``when`` (monotonic; ``None``: no cutoff)."""
+        self._cutoff = when
+        if when is not None:
+            self._wake.set()  # cut a running default sleep short; the loop re-checks the time left
+        else:
+            self._wake.clear()
+
+    def fetch_config(self, *, deadline: float | None = None) -> Any:
         """``GET /v1/config``: the signed document, not yet verified.
 
         Raises:
-            TransportError: retries spent, a final error, or a body that is not JSON.
+            TransportError: retries spent, the deadline passed, a final error,
+                a body over ``max_config_bytes`` or one that is not JSON.
         """
-        response = self._request("GET", "/v1/config")
+        status, body = self._request("GET", "/v1/config", limit=("max_config_bytes", self.max_config_bytes),
+                                     deadline=deadline)
         try:
-            return response.json()
+            return json.loads(body)
         except ValueError:
-            raise TransportError("config is not JSON", status=response.status_code, retryable=False) from None
+            raise TransportError("config is not JSON", status=status, retryable=False) from None
 
-    def upload(self, reports: Sequence[ReportEnvelope]) -> list[ReportResult]:
+    def upload(self, reports: Sequence[ReportEnvelope], *, deadline: float | None = None) -> list[ReportResult]:
         """``POST /v1/reports`` with one batch; one result per report, in order.
 
         Raises:
-            TransportError: retries spent, a whole-batch rejection (``status``
-                4xx, ``retryable=False``), or a response that does not match the batch.
+            TransportError: retries spent, the deadline passed, a whole-batch
+                rejection (``status`` 4xx, ``retryable=False``), an answer over
+                ``max_response_bytes``, or one that does not match the batch.
         """
         if self.batch_format == "binary":
             data = encode_batch_binary(reports)
@@ -216,34 +265,48 @@ class Transport:
         else:
             data = json.dumps(encode_batch_json(reports), separators=(",", ":")).encode("utf-8")
             content_type = CONTENT_TYPE_JSON
-        response = self._request("POST", "/v1/reports", data=data, headers={"Content-Type": content_type})
+        status, body = self._request(
+            "POST", "/v1/reports", limit=("max_response_bytes", self.max_response_bytes), deadline=deadline,
+            data=data, headers={"Content-Type": content_type},
+        )
         try:
-            results = parse_upload_response(response.json())
+            results = parse_upload_response(json.loads(body))
         except (ValueError, ReportRejected) as exc:
-            raise TransportError(f"malformed upload response: {exc}", status=response.status_code) from None
+            raise TransportError(f"malformed upload response: {exc}", status=status) from None
         if [r.report_id for r in results] != [r.report_id_text for r in reports]:
-            raise TransportError("upload response does not match the batch", status=response.status_code)
+            raise TransportError("upload response does not match the batch", status=status)
         return results
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """One call with retries; returns a 2xx response."""
+    def _time_left(self, deadline: float | None) -> float | None:
+        """Seconds until the earlier of ``deadline`` and the cutoff (``None``: no limit)."""
+        ends = [t for t in (deadline, self._cutoff) if t is not None]
+        return None if not ends else min(ends) - self.monotonic()
+
+    def _request(
+        self, method: str, path: str, *, limit: tuple[str, int], deadline: float | None, **kwargs: Any
+    ) -> tuple[int, bytes]:
+        """One call with retries; returns the status and body of a 2xx answer."""
         url = self.base_url + path
         policy = self.retry
         for attempt in range(policy.max_attempts):
             last = attempt + 1 == policy.max_attempts
+            timeout = self._timeout(method, path, attempt, deadline)
             try:
-                response = self.session.request(method, url, timeout=policy.timeout, **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                response = self.session.request(method, url, timeout=timeout, stream=True, **kwargs)
+                status = response.status_code
+                ok = 200 <= status <= 299
+                body = self._read(response, f"{method} {path}", limit if ok else ("error body", MAX_ERROR_BODY),
+                                  deadline, strict=ok)
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
                 if last:
                     raise TransportError(
                         f"{method} {path}: {type(exc).__name__} after {attempt + 1} attempts", attempts=attempt + 1
                     ) from None
-                self._wait(method, path, attempt, type(exc).__name__, None)
+                self._wait(method, path, attempt, type(exc).__name__, None, deadline)
                 continue
-            status = response.status_code
-            if 200 <= status <= 299:
-                return response
-            code, field, detail = _error_body(response)
+            if ok:
+                return status, body or b""
+            code, field, detail = _error_body(status, body)
             if not _retryable(status):
                 raise TransportError(
                     f"{method} {path}: HTTP {status} {code or ''}".rstrip() + f": {detail}",
@@ -255,13 +318,62 @@ class Transport:
                     f"{method} {path}: HTTP {status} after {attempt + 1} attempts",
                     status=status, error_code=code, field=field, attempts=attempt + 1, retry_after=retry_after,
                 )
-            self._wait(method, path, attempt, f"HTTP {status}", retry_after)
+            self._wait(method, path, attempt, f"HTTP {status}", retry_after, deadline)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _wait(self, method: str, path: str, attempt: int, why: str, retry_after: float | None) -> None:
+    def _timeout(self, method: str, path: str, attempt: int, deadline: float | None) -> float:
+        """The next request's timeout: the policy's, capped by the time left; none left raises."""
+        left = self._time_left(deadline)
+        if left is None:
+            return self.retry.timeout
+        if left <= 0:
+            raise TransportError(f"{method} {path}: deadline passed after {attempt} attempts", field="deadline",
+                                 attempts=attempt)
+        return min(self.retry.timeout, left)
+
+    def _read(
+        self, response: Any, what: str, limit: tuple[str, int], deadline: float | None, *, strict: bool
+    ) -> bytes | None:
+        """The body, read in chunks up to ``limit``; past it: an error (``strict``) or ``None``.
+
+        The deadline is checked between chunks (a slow-drip answer cannot hold the call).
+        """
+        name, most = limit
+        try:
+            declared = response.headers.get("Content-Length")
+            if declared is not None and declared.isdigit() and int(declared) > most:
+                return self._too_large(what, name, most) if strict else None
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_content(chunk_size=_CHUNK):
+                size += len(chunk)
+                if size > most:
+                    return self._too_large(what, name, most) if strict else None
+                chunks.append(chunk)
+                left = self._time_left(deadline)
+                if left is not None and left <= 0:
+                    raise requests.Timeout("deadline passed while reading the answer")
+            return b"".join(chunks)
+        finally:
+            response.close()
+
+    @staticmethod
+    def _too_large(what: str, name: str, most: int) -> bytes:
+        raise TransportError(f"{what}: answer larger than {name} ({most} bytes); refused", field=name,
+                             retryable=False)
+
+    def _wait(
+        self, method: str, path: str, attempt: int, why: str, retry_after: float | None, deadline: float | None
+    ) -> None:
         delay = self.retry.backoff(attempt, float(self.rng.uniform(1)[0]))
         if retry_after is not None:
             delay = max(delay, retry_after)
+        left = self._time_left(deadline)
+        if left is not None and delay >= left:
+            raise TransportError(
+                f"{method} {path}: attempt {attempt + 1} failed ({why}); the next try ({delay:.3f} s) "
+                "would pass the deadline", field="deadline", attempts=attempt + 1, retry_after=retry_after,
+            )
         log.info(
             "%s %s attempt %d/%d failed (%s); retrying in %.3f s",
             method, path, attempt + 1, self.retry.max_attempts, why, delay,

@@ -171,7 +171,7 @@ def test_atomic_write_leaves_old_state_on_failure(fake: FakeAggregator, tmp_path
     with pytest.raises(OSError):
         store.save(ClientState.fresh())
     assert path.read_bytes() == before
-    assert {p.name for p in tmp_path.iterdir()} == {"state", "state.key"}  # temp file removed
+    assert {p.name for p in tmp_path.iterdir()} == {"state", "state.key", "state.key.gen"}  # temp file removed
 
 
 def test_bad_key_arguments(tmp_path: Path) -> None:

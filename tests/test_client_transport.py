@@ -88,14 +88,18 @@ def test_fails_n_times_then_succeeds_exact_counts(
 def test_stored_but_answer_lost_is_never_double_counted(fake: FakeAggregator, tmp_path: Path) -> None:
     client = make_client(fake, tmp_path / "s", Sleeps())
     queue_reports(client, 12)
-    snapshot = list(client._state.queue)
+    queue_file = tmp_path / "s.queue"
+    snapshot = queue_file.read_bytes()
     fake.fail_next(2, status=502, store_first=True)  # stored, then the answer is lost: twice
     result = client.flush()
     assert (result.delivered, result.remaining) == (12, 0)
     counts = fake.bit_counts("places").copy()
     assert len(fake.stored) == 12
-    # a crash before the trimmed queue was saved: the same reports go out again after restart
-    client._state.queue = snapshot
+    client.close()
+    # a crash before the queue's tombstones were written: the same reports go out again after restart
+    queue_file.write_bytes(snapshot)
+    client = make_client(fake, tmp_path / "s", Sleeps())
+    assert client.ledger().queued_reports == 12
     assert client.flush().delivered == 12  # answered 'replayed', counted as delivered
     assert len(fake.stored) == 12
     assert np.array_equal(fake.bit_counts("places"), counts)
