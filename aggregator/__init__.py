@@ -1,5 +1,26 @@
-"""onesided aggregator: ingestion, storage, decoding, rounds and releases (flask)."""
+"""onesided aggregator, one subpackage per role.
 
-from .app import create_app
+* :mod:`aggregator.analysis`: decoding, certificates, RAPPOR file formats (numpy/scipy, no server);
+* :mod:`aggregator.server`: the flask service (API, storage, ingestion, the services behind the
+  views: rounds, estimates, releases; the dashboard page);
+* :mod:`aggregator.research`: simulations, the empirical auditor and the demo;
+* :mod:`aggregator.cli`: the ``onesided`` command line.
+
+Layers, enforced by the import-linter contract in pyproject.toml: cli -> research -> server ->
+analysis -> protocol. Importing this package loads none of them; ``aggregator.create_app``
+loads the server on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "create_app":
+        from aggregator.server.app import create_app
+
+        return create_app
+    raise AttributeError(f"module 'aggregator' has no attribute {name!r}")

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.certify import certify
-from aggregator.decoding import BitCounts, fit_candidates
-from aggregator.decoding.design import candidate_bit_table
-from aggregator.decoding.simulation import simulate_counts, true_bits
+from aggregator.analysis.certify import certify
+from aggregator.analysis.decoding import BitCounts, fit_candidates
+from aggregator.analysis.decoding.design import candidate_bit_table
+from aggregator.analysis.decoding.simulation import simulate_counts, true_bits
 from protocol import BloomEncoding, DirectEncoding, MetricParams, SeededRandom, laplace_rate_from_f
 
 TRUE_VALUES = 100

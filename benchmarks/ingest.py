@@ -44,9 +44,9 @@ import numpy as np
 import numpy.typing as npt
 import requests
 
-from aggregator.settings import Settings
-from aggregator.storage import Storage
-from aggregator.storage.engine import scratch_schema
+from aggregator.server.settings import Settings
+from aggregator.server.storage import Storage
+from aggregator.server.storage.engine import scratch_schema
 from protocol.crypto import AggregatorKeys, open_sealed
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -142,7 +142,7 @@ def free_port() -> int:
 def server(args: list[str]) -> Iterator[str]:
     """``onesided serve ARGS`` as a child process until the block ends."""
     port = free_port()
-    code = "import sys; from aggregator.cli import main; sys.exit(main())"
+    code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--port", str(port), *args], stdout=log, stderr=subprocess.STDOUT, cwd=REPO

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from aggregator.decoding import BitCounts, bit_estimates
-from aggregator.simulation import (
+from aggregator.analysis.decoding import BitCounts, bit_estimates
+from aggregator.research.populations import (
     SyntheticCity,
     cohort_bit_counts,
     make_population,

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aggregator.demo import LocalAggregator, local_aggregator
-from aggregator.simulation import SyntheticCity
+from aggregator.research.demo import LocalAggregator, local_aggregator
+from aggregator.research.populations import SyntheticCity
 from client_sdk import Client
 from protocol import DirectEncoding, MetricParams, SeededRandom
 from protocol.wire import window_start

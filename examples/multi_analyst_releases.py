@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.api_client import ApiClient, ApiRequestError
-from aggregator.demo import local_aggregator
-from aggregator.simulation import SyntheticCity
+from aggregator.research.demo import local_aggregator
+from aggregator.research.populations import SyntheticCity
+from aggregator.server.api_client import ApiClient, ApiRequestError
 from client_sdk import Client
 from protocol import DirectEncoding, MetricParams, SeededRandom, collusion_experiment
 from protocol.multianalyst import coalition_epsilon, colluders_needed

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.demo import LocalAggregator, SimulatedClients, local_aggregator, upload
-from aggregator.simulation import Population, SyntheticCity
+from aggregator.research.demo import LocalAggregator, SimulatedClients, local_aggregator, upload
+from aggregator.research.populations import Population, SyntheticCity
 from client_sdk import Client
 from protocol import BloomEncoding, MetricParams, SeededRandom, encode_population
 from protocol.wire import window_start

@@ -37,9 +37,9 @@ import sqlalchemy as sa
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from aggregator import create_app
-from aggregator.settings import Settings
-from aggregator.storage import Storage
-from aggregator.storage.engine import scratch_schema
+from aggregator.server.settings import Settings
+from aggregator.server.storage import Storage
+from aggregator.server.storage.engine import scratch_schema
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -240,7 +240,7 @@ def free_port() -> int:
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``onesided ARGS`` in a child process (the console script's entry point)."""
-    code = "import sys; from aggregator.cli import main; sys.exit(main())"
+    code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO
@@ -251,7 +251,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
 def serve_subprocess(*args: str, env: dict[str, str] | None = None, ready_within: float = 60) -> Iterator[str]:
     """``onesided serve ARGS --port P`` as a child process; yields its URL once ``/v1/health`` answers."""
     port = free_port()
-    code = "import sys; from aggregator.cli import main; sys.exit(main())"
+    code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port), *args],

@@ -31,7 +31,7 @@ from aggsupport import (
     post_reports,
 )
 
-from aggregator.opener import EnvelopeOpener
+from aggregator.server.opener import EnvelopeOpener
 from protocol.crypto import AggregatorKeys, b64e, seal
 from protocol.rng import SeededRandom
 from protocol.wire import (

@@ -12,9 +12,9 @@ import pytest
 import requests
 from aggsupport import BACKENDS, database_url, live_server, make_params, run_cli
 
-from aggregator.cli import build_parser, main
-from aggregator.settings import Settings
-from aggregator.storage import Storage
+from aggregator.cli.main import build_parser, main
+from aggregator.server.settings import Settings
+from aggregator.server.storage import Storage
 from protocol.crypto import SEAL_KEY_FILE, SIGN_KEY_FILE, AggregatorKeys
 from protocol.errors import ParameterError
 
@@ -124,7 +124,9 @@ def test_purge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_commands_come_from_registrars() -> None:
-    parser = build_parser(["aggregator.commands.keys:register"])
+    from aggregator.cli.commands import keys
+
+    parser = build_parser([keys.register])
     args = parser.parse_args(["keys", "show"])
     assert args.func.__name__ == "run_show"
     with pytest.raises(SystemExit):
@@ -154,3 +156,21 @@ def test_settings_validate_and_read_the_environment(tmp_path: Path) -> None:
     with pytest.raises(ParameterError) as err:
         Settings.from_env({"ONESIDED_RETENTION": "soon"})
     assert err.value.field == "retention_seconds"
+
+
+def test_the_command_list_is_explicit_and_imports_nothing_heavy() -> None:
+    # every command module is listed by import in aggregator.cli.main, and listing them (onesided --help)
+    # loads neither the server (flask, SQLAlchemy), nor scipy, nor the client SDK
+    import subprocess
+    import sys
+
+    from aggregator.cli.main import COMMANDS
+
+    folder = Path(__file__).resolve().parents[1] / "aggregator" / "cli" / "commands"
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert modules == {c.__module__.rsplit(".", 1)[1] for c in COMMANDS}
+    code = ("import sys; import aggregator.cli.main as m; m.build_parser(); "
+            "print(sorted(n for n in ('flask', 'sqlalchemy', 'scipy', 'client_sdk', 'matplotlib', 'requests') "
+            "if n in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -25,7 +25,7 @@ from aggsupport import (
     upload_worker,
 )
 
-from aggregator.storage import Storage
+from aggregator.server.storage import Storage
 from protocol.crypto import AggregatorKeys
 
 PARAMS = make_params(num_bits=64, num_cohorts=8)

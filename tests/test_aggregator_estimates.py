@@ -37,18 +37,17 @@ from aggsupport import (
     post_reports,
 )
 
-from aggregator.cli import main
-from aggregator.decoding import BitCounts
-from aggregator.errors import NotFound
-from aggregator.estimates import (
-    CERTIFICATE_COLUMNS,
-    ESTIMATE_COLUMNS,
+from aggregator.analysis.decoding import BitCounts
+from aggregator.analysis.rappor_io import RESULT_COLUMNS, export_rappor
+from aggregator.analysis.tables import CERTIFICATE_COLUMNS, ESTIMATE_COLUMNS
+from aggregator.cli.main import main
+from aggregator.server.errors import NotFound
+from aggregator.server.services.estimates import (
     CertifyRequest,
     DecodeRequest,
     choose_collection,
 )
-from aggregator.rappor_io import RESULT_COLUMNS, export_rappor
-from aggregator.storage import Collection, MetricRecord, RoundRecord
+from aggregator.server.storage import Collection, MetricRecord, RoundRecord
 from protocol.encodings import BloomEncoding, DirectEncoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams

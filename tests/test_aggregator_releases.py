@@ -1,4 +1,4 @@
-"""Central releases over the real HTTP API on loopback (aggregator.api.releases).
+"""Central releases over the real HTTP API on loopback (aggregator.server.api.releases).
 
 A trusted metric with the direct encoding gets sealed reports with known
 bits, so the exact per-place counts of each window are known here; the
@@ -34,9 +34,9 @@ from aggsupport import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.cli import main
-from aggregator.openapi import app_operations, document_operations, openapi_document
-from aggregator.releases import (
+from aggregator.cli.main import main
+from aggregator.server.openapi import app_operations, document_operations, openapi_document
+from aggregator.server.services.releases import (
     BUDGET_ENV,
     DEFAULT_ANALYST_BUDGET,
     REQUEST_FIELDS,

@@ -15,10 +15,10 @@ from aggsupport import BACKENDS, ReportSet, database_url, make_params, make_repo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.errors import Conflict, NotFound
-from aggregator.storage import MetricBinding, ReportRow, Storage, hash_token
-from aggregator.storage.aggregation import sum_bits
-from aggregator.storage.migrations import LATEST_VERSION
+from aggregator.server.errors import Conflict, NotFound
+from aggregator.server.storage import MetricBinding, ReportRow, Storage, hash_token
+from aggregator.server.storage.aggregation import sum_bits
+from aggregator.server.storage.migrations import LATEST_VERSION
 from protocol.crypto import AggregatorKeys, verify_document
 from protocol.errors import ParameterError, ReportRejected
 from protocol.wire import unpack_payload, validate_round_announcement

@@ -16,8 +16,9 @@ import math
 import numpy as np
 import pytest
 
-import aggregator.audit as audit_module
-from aggregator.audit import (
+import aggregator.research.audit as audit_module
+from aggregator.cli.main import main
+from aggregator.research.audit import (
     DEFAULT_CONFIDENCE,
     PLANTED,
     TARGETS,
@@ -32,7 +33,6 @@ from aggregator.audit import (
     planted_float_release,
     reachable,
 )
-from aggregator.cli import main
 from protocol.central import ALapMechanism
 from protocol.errors import ParameterError
 from protocol.rng import RandomSource, SeededRandom

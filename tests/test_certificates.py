@@ -11,9 +11,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from aggregator.certify import Certificate, certify, one_sided_upper_bounds, upper_bounds_from_table
-from aggregator.decoding import BitCounts
-from aggregator.decoding.simulation import simulate_counts, true_bits
+from aggregator.analysis.certify import (
+    Certificate,
+    certify,
+    one_sided_upper_bounds,
+    upper_bounds_from_table,
+)
+from aggregator.analysis.decoding import BitCounts
+from aggregator.analysis.decoding.simulation import simulate_counts, true_bits
 from protocol import BloomEncoding, DirectEncoding, MetricParams, SeededRandom
 from protocol.errors import ParameterError
 

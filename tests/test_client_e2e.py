@@ -19,8 +19,8 @@ import pytest
 import requests
 from aggsupport import LiveServer, live_server
 
+from aggregator.cli.commands.client import register
 from client_sdk import Client, RetryPolicy
-from client_sdk.cli import register
 from client_sdk.client import AlreadyReported
 from protocol.crypto import AggregatorKeys, b64e
 from protocol.encodings import BloomEncoding

@@ -19,10 +19,10 @@ import pytest
 import requests
 from aggsupport import WINDOW, LiveServer, bearer, current_window, live_server, post_reports
 
-from aggregator.commands.metrics import params_from_args
-from aggregator.commands.metrics import register as register_metric_commands
-from aggregator.ingest import clip_items
-from aggregator.releases import release_sensitivity
+from aggregator.cli.commands.metrics import params_from_args
+from aggregator.cli.commands.metrics import register as register_metric_commands
+from aggregator.server.ingest import clip_items
+from aggregator.server.services.releases import release_sensitivity
 from protocol.central import AGeoMechanism, ALapMechanism, make_release
 from protocol.encodings import BloomEncoding, DirectEncoding
 from protocol.errors import ParameterError

@@ -25,10 +25,10 @@ import requests
 from flask import Flask
 
 from aggregator import create_app
-from aggregator.api.dashboard import ASSETS, CONTENT_SECURITY_POLICY
-from aggregator.demo import LocalAggregator, SimulatedClients, local_aggregator, upload
-from aggregator.openapi import app_operations, openapi_document
-from aggregator.simulation import Population, SyntheticCity, make_population
+from aggregator.research.demo import LocalAggregator, SimulatedClients, local_aggregator, upload
+from aggregator.research.populations import Population, SyntheticCity, make_population
+from aggregator.server.api.dashboard import ASSETS, CONTENT_SECURITY_POLICY
+from aggregator.server.openapi import app_operations, openapi_document
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import BloomEncoding, DirectEncoding
 from protocol.params import MetricParams

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from aggregator.decoding import (
+from aggregator.analysis.decoding import (
     BitCounts,
     bit_estimates,
     detect,
@@ -21,7 +21,7 @@ from aggregator.decoding import (
     fit_candidates,
     one_sided_p_values,
 )
-from aggregator.decoding.simulation import balanced_cohorts, simulate_counts, true_bits
+from aggregator.analysis.decoding.simulation import balanced_cohorts, simulate_counts, true_bits
 from protocol import (
     BloomEncoding,
     DirectEncoding,

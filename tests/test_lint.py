@@ -1,4 +1,4 @@
-"""ruff and mypy are clean on the whole project (pyproject.toml configures both)."""
+"""ruff, mypy and the import-layer contracts are clean on the whole project (pyproject.toml configures them)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,12 @@ def test_mypy_is_clean(tmp_path: Path) -> None:
     result = subprocess.run([_tool("mypy"), "--cache-dir", str(tmp_path / "cache")], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_import_layers_hold() -> None:
+    # pyproject.toml [tool.importlinter]: cli -> research -> server -> analysis -> protocol; client_sdk and
+    # protocol import no server, research or aggregator module; analysis runs without flask/SQLAlchemy
+    result = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout

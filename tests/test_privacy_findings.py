@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aggregator.demo import local_aggregator
-from aggregator.estimates import _check_candidates
-from aggregator.storage import MetricRecord as StoredMetric
+from aggregator.research.demo import local_aggregator
+from aggregator.server.services.estimates import _check_candidates
+from aggregator.server.storage import MetricRecord as StoredMetric
 from client_sdk import Client
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import round_up

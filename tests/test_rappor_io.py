@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.decoding import BitCounts, fit_candidates
-from aggregator.decoding.simulation import simulate_counts, true_bits
-from aggregator.rappor_io import (
+from aggregator.analysis.decoding import BitCounts, fit_candidates
+from aggregator.analysis.decoding.simulation import simulate_counts, true_bits
+from aggregator.analysis.rappor_io import (
     RESULT_COLUMNS,
     RapporParams,
     decode_rappor,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.simulation import SyntheticCity, make_population, relaxation_experiment
+from aggregator.research.populations import SyntheticCity, make_population, relaxation_experiment
 from protocol import BloomEncoding, Randomizer, SeededRandom
 
 ENCODING = BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=16)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import requests
 
-from aggregator.demo import (
+from aggregator.research.demo import (
     DemoConfig,
     SimulatedClients,
     _secrets,
@@ -23,7 +23,7 @@ from aggregator.demo import (
     run_demo,
     upload,
 )
-from aggregator.simulation import SyntheticCity, make_population, theoretical_variance
+from aggregator.research.populations import SyntheticCity, make_population, theoretical_variance
 from protocol.encodings import DirectEncoding
 from protocol.params import MetricParams
 from protocol.rng import SeededRandom
@@ -183,8 +183,8 @@ def test_after_a_round_closes_its_level_continues_in_later_windows(tmp_path: Pat
         assert send(now_window + 60) == "accepted"
         ones, totals = agg.storage.bit_counts("places", window=now_window + 60, round=opened["id"])
         assert totals.tolist() == [1] and ones[0].tolist() == [1, 0, 0]
-    from aggregator.ingest import continues_after
-    from aggregator.storage import RoundRecord
+    from aggregator.server.ingest import continues_after
+    from aggregator.server.storage import RoundRecord
 
     record = RoundRecord(id=1, metric="places", level_from=1.0, level_to=4.0, cohorts=None, opened_at=0,
                          expires_at=10**9, closed_at=7200 + 5, announcement={})

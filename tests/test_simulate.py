@@ -18,16 +18,12 @@ from typing import Any
 import pytest
 from scipy import stats
 
-from aggregator.cli import main
-from aggregator.research import (
-    SCENARIOS,
-    AdvantageSetup,
-    CertificateSetup,
-    CollusionSetup,
-    RelaxationSetup,
-    equal_epsilon_randomizers,
-    run_scenario,
-)
+from aggregator.cli.main import main
+from aggregator.research.scenarios import SCENARIOS, run_scenario
+from aggregator.research.scenarios.advantage import AdvantageSetup, equal_epsilon_randomizers
+from aggregator.research.scenarios.certificates import CertificateSetup
+from aggregator.research.scenarios.collusion import CollusionSetup
+from aggregator.research.scenarios.relaxation import RelaxationSetup
 from protocol.accounting import bit_epsilon
 from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError

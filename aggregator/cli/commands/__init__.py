@@ -1,0 +1,1 @@
+"""Subcommands of ``onesided``; each module has a ``register(subparsers)`` (see ``aggregator.cli.main``)."""

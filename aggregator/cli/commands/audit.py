@@ -1,0 +1,101 @@
+"""``onesided audit``: empirical lower bounds on the privacy loss of the shipped mechanisms.
+
+Each target (``aggregator.research.audit.TARGETS``) is sampled on two neighbouring
+inputs and the table shows the printed epsilon next to the audited lower
+bound; a lower bound above the claim is a failure (exit 1). ``--planted``
+audits the deliberately broken mechanisms instead, which must be caught
+(a planted mechanism that is not caught also exits 1). docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from aggregator.cli.options import Subparsers, print_json
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "audit", help="empirical privacy audit: lower bounds on the true epsilon of the shipped mechanisms"
+    )
+    parser.add_argument("targets", nargs="*", metavar="TARGET", help="targets to audit (default: every shipped one)")
+    parser.add_argument("--samples", type=int, default=10**6, help="outcomes per input (default 1000000)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the sample streams (default 1)")
+    parser.add_argument("--confidence", type=float, default=None,
+                        help="confidence of each lower bound (default 1 - 1e-6)")
+    parser.add_argument("--planted", action="store_true", help="audit the planted broken mechanisms (must be caught)")
+    parser.add_argument("--json", action="store_true", help="JSON output")
+    parser.add_argument("--list", action="store_true", help="list the targets and their claims, audit nothing")
+    parser.set_defaults(func=run_audit)
+
+
+def _selected(args: argparse.Namespace) -> list[tuple[str, bool]]:
+    """``(name, planted)`` in the order given; the default set depends on ``--planted``."""
+    from aggregator.research.audit import PLANTED, TARGETS, find_target
+
+    names = list(args.targets)
+    if not names:
+        names = list(PLANTED) if args.planted else list(TARGETS)
+    elif args.planted:
+        names += [n for n in PLANTED if n not in names]
+    for name in names:
+        find_target(name)  # unknown names fail before any sampling
+    return [(name, name in PLANTED) for name in names]
+
+
+def _verdict(passed: bool, planted: bool) -> str:
+    if planted:
+        return "MISSED" if passed else "caught"
+    return "ok" if passed else "FAIL"
+
+
+def _list(selected: list[tuple[str, bool]], as_json: bool) -> int:
+    from aggregator.research.audit import find_target
+
+    rows: list[dict[str, Any]] = []
+    for name, planted in selected:
+        target = find_target(name)
+        rows.append({"name": name, "planted": planted, "claimed": target.claimed,
+                     "direction": target.direction, "description": target.description})
+    if as_json:
+        print_json(rows)
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['claimed']:>9.6f}  {r['direction']:<8}  {r['description']}")
+    return 0
+
+
+def _table(rows: list[dict[str, Any]], samples: int, confidence: float) -> None:
+    header = ("target", "samples", "claimed", "audited lower bound", "event", "verdict")
+    cells = [(r["name"], str(r["samples"]), f"{r['claimed']:.6f}", f"{r['lower_bound']:.6f}",
+              f"[{r['ratio']}] {r['event']}", r["verdict"]) for r in rows]
+    print(f"up to {samples} samples per input (a target may cap them), confidence {confidence:g} per lower bound")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(["---", "---:", "---:", "---:", "---", "---"]) + "|")
+    for row in cells:
+        print("| " + " | ".join(row) + " |")
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from aggregator.research.audit import DEFAULT_CONFIDENCE, audit, find_target
+
+    selected = _selected(args)
+    if args.list:
+        return _list(selected, args.json)
+    confidence = DEFAULT_CONFIDENCE if args.confidence is None else args.confidence
+    rows: list[dict[str, Any]] = []
+    for name, planted in selected:
+        result = audit(find_target(name), args.samples, seed=args.seed, confidence=confidence)
+        rows.append({**result.to_dict(), "planted": planted, "verdict": _verdict(result.passed, planted)})
+    if args.json:
+        print_json(rows)
+    else:
+        _table(rows, args.samples, confidence)
+    failed = [r["name"] for r in rows if r["verdict"] in ("FAIL", "MISSED")]
+    if failed:
+        print(f"audit failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

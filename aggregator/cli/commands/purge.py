@@ -1,0 +1,33 @@
+"""``onesided purge``: delete raw reports older than the retention period (aggregates stay)."""
+
+from __future__ import annotations
+
+import argparse
+
+from aggregator.cli.options import (
+    Subparsers,
+    add_storage_options,
+    needs,
+    print_json,
+    settings_from_args,
+)
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser("purge", help="delete raw reports whose window is past the retention period")
+    add_storage_options(parser)
+    parser.add_argument("--retention", type=int, help="seconds (default: setting retention_seconds, 90 days)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args, retention_seconds=args.retention)
+    with needs("server"):
+        from aggregator.server.storage import Storage
+    storage = Storage.open(settings.database_url, attempts=settings.db_retries)
+    try:
+        deleted = storage.purge_expired(settings.retention_seconds)
+    finally:
+        storage.close()
+    print_json({"deleted_reports": deleted, "retention_seconds": settings.retention_seconds})
+    return 0

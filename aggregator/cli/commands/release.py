@@ -1,0 +1,122 @@
+"""``onesided release create|show|relax|list|budget``: central releases over the HTTP API.
+
+``create`` releases per-place counts of one window of a trusted direct
+metric (analyst token); ``--analyst NAME=EPS`` (repeated, admin token)
+makes correlated releases, one per analyst. ``relax`` refines a release to
+a higher ``--epsilon``; the budget then counts it at that level. Output is
+the server's JSON (public views only).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
+from protocol.central import MECHANISMS
+from protocol.errors import ParameterError
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser("release", help="central releases of exact counts (HTTP API)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    create = actions.add_parser("create", help="release noisy per-place counts of one window")
+    add_server_options(create)
+    create.add_argument("--metric", required=True, help="a trusted metric with the direct encoding")
+    create.add_argument("--window", type=int, required=True, help="window start (Unix seconds)")
+    create.add_argument("--places", help="comma-separated places (default: the whole domain)")
+    create.add_argument("--mechanism", choices=MECHANISMS, default="ageo", help="default ageo")
+    create.add_argument("--epsilon", type=float, help="the level of the release")
+    create.add_argument("--threshold", type=float, required=True, help="safe means answer <= threshold")
+    create.add_argument("--sensitivity", type=float, help="visits per protected change, to protect more than the metric's max_items (the default)")
+    create.add_argument("--analyst", action="append", metavar="NAME=EPS",
+                        help="admin: correlated releases, one per analyst (repeat); replaces --epsilon")
+    create.set_defaults(func=run_create)
+    show = actions.add_parser("show", help="one release (public view)")
+    add_server_options(show)
+    show.add_argument("id", type=int)
+    show.set_defaults(func=run_show)
+    relax = actions.add_parser("relax", help="refine a release to a higher epsilon (lazy step)")
+    add_server_options(relax)
+    relax.add_argument("id", type=int)
+    relax.add_argument("--epsilon", type=float, required=True, help="the new, higher level")
+    relax.set_defaults(func=run_relax)
+    listing = actions.add_parser("list", help="your releases (admin: all)")
+    add_server_options(listing)
+    listing.add_argument("--metric")
+    listing.add_argument("--window", type=int)
+    listing.add_argument("--analyst", help="admin: one analyst's")
+    listing.set_defaults(func=run_list)
+    budget = actions.add_parser("budget", help="budget limit, spent and remaining on one metric and window")
+    add_server_options(budget)
+    budget.add_argument("--metric", required=True)
+    budget.add_argument("--window", type=int, required=True)
+    budget.add_argument("--analyst", help="admin: another analyst's")
+    budget.set_defaults(func=run_budget)
+
+
+def parse_analysts(pairs: list[str]) -> dict[str, float]:
+    """``["alice=0.5", "bob=2"]`` as ``{"alice": 0.5, "bob": 2.0}``.
+
+    Raises:
+        ParameterError: (field ``analyst``) not ``NAME=NUMBER``, or a name twice.
+    """
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            level = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise ParameterError("analyst", f"must be NAME=EPSILON, got {pair!r}")
+        if name in out:
+            raise ParameterError("analyst", f"{name!r} is given twice")
+        out[name] = level
+    return out
+
+
+def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``POST /v1/releases`` body from the flags (the server validates it)."""
+    body: dict[str, Any] = {
+        "metric": args.metric, "window": args.window, "mechanism": args.mechanism, "threshold": args.threshold,
+    }
+    if args.places:
+        body["places"] = args.places.split(",")
+    if args.epsilon is not None:
+        body["epsilon"] = args.epsilon
+    if args.analyst:
+        body["analysts"] = parse_analysts(args.analyst)
+    if args.sensitivity is not None:
+        body["sensitivity"] = args.sensitivity
+    return body
+
+
+def run_create(args: argparse.Namespace) -> int:
+    print_json(client_from_args(args).post("/v1/releases", request_from_args(args)))
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    print_json(client_from_args(args).get(f"/v1/releases/{args.id}"))
+    return 0
+
+
+def run_relax(args: argparse.Namespace) -> int:
+    print_json(client_from_args(args).post(f"/v1/releases/{args.id}/relax", {"epsilon": args.epsilon}))
+    return 0
+
+
+def _filters(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def run_list(args: argparse.Namespace) -> int:
+    print_json(client_from_args(args).get("/v1/releases", _filters(args, "metric", "window", "analyst")))
+    return 0
+
+
+def run_budget(args: argparse.Namespace) -> int:
+    print_json(client_from_args(args).get("/v1/releases/budget", _filters(args, "metric", "window", "analyst")))
+    return 0

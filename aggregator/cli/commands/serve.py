@@ -1,0 +1,37 @@
+"""``onesided serve``: run the aggregator (see ``aggregator.server.serve``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from aggregator.cli.options import Subparsers, add_storage_options, settings_from_args
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser("serve", help="run the aggregator HTTP server")
+    add_storage_options(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (PostgreSQL only; default 1)")
+    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
+    parser.add_argument("--allow-plaintext", action="store_true", default=None,
+                        help="accept unsealed reports (simulations only)")
+    parser.add_argument("--max-reports", type=int, help="most reports per batch (default 10000)")
+    parser.add_argument("--max-body-bytes", type=int, help="largest request body in bytes (default 16 MiB)")
+    parser.add_argument("--decrypt-processes", type=int,
+                        help="helper processes opening sealed reports of large batches (default 0; try 2 on SQLite)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aggregator.server.serve import serve
+
+    settings = settings_from_args(
+        args,
+        allow_plaintext=args.allow_plaintext,
+        max_reports=args.max_reports,
+        max_body_bytes=args.max_body_bytes,
+        decrypt_processes=args.decrypt_processes,
+    )
+    serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads)
+    return 0

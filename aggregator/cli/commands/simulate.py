@@ -1,0 +1,276 @@
+"""``onesided simulate SCENARIO``: research simulations with a plot (see :mod:`aggregator.research.scenarios`).
+
+Writes ``OUT/SCENARIO.png`` (matplotlib, Agg backend) and
+``OUT/SCENARIO.json`` (every figure), and prints the key figures: a short
+table, or with ``--json`` one JSON object
+``{"scenario", "scale", "seed", "seconds", "plot", "data", "figures"}``.
+Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aggregator.cli.options import Subparsers
+
+Figures = dict[str, Any]
+
+
+def register(subparsers: Subparsers) -> None:
+    from aggregator.research.scenarios import SCALES, SCENARIOS
+
+    lines = "\n".join(f"  {name:22s} {s.title}" for name, s in SCENARIOS.items())
+    parser = subparsers.add_parser(
+        "simulate", help="research simulations reproducing the papers' claims, with a plot",
+        description=f"Scenarios:\n{lines}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("scenario", choices=sorted(SCENARIOS), metavar="SCENARIO", help="one of: "
+                        + ", ".join(SCENARIOS))
+    parser.add_argument("--out", type=Path, default=Path("onesided-simulate"),
+                        help="folder for SCENARIO.png and SCENARIO.json (default ./onesided-simulate)")
+    parser.add_argument("--seed", type=int, default=2026, help="seed of the simulation (default 2026)")
+    parser.add_argument("--scale", choices=SCALES, default="small",
+                        help="small (seconds, default) or paper (up to 10^6 simulated clients, minutes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the key figures")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aggregator.research.scenarios import SCENARIOS, run_scenario
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    figures = run_scenario(args.scenario, scale=args.scale, seed=args.seed, progress=progress)
+    seconds = time.perf_counter() - started
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot_path = args.out / f"{args.scenario}.png"
+    PLOTS[args.scenario](figures, plot_path, f"{SCENARIOS[args.scenario].title} [{args.scale}, seed {args.seed}]")
+    document = {"scenario": args.scenario, "scale": args.scale, "seed": args.seed, "seconds": round(seconds, 3),
+                "plot": str(plot_path), "data": str(args.out / f"{args.scenario}.json"), "figures": figures}
+    text = json.dumps(document, indent=2, allow_nan=False)
+    (args.out / f"{args.scenario}.json").write_text(text + "\n")
+    if args.json:
+        print(text)
+    else:
+        for line in SUMMARIES[args.scenario](figures):
+            print(line)
+        print(f"plot: {plot_path}  data: {document['data']}  ({seconds:.1f} s)")
+    return 0
+
+
+# --------------------------------------------------------------------------
+# text summaries
+# --------------------------------------------------------------------------
+
+
+def _relaxation_lines(f: Figures) -> list[str]:
+    out = [f"relaxation round vs one-shot at the new level, {f['clients']:,} clients, "
+           f"{f['grid'][0]['cells']:,} squared errors of (cohort, bit) estimates per point",
+           "mode        level     eps_bit        relaxed/one-shot  relaxed/theory  composition/one-shot (theory)"]
+    for c in f["grid"]:
+        out.append(f"{c['mode']:11s} {c['level_from']:g} -> {c['level_to']:<4g} "
+                   f"{c['epsilon_bit_from']:.2f} -> {c['epsilon_bit_to']:.2f}   {c['ratio']:6.3f}"
+                   f"            {c['theory_ratio']:6.3f}          {c['composition_ratio']:6.3f} "
+                   f"({c['theory_composition_ratio']:.3f})")
+    out.append(f"relaxed/one-shot in [{f['ratio_min']:.3f}, {f['ratio_max']:.3f}] (claim: 1, no accuracy lost); "
+               f"composition at least {f['composition_ratio_min']:.2f}x worse")
+    return out
+
+
+def _advantage_lines(f: Figures) -> list[str]:
+    out = [f"rare item ({f['holders']} of {f['clients']:,} clients), variance of its estimate at equal per-bit eps "
+           f"({f['samples']:,} estimates per point)",
+           "eps    symmetric var (theory)     asymmetric var (theory)    ratio +- se       1 - e^-eps"]
+    for r in f["rows"]:
+        out.append(f"{r['epsilon']:<5g}  {r['symmetric_variance']:11.1f} ({r['symmetric_theory']:9.1f})  "
+                   f"{r['asymmetric_variance']:11.1f} ({r['asymmetric_theory']:9.1f})  "
+                   f"{r['ratio']:.3f} +- {r['ratio_se']:.3f}   {r['predicted']:.3f}")
+    out.append(f"largest relative gap to 1 - e^-eps: {f['max_relative_gap']:.1%}")
+    return out
+
+
+def _fraction(value: float | None) -> str:
+    return "   -  " if value is None else f"{value:6.3f}"
+
+
+def _certificate_lines(f: Figures) -> list[str]:
+    names = list(f["mechanisms"])
+    head = "  ".join(f"{n:>12s}" for n in names)
+    out = [f"certified-safe share of the truly safe places (E[beta]), {f['clients']:,} clients, {f['places']:,} places, "
+           f"alpha = {f['alpha']:g}, delta = {f['delta']:g}",
+           f"eps    t        safe  {head}"]
+    for r in f["by_threshold"] + f["by_epsilon"]:
+        cells = "  ".join(f"{_fraction(r[n]['safe_fraction']):>12s}" for n in names)
+        out.append(f"{r['epsilon']:<5g}  {r['threshold']:<7d}  {r['safe_places']:5d}  {cells}")
+    wrong = ", ".join(f"{n} {v['wrong']}/{v['decisions']:,}" for n, v in f["false_safe"].items())
+    out.append(f"unsafe places certified safe: {wrong}")
+    out.append(f"never-wrong mechanisms (local alpha = 0, ALap, AGeo) wrong: {f['never_wrong_errors']}")
+    return out
+
+
+def _collusion_lines(f: Figures) -> list[str]:
+    sizes = f["colluders"]
+    out = [f"averaging attack, eps = {f['epsilon']:g}, D = {f['sensitivity']:g}, margin m = {f['margin']:g}, "
+           f"{f['trials']:,} trials; paper's i = max(30, 18 D^2/(m^2 eps^2)) = {f['paper_colluders']}",
+           "RMSE   i = " + " ".join(f"{i:>6d}" for i in sizes)]
+    for scheme, res in f["schemes"].items():
+        out.append(f"{scheme:24s}" + " ".join(f"{x:6.3f}" for x in res["rmse"]))
+    at = f["independent_within_margin_at_paper_colluders"]
+    if at is not None:
+        out.append(f"independent Laplace, P(|estimate - r| < m) at i = {f['paper_colluders']}: {at:.4f} "
+                   f"(normal approximation {_at(f, 'independent_within_margin'):.4f})")
+    return out
+
+
+def _at(f: Figures, key: str) -> float:
+    return float(f["theory"][key][f["colluders"].index(f["paper_colluders"])])
+
+
+SUMMARIES: dict[str, Callable[[Figures], list[str]]] = {
+    "relaxation": _relaxation_lines,
+    "asymmetric-advantage": _advantage_lines,
+    "certificates": _certificate_lines,
+    "collusion": _collusion_lines,
+}
+
+
+# --------------------------------------------------------------------------
+# plots
+# --------------------------------------------------------------------------
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path, title: str) -> None:
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
+def _plot_relaxation(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, mode in zip(axes, ("symmetric", "asymmetric"), strict=True):
+        cells = [c for c in f["grid"] if c["mode"] == mode]
+        x = list(range(len(cells)))
+        ax.bar([i - 0.2 for i in x], [c["ratio"] for c in cells], 0.4, label="relaxation round / one-shot")
+        ax.bar([i + 0.2 for i in x], [c["composition_ratio"] for c in cells], 0.4, label="composition / one-shot")
+        ax.scatter([i + 0.2 for i in x], [c["theory_composition_ratio"] for c in cells], color="black", marker="_",
+                   s=200, zorder=3, label="composition, theory")
+        ax.axhline(1.0, color="grey", lw=1, ls="--")
+        ax.set_xticks(x, [f"{c['level_from']:g}->{c['level_to']:g}" for c in cells])
+        ax.set_xlabel("noise level (rate) from -> to")
+        ax.set_title(f"{mode}")
+    axes[0].set_ylabel("MSE / MSE of a one-shot collection")
+    axes[0].legend(fontsize=8)
+    _save(fig, path, title)
+
+
+def _plot_advantage(f: Figures, path: Path, title: str) -> None:
+    import numpy as np
+
+    plt = _pyplot()
+    rows = f["rows"]
+    eps = [r["epsilon"] for r in rows]
+    dense = np.linspace(min(eps) * 0.8, max(eps) * 1.05, 200)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.errorbar(eps, [r["ratio"] for r in rows], yerr=[2 * r["ratio_se"] for r in rows], fmt="o",
+                  label="measured (+- 2 se)")
+    left.plot(dense, -np.expm1(-dense), label="1 - e^-eps")
+    left.set_xlabel("per-bit epsilon")
+    left.set_ylabel("Var asymmetric / Var symmetric")
+    left.legend()
+    for i, mode in enumerate(("symmetric", "asymmetric")):
+        right.plot(eps, [r[f"{mode}_variance"] for r in rows], "o", color=f"C{i}", label=f"{mode}, measured")
+        right.plot(eps, [r[f"{mode}_theory"] for r in rows], "-", color=f"C{i}", label=f"{mode}, theory")
+    right.set_yscale("log")
+    right.set_xlabel("per-bit epsilon")
+    right.set_ylabel(f"variance of a rare item's count ({f['holders']} of {f['clients']:,})")
+    right.legend(fontsize=8)
+    _save(fig, path, title)
+
+
+def _certificate_labels(f: Figures) -> dict[str, str]:
+    return {
+        "local_alpha0": "local one-sided certificate, alpha = 0",
+        "local_alpha": f"local one-sided certificate, alpha = {f['alpha']:g}",
+        "alap": "central ALap", "ageo": "central AGeo",
+        "dp": f"best (eps, {f['delta']:g})-DP sanitizer, alpha = {f['alpha']:g}",
+    }
+
+
+def _certificate_panel(ax: Any, rows: list[Figures], key: str, labels: dict[str, str]) -> None:
+    for i, (name, label) in enumerate(labels.items()):
+        xs = [r[key] for r in rows if r[name]["safe_fraction"] is not None]
+        ys = [r[name]["safe_fraction"] for r in rows if r[name]["safe_fraction"] is not None]
+        line, = ax.plot(xs, ys, "o-", label=label, color=f"C{i}")
+        theory = [(r[key], r[name]["theory"]) for r in rows if r[name]["theory"] is not None]
+        if theory:
+            ax.plot(*zip(*theory, strict=True), ":", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_ylabel("share of truly safe places certified safe")
+    if key == "epsilon":
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xticks([r[key] for r in rows], [f"{r[key]:g}" for r in rows])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _plot_certificates(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    sweeps = f["sweep_thresholds"]
+    fig, axes = plt.subplots(1, 1 + len(sweeps), figsize=(5.2 * (1 + len(sweeps)), 4.4))
+    labels = _certificate_labels(f)
+    _certificate_panel(axes[0], f["by_threshold"], "threshold", labels)
+    axes[0].set_xlabel(f"threshold t (count), eps = {f['epsilon']:g}")
+    axes[0].legend(fontsize=7, title="dotted: closed form", title_fontsize=7)
+    for ax, t in zip(axes[1:], sweeps, strict=True):
+        _certificate_panel(ax, [r for r in f["by_epsilon"] if r["threshold"] == t], "epsilon", labels)
+        ax.set_xlabel(f"per-visit epsilon, t = {t}")
+    _save(fig, path, title)
+
+
+def _plot_collusion(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    sizes, theory = f["colluders"], f["theory"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, (scheme, res) in enumerate(f["schemes"].items()):
+        left.plot(sizes, res["rmse"], "o-", color=f"C{i}", label=scheme)
+        left.plot(sizes, theory[scheme], ":", color=f"C{i}")
+        right.plot(sizes, res["within_margin"], "o-", color=f"C{i}", label=scheme)
+    for ax in (left, right):
+        ax.axvline(f["paper_colluders"], color="grey", ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("colluding analysts i")
+    left.set_yscale("log")
+    left.set_ylabel("RMSE of the averaged answer (dotted: theory / bound)")
+    left.legend(fontsize=8)
+    right.axhline(0.99, color="grey", lw=1)
+    right.set_ylabel(f"P(|estimate - r| < m = {f['margin']:g})")
+    right.text(f["paper_colluders"], 0.02, f" i = {f['paper_colluders']}", fontsize=8)
+    _save(fig, path, title)
+
+
+PLOTS: dict[str, Callable[[Figures, Path, str], None]] = {
+    "relaxation": _plot_relaxation,
+    "asymmetric-advantage": _plot_advantage,
+    "certificates": _plot_certificates,
+    "collusion": _plot_collusion,
+}

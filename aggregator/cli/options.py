@@ -1,0 +1,92 @@
+"""What the command modules share: option groups, the API client and JSON output.
+
+Nothing heavy at import time: ``onesided --help`` imports every command's
+registrar, so the server's settings and the HTTP client load only when a
+command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import OnesidedError
+
+if TYPE_CHECKING:
+    from aggregator.server.api_client import ApiClient
+    from aggregator.server.settings import Settings
+
+Subparsers = Any  # argparse._SubParsersAction, which is private
+
+
+def command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
+    """A command with actions (``onesided NAME ACTION ...``); returns the actions' subparsers."""
+    parser = subparsers.add_parser(name, help=help_text)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    return actions
+
+
+def add_storage_options(parser: argparse.ArgumentParser) -> None:
+    """``--db URL``, ``--data-dir D``, ``--key-dir K`` (default from ``ONESIDED_*``)."""
+    parser.add_argument("--db", dest="db_url", help="database URL (default: SQLite in the data directory; "
+                        "PostgreSQL: postgresql+psycopg://user@host:5432/dbname); env ONESIDED_DB")
+    parser.add_argument("--data-dir", help="data directory (default ./onesided-data); env ONESIDED_DATA_DIR")
+    parser.add_argument("--key-dir", help="key directory (default DATA_DIR/keys); env ONESIDED_KEY_DIR")
+
+
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Settings from the environment, overridden by the storage options and ``extra``."""
+    from aggregator.server.settings import Settings
+
+    return Settings.from_env(
+        data_dir=getattr(args, "data_dir", None),
+        db_url=getattr(args, "db_url", None),
+        key_dir=getattr(args, "key_dir", None),
+        **extra,
+    )
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """``--server URL`` and ``--token T`` (default ``ONESIDED_SERVER`` / ``ONESIDED_TOKEN``)."""
+    parser.add_argument("--server", help="aggregator URL; env ONESIDED_SERVER (default http://127.0.0.1:8080)")
+    parser.add_argument("--token", help="bearer token; env ONESIDED_TOKEN")
+
+
+def client_from_args(args: argparse.Namespace) -> ApiClient:
+    """An :class:`ApiClient` from ``--server`` and ``--token`` or the environment."""
+    from aggregator.server.api_client import ApiClient
+
+    return ApiClient(getattr(args, "server", None), getattr(args, "token", None))
+
+
+def print_json(data: Any) -> None:
+    """Pretty JSON on stdout (what scripts parse)."""
+    print(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
+
+
+class MissingExtra(OnesidedError):
+    """A command needs an optional dependency group that is not installed."""
+
+    code = "missing_extra"
+
+    def __init__(self, extra: str, module: str | None) -> None:
+        super().__init__(f"this command needs the {extra!r} extra ({module} is not installed): "
+                         f"pip install 'onesided[{extra}]'")
+        self.field = "extra"
+        self.detail = str(self)
+
+
+@contextlib.contextmanager
+def needs(extra: str) -> Iterator[None]:
+    """Imports inside the block that fail for a missing third-party module raise :class:`MissingExtra`."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        root = (exc.name or "").split(".")[0]
+        if root in {"aggregator", "client_sdk", "protocol"}:
+            raise
+        raise MissingExtra(extra, exc.name) from None

@@ -1,1 +1,0 @@
-"""Subcommands of ``onesided``; each module has a ``register(subparsers)`` (see ``aggregator.cli``)."""

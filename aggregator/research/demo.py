@@ -1,0 +1,399 @@
+"""``onesided demo``: the whole system on the embedded default, end to end.
+
+1. Start an aggregator on SQLite in a fresh data folder (keys, tokens).
+2. Register an asymmetric "places visited" metric over a synthetic city
+   (direct encoding: one bit per place, so certificates are exact).
+3. Clients report the set of places they visited at a strict level. A few
+   hundred are full :class:`client_sdk.Client` instances (encrypted state
+   file, pinned key, signed config, ledger); the rest are simulated clients
+   that run the same client functions (memoized noise from their own secret,
+   sealed reports) without a state file, so that 20,000 of them fit in a
+   minute.
+4. The operator opens a relaxation round to a looser level. Clients verify
+   the signed announcement, check their ceiling (a few refuse: their
+   ceiling is lower), relax their memoized noise with the lazy step and
+   report again, tagged with the round.
+5. The round is closed; both rounds are decoded over the HTTP API,
+   certificates are issued, and a table and an HTML summary are written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+from aggregator.research.populations import Population, SyntheticCity, make_population
+from aggregator.server.api_client import ApiClient
+from aggregator.server.app import create_app
+from aggregator.server.settings import Settings
+from aggregator.server.storage import Storage
+from client_sdk.ledger import window_cost
+from client_sdk.memo import noise_key, permanent_bits
+from protocol.crypto import AggregatorKeys
+from protocol.encodings import DirectEncoding, canonical_value
+from protocol.errors import ParameterError
+from protocol.params import MetricParams
+from protocol.rng import SecureRandom, SeededRandom
+from protocol.wire import (
+    CONTENT_TYPE_BINARY,
+    build_report,
+    encode_batch_binary,
+    verify_config,
+    window_start,
+)
+
+METRIC = "places"
+BATCH = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """What the demo simulates (defaults: the README's main job)."""
+
+    clients: int = 20_000
+    sdk_clients: int = 200
+    places: int = 2_000
+    zipf_exponent: float = 1.1
+    mean_places: float = 3.0
+    level_from: float = 1.0
+    level_to: float = 8.0
+    ceiling: float = 5.0
+    refusing_share: float = 0.05
+    threshold: int = 50
+    alpha: float = 0.01
+    seed: int | None = 2026
+    data_dir: Path | None = None
+    out_dir: Path = Path("onesided-demo")
+
+    def __post_init__(self) -> None:
+        if not 100 <= self.clients <= 10_000_000:
+            raise ParameterError("clients", f"must be in [100, 10^7], got {self.clients}")
+        if not 0 <= self.sdk_clients <= self.clients:
+            raise ParameterError("sdk_clients", f"must be in [0, clients], got {self.sdk_clients}")
+        if not 10 <= self.places <= 4096:
+            raise ParameterError("places", f"must be in [10, 4096], got {self.places}")
+        if not 0 < self.level_from < self.level_to < math.inf:
+            raise ParameterError("level_to", "need 0 < level_from < level_to")
+        if not 0.0 <= self.refusing_share < 1.0:
+            raise ParameterError("refusing_share", f"must be in [0, 1), got {self.refusing_share}")
+
+
+@dataclass
+class DemoResult:
+    """What the demo measured (also rendered as the table and the HTML page)."""
+
+    config: DemoConfig
+    data_dir: Path
+    server: str
+    timings: dict[str, float] = field(default_factory=dict)
+    reports: dict[str, int] = field(default_factory=dict)
+    round: dict[str, Any] = field(default_factory=dict)
+    estimates: dict[int, dict[str, Any]] = field(default_factory=dict)
+    certificates: dict[str, Any] = field(default_factory=dict)
+    truth: dict[str, int] = field(default_factory=dict)
+    round_truth: dict[str, int] = field(default_factory=dict)
+    privacy: dict[str, Any] = field(default_factory=dict)
+    summary_path: Path | None = None
+
+
+# --------------------------------------------------------------------------
+# the aggregator, in this process
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class LocalAggregator:
+    """An aggregator app on a free loopback port, in a background thread."""
+
+    url: str
+    admin: ApiClient
+    analyst: ApiClient
+    keys: AggregatorKeys
+    server: BaseWSGIServer
+    storage: Storage
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log lines between the progress bars."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        return None
+
+
+@contextmanager
+def local_aggregator(data_dir: Path) -> Iterator[LocalAggregator]:
+    settings = Settings(data_dir=str(data_dir))
+    keys = AggregatorKeys.generate()
+    keys.save(settings.key_path)
+    storage = Storage.open(settings.database_url)
+    _, admin_token = storage.create_token(role="admin", name="demo-admin")
+    _, analyst_token = storage.create_token(role="analyst", name="demo-analyst")
+    app = create_app(settings, storage=storage, keys=keys)
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="onesided-demo-server", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        yield LocalAggregator(
+            url=url, admin=ApiClient(url, admin_token), analyst=ApiClient(url, analyst_token),
+            keys=keys, server=server, storage=storage,
+        )
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        storage.close()
+
+
+# --------------------------------------------------------------------------
+# simulated clients: the client SDK's functions without a state file
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class SimulatedClients:
+    """Clients ``first..n`` of a population, each with its own secret and ceiling."""
+
+    params: MetricParams
+    digest: str
+    population: Population
+    first: int
+    secrets: list[bytes]
+    ceilings: np.ndarray
+
+    def reports(self, *, levels: list[float], round_id: int, seal_public: bytes, window: int,
+                who: np.ndarray) -> Iterator[Any]:
+        """Sealed reports of the clients in ``who`` at the end of the level chain ``levels``."""
+        irr = SecureRandom()
+        randomizer = self.params.randomizer(levels[-1])
+        for i in who:
+            members = self.population.member_sets(int(i))
+            value_key = noise_key(window, canonical_value(members))
+            permanent = permanent_bits(
+                self.secrets[i - self.first], self.params, self.population.bits[i], value_key, levels
+            )
+            yield build_report(
+                params_digest=self.digest, metric=self.params.name, round=round_id, window=window,
+                cohort=int(self.population.cohorts[i]), level=levels[-1],
+                bits=randomizer.instantaneous(permanent, irr), seal_public=seal_public,
+            )
+
+
+def _secrets(count: int, seed: int | None) -> list[bytes]:
+    if seed is None:
+        return [SecureRandom().integers(256, 32).astype(np.uint8).tobytes() for _ in range(count)]
+    root = hashlib.sha256(f"onesided-demo-{seed}".encode()).digest()
+    return [hmac.new(root, i.to_bytes(8, "big"), hashlib.sha256).digest() for i in range(count)]
+
+
+def upload(url: str, envelopes: Iterator[Any], *, total: int, progress: Callable[[int], None]) -> dict[str, int]:
+    """POST the reports in binary batches; returns the count of each per-report status."""
+    counts: dict[str, int] = {}
+    session = requests.Session()
+    batch: list[Any] = []
+
+    def send() -> None:
+        response = session.post(f"{url}/v1/reports", data=encode_batch_binary(batch),
+                                headers={"Content-Type": CONTENT_TYPE_BINARY}, timeout=120)
+        response.raise_for_status()
+        for result in response.json()["results"]:
+            counts[result["status"]] = counts.get(result["status"], 0) + 1
+        progress(len(batch))
+        batch.clear()
+
+    for envelope in envelopes:
+        batch.append(envelope)
+        if len(batch) >= BATCH:
+            send()
+    if batch:
+        send()
+    return counts
+
+
+# --------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------
+
+
+class _Progress:
+    """tqdm bars when asked, silence otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    @contextmanager
+    def bar(self, total: int, desc: str) -> Iterator[Callable[[int], None]]:
+        if not self.enabled:
+            yield lambda n: None
+            return
+        from tqdm import tqdm
+
+        with tqdm(total=total, desc=desc, unit="report", leave=True, dynamic_ncols=True) as bar:
+            yield bar.update
+
+
+def _metric_params(cfg: DemoConfig, city: SyntheticCity) -> MetricParams:
+    return MetricParams(
+        name=METRIC,
+        encoding=DirectEncoding(domain=tuple(city.names())),
+        mode="asymmetric",
+        level=cfg.level_from,
+        value_kind="set",
+        time_precision=86400,
+        min_batch_size=100,
+    )
+
+
+def _sdk_clients(cfg: DemoConfig, agg: LocalAggregator, data_dir: Path) -> list[Any]:
+    from client_sdk import Client
+
+    folder = data_dir / "clients"
+    folder.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(b"onesided-demo-state-key").digest()
+    return [
+        Client(agg.url, folder / f"client-{i:05d}.state", server_public_keys=agg.keys.sign_public_raw,
+               max_epsilon=cfg.ceiling, state_key=key, rng=None if cfg.seed is None else cfg.seed * 100_003 + i,
+               insecure_rng_for_testing=cfg.seed is not None)
+        for i in range(cfg.sdk_clients)
+    ]
+
+
+def run_demo(cfg: DemoConfig, *, progress: bool = True, say: Callable[[str], None] = print) -> DemoResult:
+    """Run the demo; returns what it measured and writes ``cfg.out_dir/summary.html``."""
+    data_dir = cfg.data_dir or Path(tempfile.mkdtemp(prefix="onesided-demo-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if any(data_dir.iterdir()):
+        raise ParameterError("data_dir", f"{data_dir} is not empty: the demo needs a fresh folder")
+    bars = _Progress(progress)
+    t0 = time.perf_counter()
+    with local_aggregator(data_dir) as agg:
+        result = DemoResult(config=cfg, data_dir=data_dir, server=agg.url)
+        say(f"aggregator on SQLite at {data_dir} listening on {agg.url}")
+        city = SyntheticCity(num_places=cfg.places, zipf_exponent=cfg.zipf_exponent, mean_places=cfg.mean_places)
+        params = _metric_params(cfg, city)
+        created = agg.admin.post("/v1/metrics", params.to_dict())
+        digest = created["digest"]
+        rng = SeededRandom(cfg.seed) if cfg.seed is not None else SecureRandom()
+        population = make_population(city, cfg.clients, params.encoding, rng)
+        truth = population.true_counts(cfg.places)
+        result.truth = {name: int(n) for name, n in zip(population.names, truth, strict=True)}
+        say(f"synthetic city: {cfg.places} places, {cfg.clients:,} clients, "
+            f"{int((population.item_sets >= 0).sum()):,} visits (Zipf {cfg.zipf_exponent})")
+
+        sdk = _sdk_clients(cfg, agg, data_dir)
+        sim = SimulatedClients(
+            params=params, digest=digest, population=population, first=cfg.sdk_clients,
+            secrets=_secrets(cfg.clients - cfg.sdk_clients, cfg.seed),
+            ceilings=np.where(rng.uniform(cfg.clients - cfg.sdk_clients) < cfg.refusing_share,
+                              cfg.level_from, cfg.ceiling),
+        )
+        seal_public = agg.keys.seal_public_raw
+        window = window_start(time.time(), params.time_precision)
+        everyone = np.arange(cfg.sdk_clients, cfg.clients)
+
+        # --- round 0: the strict collection ------------------------------------
+        t = time.perf_counter()
+        with bars.bar(cfg.clients, f"collect at level {cfg.level_from:g}") as tick:
+            for i, client in enumerate(sdk):
+                client.sync()
+                client.report(METRIC, population.member_sets(i))
+                client.flush()
+                tick(1)
+            counts = upload(agg.url, sim.reports(levels=[cfg.level_from], round_id=0, seal_public=seal_public,
+                                                 window=window, who=everyone), total=len(everyone), progress=tick)
+        result.timings["collect"] = time.perf_counter() - t
+        result.reports["round0_simulated"] = counts.get("accepted", 0)
+
+        # --- the round ---------------------------------------------------------
+        opened = agg.admin.post(f"/v1/metrics/{METRIC}/rounds", {"level_to": cfg.level_to, "expires_in": 3600})
+        round_id = int(opened["id"])
+        say(f"round {round_id} opened: level {opened['level_from']:g} -> {opened['level_to']:g} (signed announcement)")
+        t = time.perf_counter()
+        with bars.bar(cfg.clients, f"relax to level {cfg.level_to:g}") as tick:
+            for i, client in enumerate(sdk):
+                client.sync()  # verifies the announcement and relaxes if its ceiling allows
+                client.report(METRIC, population.member_sets(i))
+                client.flush()
+                tick(1)
+            announcement = _verified_announcement(agg, round_id)
+            cost = window_cost(params, [cfg.level_from, announcement.level_to])[0]
+            willing = everyone[sim.ceilings >= cost]
+            tick(len(everyone) - len(willing))
+            counts = upload(agg.url, sim.reports(levels=[cfg.level_from, announcement.level_to],
+                                                 round_id=round_id, seal_public=seal_public, window=window,
+                                                 who=willing), total=len(willing), progress=tick)
+        result.timings["round"] = time.perf_counter() - t
+        result.reports["round_simulated"] = counts.get("accepted", 0)
+        took_part = np.concatenate([np.arange(cfg.sdk_clients), willing])
+        held = population.item_sets[took_part]
+        round_counts = np.bincount(held[held >= 0], minlength=cfg.places)
+        result.round_truth = {name: int(n) for name, n in zip(population.names, round_counts, strict=True)}
+        result.reports["refused"] = int(len(everyone) - len(willing))
+        closed = agg.admin.post(f"/v1/rounds/{round_id}/close")
+        result.round = {k: closed[k] for k in ("id", "level_from", "level_to", "reports", "participation")}
+
+        # --- decoding ----------------------------------------------------------
+        t = time.perf_counter()
+        for rnd in (0, round_id):
+            result.estimates[rnd] = agg.analyst.get(f"/v1/metrics/{METRIC}/estimates",
+                                                    {"window": window, "round": rnd})
+        result.certificates = agg.analyst.get(
+            f"/v1/metrics/{METRIC}/certificates",
+            {"window": window, "round": round_id, "threshold": cfg.threshold, "alpha": cfg.alpha},
+        )
+        result.timings["decode"] = time.perf_counter() - t
+        result.privacy = _privacy(cfg, params, sdk)
+        for client in sdk:
+            client.close()
+    result.timings["total"] = time.perf_counter() - t0
+    from aggregator.research.demo_report import print_table, write_summary
+
+    print_table(result, say)
+    result.summary_path = write_summary(result)
+    say(f"summary written to {result.summary_path}")
+    return result
+
+
+def _verified_announcement(agg: LocalAggregator, round_id: int) -> Any:
+    """What a simulated client does with the config: verify it with the pinned key, pick the round."""
+    document = requests.get(f"{agg.url}/v1/config", timeout=30).json()
+    config = verify_config(document, sign_public=agg.keys.sign_public_raw)  # rounds verified with it
+    for announcement in config.rounds:
+        if announcement.round_id == round_id:
+            if announcement.expires_at <= time.time():
+                raise ParameterError("round", "the round expired")
+            return announcement
+    raise ParameterError("round", f"round {round_id} is not in the signed config")
+
+
+def _privacy(cfg: DemoConfig, params: MetricParams, sdk: list[Any]) -> dict[str, Any]:
+    strict = window_cost(params, [cfg.level_from])[0]
+    relaxed_seq = window_cost(params, [cfg.level_from, cfg.level_to])[0]
+    naive = strict + window_cost(params, [cfg.level_to])[0]
+    info: dict[str, Any] = {
+        "strict": strict, "sequence": relaxed_seq, "naive_sum": naive,
+        "guarantee": params.guarantee(cfg.level_to).protects,
+        "reveals": params.guarantee(cfg.level_to).reveals,
+    }
+    if sdk:
+        entry = sdk[0].ledger()[METRIC]
+        info["sdk_ledger"] = {k: v for k, v in vars(entry).items() if isinstance(v, int | float | str | list | tuple)}
+    return info
+
+
+def cleanup(result: DemoResult) -> None:
+    """Remove the demo's data folder."""
+    shutil.rmtree(result.data_dir, ignore_errors=True)

@@ -1,0 +1,245 @@
+"""Vectorized simulated populations: a synthetic city and its clients.
+
+The research and demo path. It calls the same protocol functions as the
+client SDK (encodings, ``Randomizer``, relaxation steps); only the source of
+randomness differs (a seeded stream for the whole population instead of one
+keyed stream per client), which changes no distribution.
+
+>>> city = SyntheticCity(num_places=50, zipf_exponent=1.1, mean_places=2.0)
+>>> pop = make_population(city, 1000, BloomEncoding(num_bits=32, num_hashes=2, num_cohorts=4), SeededRandom(1))
+>>> pop.bits.shape, int(pop.true_counts(50).sum()) == int((pop.item_sets >= 0).sum())
+((1000, 32), True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.encodings import BloomEncoding, Encoding, encode_population
+from protocol.errors import ParameterError
+from protocol.randomizers import Randomizer
+from protocol.rng import FloatArray, RandomSource, SeededRandom
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+__all__ = [
+    "BloomEncoding",
+    "Population",
+    "RelaxationResult",
+    "SeededRandom",
+    "SyntheticCity",
+    "cohort_bit_counts",
+    "make_population",
+    "relaxation_experiment",
+    "theoretical_variance",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyntheticCity:
+    """Places with Zipf popularity: place ``i`` (0-based) has weight ``(i + 1) ** -zipf_exponent``.
+
+    Attributes:
+        num_places: how many places.
+        zipf_exponent: the Zipf exponent ``s > 0``.
+        mean_places: mean size of a client's set (``1 + Poisson(mean_places - 1)``).
+    """
+
+    num_places: int = 2000
+    zipf_exponent: float = 1.1
+    mean_places: float = 3.0
+    max_places: int = 12
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_places, int) or self.num_places < 1:
+            raise ParameterError("num_places", f"must be a positive integer, got {self.num_places!r}")
+        if not self.zipf_exponent > 0:
+            raise ParameterError("zipf_exponent", f"must be > 0, got {self.zipf_exponent}")
+        if not 1.0 <= self.mean_places <= self.max_places:
+            raise ParameterError("mean_places", f"must be in [1, max_places], got {self.mean_places}")
+
+    def names(self) -> list[str]:
+        width = len(str(self.num_places))
+        return [f"place-{i:0{width}d}" for i in range(self.num_places)]
+
+    def popularity(self) -> FloatArray:
+        w = (np.arange(1, self.num_places + 1, dtype=np.float64)) ** -self.zipf_exponent
+        return w / w.sum()
+
+    def draw_sets(self, n_clients: int, rng: RandomSource) -> IntArray:
+        """Per client a set of distinct places, shape ``(n, max_places)`` padded with -1."""
+        cdf = np.cumsum(self.popularity())
+        cdf[-1] = 1.0
+        sizes = 1 + _poisson(self.mean_places - 1.0, n_clients, rng)
+        sizes = np.minimum(sizes, self.max_places)
+        picks = np.searchsorted(cdf, rng.uniform((n_clients, self.max_places)), side="right")
+        picks = np.minimum(picks, self.num_places - 1).astype(np.int64)
+        picks[np.arange(self.max_places)[None, :] >= sizes[:, None]] = -1
+        # drop repeats within a row (a set, not a multiset)
+        srt = np.sort(picks, axis=1)
+        dup = np.zeros_like(srt, dtype=bool)
+        dup[:, 1:] = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+        srt[dup] = -1
+        return srt
+
+
+def _poisson(lam: float, n: int, rng: RandomSource) -> IntArray:
+    """Poisson(lam) by inversion of one uniform per draw (lam is small here)."""
+    if lam <= 0:
+        return np.zeros(n, dtype=np.int64)
+    u = rng.uniform(n)
+    k = np.zeros(n, dtype=np.int64)
+    p = np.full(n, np.exp(-lam))
+    cdf = p.copy()
+    for step in range(1, 200):
+        more = u > cdf
+        if not more.any():
+            break
+        k[more] += 1
+        p = p * lam / step
+        cdf = cdf + p
+    return k
+
+
+@dataclass(frozen=True)
+class Population:
+    """Simulated clients: their sets, cohorts and true bit vectors."""
+
+    item_sets: IntArray  # (n, K) place indices, -1 padded
+    cohorts: IntArray  # (n,)
+    bits: BoolArray  # (n, num_bits)
+    names: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return int(self.cohorts.shape[0])
+
+    def true_counts(self, num_places: int) -> IntArray:
+        """How many clients hold each place."""
+        held = self.item_sets[self.item_sets >= 0]
+        return np.bincount(held, minlength=num_places).astype(np.int64)
+
+    def member_sets(self, i: int) -> list[str]:
+        return [self.names[j] for j in self.item_sets[i] if j >= 0]
+
+
+def make_population(city: SyntheticCity, n_clients: int, encoding: Encoding, rng: RandomSource) -> Population:
+    """Draw ``n_clients`` clients: sets from ``city``, cohorts uniform, bits by ``encoding``."""
+    names = tuple(city.names())
+    sets = city.draw_sets(n_clients, rng)
+    cohorts = rng.integers(encoding.num_cohorts, n_clients)
+    table = encoding.bit_table(list(names))
+    bits = encode_population(encoding, sets, cohorts, table)
+    return Population(item_sets=sets, cohorts=cohorts, bits=bits, names=names)
+
+
+def cohort_bit_counts(
+    reports: BoolArray, cohorts: IntArray, num_cohorts: int, chunk: int = 65536
+) -> tuple[IntArray, IntArray]:
+    """``(ones (num_cohorts, num_bits), totals (num_cohorts,))``: the aggregator's aggregates."""
+    m = reports.shape[1]
+    ones = np.zeros(num_cohorts * m, dtype=np.int64)
+    for start in range(0, len(reports), chunk):
+        rows, cols = np.nonzero(reports[start : start + chunk])
+        flat = cohorts[start + rows] * m + cols
+        ones += np.bincount(flat, minlength=num_cohorts * m)
+    totals = np.bincount(cohorts, minlength=num_cohorts).astype(np.int64)
+    return ones.reshape(num_cohorts, m), totals
+
+
+# --------------------------------------------------------------------------
+# Relaxation experiments (gradual-release paper, Sec. 3; DESIGN 5 and 9)
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RelaxationResult:
+    """Mean squared error of per-(cohort, bit) true-count estimates, pooled over repetitions.
+
+    Attributes:
+        first: the first collection at ``level_from``.
+        relaxed: the round: memoized noise relaxed to ``level_to`` by the lazy step.
+        one_shot: a fresh collection at ``level_to`` (the accuracy to match).
+        composition: the first collection combined (inverse-variance weights)
+            with an independent second collection at ``level_to - level_from``:
+            the same total level spent by plain composition.
+        theory_one_shot: the closed-form variance of a one-shot ``level_to``
+            collection at the true counts (mean over cells).
+    """
+
+    first: float
+    relaxed: float
+    one_shot: float
+    composition: float
+    theory_one_shot: float
+    cells: int
+
+    @property
+    def ratio(self) -> float:
+        """``relaxed / one_shot``: 1 means the earlier release cost no accuracy."""
+        return self.relaxed / self.one_shot
+
+    @property
+    def composition_ratio(self) -> float:
+        return self.composition / self.one_shot
+
+
+def theoretical_variance(true_ones: FloatArray, totals: FloatArray, randomizer: Randomizer) -> FloatArray:
+    """Variance of the unbiased estimate ``(c - p* N)/(q* - p*)`` at the true counts."""
+    p, q = randomizer.probabilities()
+    return (true_ones * q * (1 - q) + (totals - true_ones) * p * (1 - p)) / (q - p) ** 2
+
+
+def relaxation_experiment(
+    pop: Population,
+    base: Randomizer,
+    level_to: float,
+    *,
+    repetitions: int,
+    rng: RandomSource,
+) -> RelaxationResult:
+    """Collect, relax, and compare against one-shot and composition baselines.
+
+    Every repetition draws fresh memoized noise for the whole population;
+    estimates are the aggregator's unbiased bit estimates.
+    """
+    from aggregator.analysis.decoding import (  # decoding imports nothing from here
+        BitCounts,
+        bit_estimates,
+    )
+
+    num_cohorts = int(pop.cohorts.max()) + 1
+    truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, num_cohorts)
+    truth_f, totals_f = truth.astype(np.float64), totals.astype(np.float64)[:, None]
+    relaxed_r = base.with_level(level_to)
+    extra_r = base.with_level(level_to - base.level)
+    sums = dict.fromkeys(("first", "relaxed", "one_shot", "composition"), 0.0)
+
+    def estimate(reports: BoolArray, r: Randomizer) -> tuple[FloatArray, FloatArray]:
+        ones, tot = cohort_bit_counts(reports, pop.cohorts, num_cohorts)
+        return bit_estimates(BitCounts(ones=ones, totals=tot), r)
+
+    for _ in range(repetitions):
+        noise = base.draw_noise(pop.bits.shape, rng)
+        first, var_first = estimate(base.report(pop.bits, noise, rng), base)
+        relaxed_noise = base.relax_noise(noise, level_to, rng)
+        relaxed, _ = estimate(relaxed_r.report(pop.bits, relaxed_noise, rng), relaxed_r)
+        one_shot, _ = estimate(relaxed_r.simulate(pop.bits, rng), relaxed_r)
+        extra, var_extra = estimate(extra_r.simulate(pop.bits, rng), extra_r)
+        w = var_extra / (var_first + var_extra)
+        combined = w * first + (1 - w) * extra
+        for key, est in (("first", first), ("relaxed", relaxed), ("one_shot", one_shot), ("composition", combined)):
+            sums[key] += float(np.mean((est - truth_f) ** 2))
+    theory = float(np.mean(theoretical_variance(truth_f, totals_f, relaxed_r)))
+    return RelaxationResult(
+        first=sums["first"] / repetitions,
+        relaxed=sums["relaxed"] / repetitions,
+        one_shot=sums["one_shot"] / repetitions,
+        composition=sums["composition"] / repetitions,
+        theory_one_shot=theory,
+        cells=truth.size * repetitions,
+    )

@@ -1,0 +1,100 @@
+"""Research scenarios behind ``onesided simulate`` (DESIGN 1 "Researchers", DESIGN 12).
+
+Each scenario reproduces one claim of the papers on vectorized simulated
+populations, through the same functions the client and the aggregator run
+(``Randomizer``, the relaxation steps, ``bit_estimates``, the one-sided
+certificates, the central mechanisms), and returns its key figures as a
+JSON-ready dict next to the closed-form prediction:
+
+* ``relaxation`` (gradual-release paper, Sec. 3, Thm. 10; DESIGN 5): MSE of
+  the per-(cohort, bit) estimates after a relaxation round, against a
+  one-shot collection at the new level and against plain composition, over
+  a grid of ``(level_from, level_to)`` in both modes. Claim: ratio 1.
+* ``asymmetric-advantage`` (DESIGN 4): variance of a rare item's estimate,
+  asymmetric over symmetric at equal per-bit epsilon. Claim: ``1 - e^-eps``.
+* ``certificates`` (ADP paper, Sec. VI): share of the truly safe places
+  certified safe (``E[beta]``) and share of the unsafe ones wrongly
+  certified, against the threshold and the epsilon, for local one-sided
+  certificates and the central ALap, AGeo and the best ``(eps, delta)``-DP
+  sanitizer. Claim: the one-sided ones are never wrong at ``alpha = 0``.
+* ``collusion`` (multi-user paper, Sec. B): the averaging attack against
+  independent Laplace answers, Mechanism A and correlated releases, with the
+  paper's ``i = max{30, 18 D^2 / (m^2 eps^2)}``.
+
+Every scenario has a ``small`` setup (seconds; what the tests run) and a
+``paper`` setup (up to a million simulated clients, minutes). Randomness
+comes from one :class:`~protocol.rng.SeededRandom` per run.
+
+>>> run_scenario("collusion", scale="small", seed=1)["paper_colluders"]
+72
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# This package's top stays light (no numpy): ``onesided --help`` lists the scenarios.
+Progress = Callable[[str], None]
+Figures = dict[str, Any]
+
+
+def quiet(_: str) -> None:
+    """The default progress callback: says nothing."""
+    return None
+
+SCALES: tuple[str, ...] = ("small", "paper")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named scenario: its module (imported when it runs), the setups' and the function's names there."""
+
+    name: str
+    title: str
+    module: str
+    setups: str
+    function: str
+
+    def load(self) -> tuple[dict[str, Any], Any]:
+        """``(setups by scale, run function)`` from the scenario's module."""
+        module = importlib.import_module(f"aggregator.research.scenarios.{self.module}")
+        return getattr(module, self.setups), getattr(module, self.function)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("relaxation", "relaxation round vs one-shot vs composition (gradual-release paper)",
+                 "relaxation", "RELAXATION_SETUPS", "relaxation"),
+        Scenario("asymmetric-advantage", "rare-item variance, asymmetric vs symmetric at equal epsilon (DESIGN 4)",
+                 "advantage", "ADVANTAGE_SETUPS", "asymmetric_advantage"),
+        Scenario("certificates", "certified-safe places: local one-sided vs central ALap/AGeo/(eps,delta)-DP (ADP)",
+                 "certificates", "CERTIFICATE_SETUPS", "certificates"),
+        Scenario("collusion", "averaging attack vs colluders: independent, Mechanism A, correlated (multi-user)",
+                 "collusion", "COLLUSION_SETUPS", "collusion"),
+    )
+}
+
+
+def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress: Progress = quiet) -> Figures:
+    """Run scenario ``name`` at ``scale`` with a ``SeededRandom(seed)`` stream; returns its figures.
+
+    Raises:
+        ParameterError: unknown ``scenario`` or ``scale``.
+    """
+    from protocol.errors import ParameterError
+    from protocol.rng import SeededRandom
+
+    if name not in SCENARIOS:
+        raise ParameterError("scenario", f"must be one of {sorted(SCENARIOS)}, got {name!r}")
+    if scale not in SCALES:
+        raise ParameterError("scale", f"must be one of {SCALES}, got {scale!r}")
+    setups, run = SCENARIOS[name].load()
+    result: Figures = run(setups[scale], SeededRandom(seed), progress)
+    return result
+
+
+__all__ = ["SCALES", "SCENARIOS", "Scenario", "run_scenario"]

@@ -1,0 +1,132 @@
+"""Scenario ``asymmetric-advantage``: asymmetric-advantage: rare items, 1 - e^-eps (DESIGN 4).
+
+See :mod:`aggregator.research.scenarios` for what every scenario returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from aggregator.analysis.decoding import BitCounts, bit_estimates
+from aggregator.research.populations import (
+    theoretical_variance,
+)
+from aggregator.research.scenarios.common import (
+    Figures,
+    FloatArray,
+    Progress,
+    check_levels,
+    check_positive_int,
+    chunks,
+    quiet,
+)
+from protocol.accounting import bit_epsilon
+from protocol.errors import ParameterError
+from protocol.randomizers import Randomizer, laplace_rate_from_f
+from protocol.rng import RandomSource
+
+# ==========================================================================
+# asymmetric-advantage: rare items, 1 - e^-eps (DESIGN 4)
+# ==========================================================================
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdvantageSetup:
+    """``items`` rare items of a direct metric, each held by ``holders`` of ``clients``.
+
+    Item ``j`` is held by clients ``j * holders .. (j + 1) * holders - 1``.
+    Each repetition gives ``items`` independent estimate errors per mode.
+    """
+
+    clients: int
+    chunk: int
+    items: int
+    holders: int
+    epsilons: tuple[float, ...]
+    repetitions: int
+
+    def __post_init__(self) -> None:
+        for name in ("clients", "chunk", "items", "holders", "repetitions"):
+            check_positive_int(name, getattr(self, name))
+        check_levels("epsilons", self.epsilons)
+        if self.items * self.holders > self.clients:
+            raise ParameterError("holders", "items * holders must not exceed clients")
+
+
+ADVANTAGE_SETUPS = {
+    "small": AdvantageSetup(clients=2_000, chunk=2_000, items=64, holders=10,
+                            epsilons=(0.25, 0.5, 1.0, 2.0, 3.0), repetitions=100),
+    # The small setup's 6,400 estimates per point would take 6.4e9 draws per mode and epsilon at
+    # 10^6 clients: fewer epsilons, and 128 items x 30 repetitions (3,840 estimates per point).
+    "paper": AdvantageSetup(clients=1_000_000, chunk=50_000, items=128, holders=1_000,
+                            epsilons=(0.5, 1.0, 2.0), repetitions=30),
+}
+
+
+def equal_epsilon_randomizers(epsilon: float) -> dict[str, Randomizer]:
+    """Symmetric and asymmetric randomizers whose memoized bit costs ``epsilon``.
+
+    Symmetric: ``f/2 = 1/(1 + e^eps)``, i.e. ``f = 2/(1 + e^eps)``;
+    asymmetric: ``level = 2 eps`` (DESIGN 4).
+    """
+    return {
+        "symmetric": Randomizer(mode="symmetric", level=laplace_rate_from_f(2.0 / (1.0 + math.exp(epsilon)))),
+        "asymmetric": Randomizer(mode="asymmetric", level=2.0 * epsilon),
+    }
+
+
+def _rare_item_errors(setup: AdvantageSetup, randomizer: Randomizer, rng: RandomSource) -> FloatArray:
+    """Estimate errors, shape ``(repetitions, items)``, through ``Randomizer.simulate`` and ``bit_estimates``."""
+    errors = np.empty((setup.repetitions, setup.items))
+    for rep in range(setup.repetitions):
+        ones = np.zeros(setup.items, dtype=np.int64)
+        start = 0
+        for size in chunks(setup.clients, setup.chunk):
+            owner = np.arange(start, start + size) // setup.holders
+            bits = owner[:, None] == np.arange(setup.items)[None, :]
+            ones += randomizer.simulate(bits, rng).sum(axis=0)
+            start += size
+        counts = BitCounts(ones=ones[None, :], totals=np.array([setup.clients]))
+        errors[rep] = bit_estimates(counts, randomizer)[0][0] - setup.holders
+    return errors
+
+
+def _mse_and_relative_se(errors: FloatArray) -> tuple[float, float]:
+    """Mean squared error (the truth is known) and the relative standard error of that mean."""
+    sq = errors.ravel() ** 2
+    mse = float(sq.mean())
+    return mse, float(sq.std(ddof=1) / math.sqrt(sq.size) / mse)
+
+
+def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Progress = quiet) -> Figures:
+    """Rare-item variance, asymmetric over symmetric at equal per-bit epsilon.
+
+    Predicted ``1 - e^-eps`` (``N/(e^eps - 1)`` against ``N e^eps/(e^eps - 1)^2``);
+    with ``h`` holders exactly ``(1 - h/N)(1 - e^-eps)`` (``exact_ratio``).
+    """
+    rows = []
+    truth = np.full(setup.items, float(setup.holders))
+    for eps in setup.epsilons:
+        progress(f"asymmetric-advantage: eps {eps:g}")
+        row: Figures = {"epsilon": eps}
+        rel_se = []
+        for mode, randomizer in equal_epsilon_randomizers(eps).items():
+            mse, se = _mse_and_relative_se(_rare_item_errors(setup, randomizer, rng))
+            row[f"{mode}_level"] = randomizer.level
+            row[f"{mode}_epsilon_bit"] = bit_epsilon(randomizer.mode, randomizer.level)
+            row[f"{mode}_variance"] = mse
+            row[f"{mode}_theory"] = float(theoretical_variance(truth, np.full_like(truth, setup.clients), randomizer)[0])
+            rel_se.append(se)
+        row["ratio"] = row["asymmetric_variance"] / row["symmetric_variance"]
+        row["ratio_se"] = row["ratio"] * math.hypot(*rel_se)
+        row["predicted"] = -math.expm1(-eps)
+        row["exact_ratio"] = row["asymmetric_theory"] / row["symmetric_theory"]
+        rows.append(row)
+    return {
+        "clients": setup.clients, "items": setup.items, "holders": setup.holders,
+        "repetitions": setup.repetitions, "samples": setup.items * setup.repetitions, "rows": rows,
+        "max_relative_gap": max(abs(r["ratio"] / r["predicted"] - 1.0) for r in rows),
+    }

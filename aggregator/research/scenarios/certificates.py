@@ -1,0 +1,256 @@
+"""Scenario ``certificates``: certificates: one-sided answers to "is place i safe (count <= t)?" (ADP Sec. VI).
+
+See :mod:`aggregator.research.scenarios` for what every scenario returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import special
+
+from aggregator.analysis.certify import one_sided_upper_bounds
+from aggregator.analysis.decoding import BitCounts
+from aggregator.research.populations import (
+    SyntheticCity,
+    make_population,
+)
+from aggregator.research.scenarios.common import (
+    Figures,
+    IntArray,
+    Progress,
+    check_levels,
+    check_positive_int,
+    chunks,
+    quiet,
+)
+from protocol.central import AGeoMechanism, ALapMechanism, dp_beta_upper_bound, virtual_dp_sanitizer
+from protocol.encodings import DirectEncoding, encode_population
+from protocol.errors import ParameterError
+from protocol.params import MetricParams
+from protocol.randomizers import Randomizer
+from protocol.rng import RandomSource
+
+# ==========================================================================
+# certificates: one-sided answers to "is place i safe (count <= t)?" (ADP Sec. VI)
+# ==========================================================================
+
+MECHANISMS: dict[str, str] = {
+    "local_alpha0": "local one-sided certificate, alpha = 0",
+    "local_alpha": "local one-sided certificate, alpha > 0",
+    "alap": "central ALap",
+    "ageo": "central AGeo",
+    "dp": "best (eps, delta)-DP sanitizer (bound)",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertificateSetup:
+    """A synthetic city's visits, certified locally and released centrally.
+
+    Attributes:
+        clients, chunk, places, zipf_exponent, mean_places: the population
+            (each client reports one set of places, direct encoding).
+        thresholds: the threshold sweep (counts), at ``epsilon``.
+        epsilon: the per-visit epsilon of the threshold sweep.
+        epsilons: the epsilon sweep, at each of ``sweep_thresholds``. Local:
+            asymmetric level ``2 eps`` (one visit is one bit); central:
+            sensitivity 1 (one visit changes one count by 1).
+        alpha: error level of the local ``alpha > 0`` certificate and of the DP bound.
+        delta: ``delta`` of the ``(eps, delta)``-DP bound.
+        repetitions: noise draws per setting.
+    """
+
+    clients: int
+    chunk: int
+    places: int
+    zipf_exponent: float = 1.1
+    mean_places: float = 3.0
+    thresholds: tuple[int, ...]
+    epsilon: float = 1.0
+    epsilons: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 6.0)
+    sweep_thresholds: tuple[int, ...]
+    alpha: float = 1e-3
+    delta: float = 1e-4
+    repetitions: int
+
+    def __post_init__(self) -> None:
+        for name in ("clients", "chunk", "places", "repetitions"):
+            check_positive_int(name, getattr(self, name))
+        check_levels("epsilons", (*self.epsilons, self.epsilon))
+        for name in ("thresholds", "sweep_thresholds"):
+            values = getattr(self, name)
+            if not values or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in values):
+                raise ParameterError(name, f"must be a non-empty tuple of integers >= 0, got {values!r}")
+        if not 0.0 < self.alpha < 1.0:
+            raise ParameterError("alpha", f"must be in (0, 1), got {self.alpha}")
+        if not 0.0 <= self.delta < 1.0:
+            raise ParameterError("delta", f"must be in [0, 1), got {self.delta}")
+
+
+CERTIFICATE_SETUPS = {
+    # 10,000 people over 2,000 places: most places see a handful of visits, as in the ADP paper's Tokyo data.
+    "small": CertificateSetup(clients=10_000, chunk=10_000, places=2_000,
+                              thresholds=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000),
+                              sweep_thresholds=(5, 200), repetitions=3),
+    "paper": CertificateSetup(clients=1_000_000, chunk=20_000, places=2_000,
+                              thresholds=(200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000),
+                              sweep_thresholds=(500, 5_000), repetitions=1),
+}
+
+
+@dataclass(frozen=True)
+class _Visits:
+    """The simulated population, kept as item sets (bits are re-encoded per chunk)."""
+
+    params: MetricParams
+    names: tuple[str, ...]
+    sets: list[IntArray]
+    cohorts: list[IntArray]
+    counts: IntArray
+
+    def ones(self, randomizer: Randomizer, rng: RandomSource) -> IntArray:
+        """Reports' ones per place: every client's set through ``randomizer`` (one report each)."""
+        enc = self.params.encoding
+        table = enc.bit_table(list(self.names))
+        ones = np.zeros(enc.num_bits, dtype=np.int64)
+        for sets, cohorts in zip(self.sets, self.cohorts, strict=True):
+            ones += randomizer.simulate(encode_population(enc, sets, cohorts, table), rng).sum(axis=0)
+        return ones
+
+
+def _visits(setup: CertificateSetup, rng: RandomSource) -> _Visits:
+    city = SyntheticCity(num_places=setup.places, zipf_exponent=setup.zipf_exponent, mean_places=setup.mean_places)
+    names = tuple(city.names())
+    params = MetricParams(name="visits", encoding=DirectEncoding(domain=names), mode="asymmetric", level=1.0)
+    sets, cohorts = [], []
+    counts = np.zeros(setup.places, dtype=np.int64)
+    for n in chunks(setup.clients, setup.chunk):
+        pop = make_population(city, n, params.encoding, rng)
+        sets.append(pop.item_sets)
+        cohorts.append(pop.cohorts)
+        counts += pop.true_counts(setup.places)
+    return _Visits(params=params, names=names, sets=sets, cohorts=cohorts, counts=counts)
+
+
+def _dp_saturation(eps: float, alpha: float) -> int:
+    """Smallest ``k`` with ``alpha e^(eps k) >= 1``: from there on the DP bound is 1.
+
+    Counts that far below the threshold are called safe without a draw
+    (``dp_beta_upper_bound`` is exactly 1 there).
+    """
+    return max(1, math.ceil(math.log(1.0 / alpha) / eps))
+
+
+def _dp_decisions(counts: IntArray, t: int, eps: float, setup: CertificateSetup,
+                  rng: RandomSource) -> npt.NDArray[np.bool_]:
+    """The virtual ``(eps, delta)``-DP sanitizer's "safe" per place (Sec. VI-A)."""
+    far = t + 1 - counts >= _dp_saturation(eps, setup.alpha)
+    out = np.ones(counts.shape, dtype=bool)
+    near = ~far
+    if near.any():
+        out[near] = virtual_dp_sanitizer(counts[near], t, eps, alpha=setup.alpha, delta=setup.delta, rng=rng)
+    return out
+
+
+def _safe_decisions(visits: _Visits, setup: CertificateSetup, eps: float, thresholds: list[int],
+                    rng: RandomSource) -> dict[str, npt.NDArray[np.bool_]]:
+    """One draw of every mechanism at per-visit ``eps``: ``safe`` per (threshold, place)."""
+    level = 2.0 * eps
+    counts = BitCounts(ones=visits.ones(visits.params.randomizer(level), rng)[None, :],
+                       totals=np.array([setup.clients]))
+    bound0 = one_sided_upper_bounds(counts, visits.params, level, visits.names, alpha=0.0)
+    bound_a = one_sided_upper_bounds(counts, visits.params, level, visits.names, alpha=setup.alpha)
+    alap = ALapMechanism(epsilon=eps).release(visits.counts, rng)
+    ageo = AGeoMechanism(epsilon=eps, n_max=setup.clients).release(visits.counts, rng)
+    t = np.asarray(thresholds)[:, None]
+    dp = np.stack([_dp_decisions(visits.counts, x, eps, setup, rng) for x in thresholds])
+    return {"local_alpha0": bound0[None, :] <= t, "local_alpha": bound_a[None, :] <= t,
+            "alap": alap[None, :] <= t, "ageo": ageo[None, :] <= t, "dp": dp}
+
+
+def _safe_theory(name: str, counts: IntArray, t: int, eps: float, setup: CertificateSetup) -> float | None:
+    """``E[beta]``: the mean over truly safe places of ``P(certified safe)`` in closed form."""
+    safe = counts[counts <= t]
+    if safe.size == 0:
+        return None
+    if name == "local_alpha0":  # ones = c + Binomial(N - c, q), q = exp(-eps)
+        return float(np.mean(special.bdtr(t - safe, setup.clients - safe, math.exp(-eps))))
+    if name == "alap":
+        mech = ALapMechanism(epsilon=eps)
+        return float(np.mean([mech.safe_probability(float(c), float(t)) for c in safe]))
+    if name == "ageo":
+        geo = AGeoMechanism(epsilon=eps, n_max=setup.clients)
+        return float(np.mean([geo.safe_probability(int(c), t) for c in safe]))
+    if name == "dp":
+        cut = _dp_saturation(eps, setup.alpha)
+        return float(np.mean([
+            1.0 if t + 1 - c >= cut else dp_beta_upper_bound(alpha=setup.alpha, epsilon=eps, delta=setup.delta,
+                                                            k=int(t + 1 - c))
+            for c in safe]))
+    return None  # local alpha > 0: no closed form (a bound: false-safe <= alpha)
+
+
+def _certificate_sweep(visits: _Visits, setup: CertificateSetup, eps: float, thresholds: list[int],
+                       rng: RandomSource) -> list[Figures]:
+    """Per threshold: safe fraction, false-safe rate and theory of every mechanism at ``eps``."""
+    c = visits.counts
+    truly = c[None, :] <= np.asarray(thresholds)[:, None]
+    hits = {m: np.zeros(len(thresholds), dtype=np.int64) for m in MECHANISMS}
+    wrong = {m: np.zeros(len(thresholds), dtype=np.int64) for m in MECHANISMS}
+    for _ in range(setup.repetitions):
+        for m, decided in _safe_decisions(visits, setup, eps, thresholds, rng).items():
+            hits[m] += (decided & truly).sum(axis=1)
+            wrong[m] += (decided & ~truly).sum(axis=1)
+    rows = []
+    for i, t in enumerate(thresholds):
+        n_safe, n_unsafe = int(truly[i].sum()), int((~truly[i]).sum())
+        row: Figures = {"epsilon": eps, "threshold": t, "threshold_fraction": t / setup.clients,
+                        "safe_places": n_safe, "unsafe_places": n_unsafe}
+        for m in MECHANISMS:
+            row[m] = {
+                "safe_fraction": float(hits[m][i] / (n_safe * setup.repetitions)) if n_safe else None,
+                "false_safe_rate": float(wrong[m][i] / (n_unsafe * setup.repetitions)) if n_unsafe else None,
+                "theory": _safe_theory(m, c, t, eps, setup),
+            }
+        rows.append(row)
+    return rows
+
+
+def certificates(setup: CertificateSetup, rng: RandomSource, progress: Progress = quiet) -> Figures:
+    """Certified-safe fraction and false-safe rate vs threshold and vs epsilon.
+
+    ``safe_fraction`` is the ADP paper's ``E[beta]`` (the mean over truly
+    safe places of the probability to be certified safe); ``false_safe_rate``
+    the share of truly unsafe places certified safe (0 for the local
+    ``alpha = 0`` certificate, ALap and AGeo; at most ``alpha`` otherwise).
+    """
+    progress("certificates: drawing the population")
+    visits = _visits(setup, rng)
+    progress(f"certificates: threshold sweep at eps {setup.epsilon:g}")
+    by_threshold = _certificate_sweep(visits, setup, setup.epsilon, list(setup.thresholds), rng)
+    by_epsilon = []
+    for eps in setup.epsilons:
+        progress(f"certificates: eps {eps:g}")
+        by_epsilon += _certificate_sweep(visits, setup, eps, list(setup.sweep_thresholds), rng)
+    rows = by_threshold + by_epsilon
+    never_wrong = ("local_alpha0", "alap", "ageo")
+    decisions = {m: _false_safe_total(rows, m, setup.repetitions) for m in MECHANISMS}
+    return {
+        "clients": setup.clients, "places": setup.places, "visits": int(visits.counts.sum()),
+        "repetitions": setup.repetitions, "alpha": setup.alpha, "delta": setup.delta,
+        "epsilon": setup.epsilon, "sweep_thresholds": list(setup.sweep_thresholds), "mechanisms": MECHANISMS,
+        "by_threshold": by_threshold, "by_epsilon": by_epsilon,
+        "false_safe": decisions,
+        "never_wrong_errors": sum(decisions[m]["wrong"] for m in never_wrong),
+    }
+
+
+def _false_safe_total(rows: list[Figures], mechanism: str, reps: int) -> dict[str, int]:
+    """Unsafe decisions made and how many were "safe", pooled over every setting."""
+    made = sum(r["unsafe_places"] * reps for r in rows)
+    wrong = sum(round((r[mechanism]["false_safe_rate"] or 0.0) * r["unsafe_places"] * reps) for r in rows)
+    return {"decisions": made, "wrong": wrong}

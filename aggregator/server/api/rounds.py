@@ -1,0 +1,258 @@
+"""Coordinated relaxation rounds (DESIGN 9; gradual-release paper, Sec. 3-4.1).
+
+* ``POST /v1/metrics/<name>/rounds`` (admin) opens a round: the metric's
+  level goes from its current value (the latest round's ``level_to``, or the
+  base level) to a strictly higher ``level_to``, optionally for a subset of
+  cohorts, until ``expires_at``. The announcement is signed (Ed25519) and
+  served in ``GET /v1/config``. Opening a round closes the metric's earlier
+  open rounds (clients jump straight to the latest level: one lazy step is
+  valid by the Markov property).
+* ``GET /v1/rounds/<id>`` shows the round, its participation per cohort (its
+  reports against the base collection's) and its current decoding.
+* ``POST /v1/rounds/<id>/close`` (admin) stops accepting its reports.
+
+Levels only increase: a lowering or repeated level is refused (409
+``level_not_increasing``, field ``level_to``). A trusted metric has no noise
+to relax (400, field ``metric``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from flask import Blueprint
+
+from aggregator.server.api.common import json_body
+from aggregator.server.api.estimates import round_decoding
+from aggregator.server.auth import ADMIN, ANALYST, require_role
+from aggregator.server.context import app_state
+from aggregator.server.errors import Conflict, NotFound
+from aggregator.server.storage import MetricRecord, RoundRecord
+from protocol.errors import ParameterError
+from protocol.randomizers import MAX_LEVEL
+
+blueprint = Blueprint("rounds", __name__)
+
+DEFAULT_ROUND_SECONDS = 7 * 86400
+MAX_ROUND_SECONDS = 366 * 86400
+
+
+def current_level(metric: MetricRecord, rounds: list[RoundRecord]) -> tuple[int, float]:
+    """``(round id, level)`` the metric is at: its latest round's ``level_to``, else the base level."""
+    own = [r for r in rounds if r.metric == metric.name]
+    if not own:
+        return 0, metric.params.level
+    latest = max(own, key=lambda r: r.id)
+    return latest.id, latest.level_to
+
+
+def _number(body: dict[str, Any], field: str) -> float:
+    value = body.get(field)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ParameterError(field, f"must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _cohorts(body: dict[str, Any], num_cohorts: int) -> list[int] | None:
+    cohorts = body.get("cohorts")
+    if cohorts is None:
+        return None
+    if not isinstance(cohorts, list) or not cohorts:
+        raise ParameterError("cohorts", "must be null or a non-empty list of cohort numbers")
+    for i, c in enumerate(cohorts):
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_cohorts:
+            raise ParameterError(f"cohorts[{i}]", f"must be an integer in [0, {num_cohorts}), got {c!r}")
+    if len(set(cohorts)) != len(cohorts):
+        raise ParameterError("cohorts", "must not repeat a cohort")
+    return sorted(cohorts)
+
+
+def _expiry(body: dict[str, Any], now: int) -> int:
+    seconds = body.get("expires_in", DEFAULT_ROUND_SECONDS)
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= MAX_ROUND_SECONDS:
+        raise ParameterError("expires_in", f"must be an integer number of seconds in [1, {MAX_ROUND_SECONDS}]")
+    return now + seconds
+
+
+@blueprint.post("/v1/metrics/<name>/rounds")
+@require_role(*ADMIN)
+def open_round(name: str) -> tuple[dict[str, Any], int]:
+    state = app_state()
+    storage = state.storage
+    body = json_body()
+    if not isinstance(body, dict):
+        raise ParameterError("body", "must be a JSON object")
+    unknown = sorted(set(body) - {"level_to", "cohorts", "expires_in"})
+    if unknown:
+        raise ParameterError(unknown[0], "is not a known field")
+    metric = storage.require_metric(name)
+    if metric.params.mode == "trusted":
+        raise ParameterError("metric", f"{name!r} is trusted: exact bits have no noise to relax")
+    level_to = _number(body, "level_to")
+    if level_to > MAX_LEVEL:
+        raise ParameterError("level_to", f"must be <= {MAX_LEVEL:g} (the highest representable level), got {level_to!r}")
+    cohorts = _cohorts(body, metric.params.num_cohorts)
+    now = int(state.now())
+    expires_at = _expiry(body, now)
+    rounds = storage.list_rounds(name)
+    _, level_from = current_level(metric, rounds)
+    if not level_to > level_from:
+        raise Conflict(
+            "level_to",
+            f"levels only increase: the metric is at {level_from:.6g}, a round to {level_to:.6g} would "
+            "lower or repeat it (released data cannot be revoked)",
+            code="level_not_increasing",
+        )
+    for earlier in rounds:
+        if earlier.is_open(now):
+            storage.close_round(earlier.id, now=now)
+    record = storage.open_round(
+        metric=name, level_from=level_from, level_to=level_to, cohorts=cohorts,
+        expires_at=expires_at, sign=state.keys.sign, now=now,
+    )
+    return round_view(record), 201
+
+
+def _require_round(round_id: int) -> RoundRecord:
+    record = app_state().storage.get_round(round_id)
+    if record is None:
+        raise NotFound("round", f"no round {round_id}")
+    return record
+
+
+def participation(record: RoundRecord) -> list[dict[str, Any]]:
+    """Per cohort: reports in this round, reports in the base collection, and their ratio.
+
+    A client that refused the round (consent, ceiling) sends nothing for it:
+    refusals show here as non-participation, never as data.
+    """
+    storage = app_state().storage
+    _, round_totals = storage.bit_counts(record.metric, round=record.id)
+    _, base_totals = storage.bit_counts(record.metric, round=0)
+    cohorts = range(len(round_totals)) if record.cohorts is None else record.cohorts
+    rows = []
+    for c in cohorts:
+        base, got = int(base_totals[c]), int(round_totals[c])
+        rows.append({"cohort": c, "reports": got, "base_reports": base,
+                     "participation": None if base == 0 else round(got / base, 6)})
+    return rows
+
+
+def round_view(record: RoundRecord) -> dict[str, Any]:
+    """A round as the API shows it."""
+    state = app_state()
+    view = record.to_dict(state.now())
+    view["participation"] = participation(record)
+    view["reports"] = sum(row["reports"] for row in view["participation"])
+    return view
+
+
+@blueprint.get("/v1/rounds/<int:round_id>")
+@require_role(*ANALYST)
+def get_round(round_id: int) -> dict[str, Any]:
+    record = _require_round(round_id)
+    view = round_view(record)
+    decoding = round_decoding(record)  # all the round's decodable windows pooled
+    if decoding is not None:
+        view["decoding"] = decoding
+    return view
+
+
+@blueprint.post("/v1/rounds/<int:round_id>/close")
+@require_role(*ADMIN)
+def close_round(round_id: int) -> dict[str, Any]:
+    state = app_state()
+    return round_view(state.storage.close_round(round_id, now=int(state.now())))  # NotFound / Conflict
+
+
+_ROUND_RESPONSE = {"application/json": {"schema": {"$ref": "#/components/schemas/Round"}}}
+_ROUND_ID = {"name": "round_id", "in": "path", "required": True, "schema": {"type": "integer"}}
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+
+OPENAPI_PATHS: dict[str, Any] = {
+    "/v1/metrics/{name}/rounds": {
+        "post": {
+            "summary": "Open a relaxation round (levels only increase)",
+            "operationId": "openRound",
+            "x-roles": list(ADMIN),
+            "parameters": [_NAME],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {
+                    "type": "object",
+                    "required": ["level_to"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "level_to": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LEVEL},
+                        "cohorts": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
+                        "expires_in": {"type": "integer", "minimum": 1, "maximum": MAX_ROUND_SECONDS},
+                    },
+                }}},
+            },
+            "responses": {
+                "201": {"description": "the round, with its signed announcement", "content": _ROUND_RESPONSE},
+                "400": {"$ref": "#/components/responses/BadRequest"},
+                "401": {"$ref": "#/components/responses/Unauthorized"},
+                "403": {"$ref": "#/components/responses/Forbidden"},
+                "404": {"$ref": "#/components/responses/NotFound"},
+                "409": {"$ref": "#/components/responses/Conflict"},
+            },
+        }
+    },
+    "/v1/rounds/{round_id}": {
+        "get": {
+            "summary": "A round: participation per cohort and its current decoding",
+            "operationId": "getRound",
+            "x-roles": list(ANALYST),
+            "parameters": [_ROUND_ID],
+            "responses": {
+                "200": {"description": "the round", "content": _ROUND_RESPONSE},
+                "401": {"$ref": "#/components/responses/Unauthorized"},
+                "404": {"$ref": "#/components/responses/NotFound"},
+            },
+        }
+    },
+    "/v1/rounds/{round_id}/close": {
+        "post": {
+            "summary": "Close a round: its later reports are expired",
+            "operationId": "closeRound",
+            "x-roles": list(ADMIN),
+            "parameters": [_ROUND_ID],
+            "responses": {
+                "200": {"description": "the closed round", "content": _ROUND_RESPONSE},
+                "401": {"$ref": "#/components/responses/Unauthorized"},
+                "403": {"$ref": "#/components/responses/Forbidden"},
+                "404": {"$ref": "#/components/responses/NotFound"},
+                "409": {"$ref": "#/components/responses/Conflict"},
+            },
+        }
+    },
+}
+
+OPENAPI_SCHEMAS: dict[str, Any] = {
+    "Round": {
+        "type": "object",
+        "required": ["id", "metric", "level_from", "level_to", "opened_at", "expires_at", "open", "announcement"],
+        "properties": {
+            "id": {"type": "integer"},
+            "metric": {"type": "string"},
+            "level_from": {"type": "number"},
+            "level_to": {"type": "number"},
+            "cohorts": {"type": ["array", "null"], "items": {"type": "integer"}},
+            "opened_at": {"type": "integer"},
+            "expires_at": {"type": "integer"},
+            "closed_at": {"type": ["integer", "null"]},
+            "open": {"type": "boolean"},
+            "announcement": {"$ref": "#/components/schemas/SignedDocument"},
+            "reports": {"type": "integer"},
+            "participation": {"type": "array", "items": {"type": "object", "properties": {
+                "cohort": {"type": "integer"},
+                "reports": {"type": "integer"},
+                "base_reports": {"type": "integer"},
+                "participation": {"type": ["number", "null"]},
+            }}},
+            "decoding": {"type": "object"},
+        },
+    }
+}

@@ -1,0 +1,77 @@
+"""The flask app factory.
+
+>>> import tempfile
+>>> from protocol.crypto import AggregatorKeys
+>>> folder = tempfile.mkdtemp()
+>>> AggregatorKeys.generate().save(f"{folder}/keys")
+>>> app = create_app({"data_dir": folder})
+>>> app.test_client().get("/v1/health").get_json()["status"]
+'ok'
+>>> app.test_client().get("/v1/nothing").get_json()["error"]
+'not_found'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from aggregator.server.api.errors import register_error_handlers
+from aggregator.server.context import EXTENSION_KEY, AppState
+from aggregator.server.opener import EnvelopeOpener
+from aggregator.server.routes import API_MODULES
+from aggregator.server.settings import Settings
+from aggregator.server.storage import Storage
+from protocol.crypto import AggregatorKeys
+from protocol.errors import ParameterError
+
+
+def load_keys(settings: Settings) -> AggregatorKeys:
+    """The aggregator's keys from ``settings.key_path``.
+
+    Raises:
+        ParameterError: no keys there (field ``key_dir``; run ``onesided keys init``).
+    """
+    if not settings.key_path.is_dir():
+        raise ParameterError("key_dir", f"{settings.key_path} has no keys; run `onesided keys init` first")
+    return AggregatorKeys.load(settings.key_path)
+
+
+def create_app(
+    config: Settings | Mapping[str, Any] | None = None,
+    *,
+    storage: Storage | None = None,
+    keys: AggregatorKeys | None = None,
+) -> Flask:
+    """Build the aggregator's flask app.
+
+    Args:
+        config: a :class:`Settings`, a mapping of its field names, or ``None``
+            for the ``ONESIDED_*`` environment (see :meth:`Settings.from_env`).
+        storage: an open storage to share (tests); default: open
+            ``settings.database_url`` and migrate it.
+        keys: the aggregator's keys (tests); default: load them from
+            ``settings.key_path``.
+
+    Returns:
+        The app with every blueprint of ``aggregator.server.api`` registered and JSON
+        errors for every 4xx and 5xx.
+    """
+    if config is None:
+        settings = Settings.from_env()
+    elif isinstance(config, Settings):
+        settings = config
+    else:
+        settings = Settings.from_mapping(config)
+    keys = load_keys(settings) if keys is None else keys
+    storage = Storage.open(settings.database_url, attempts=settings.db_retries) if storage is None else storage
+    app = Flask("aggregator")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes)
+    app.extensions[EXTENSION_KEY] = AppState(settings=settings, storage=storage, keys=keys, opener=opener)
+    register_error_handlers(app)
+    for module in API_MODULES:
+        app.register_blueprint(module.blueprint)
+    return app

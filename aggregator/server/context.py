@@ -1,0 +1,42 @@
+"""What a request handler needs from the running app: settings, storage, keys, envelope opener.
+
+``create_app`` stores one :class:`AppState` in ``app.extensions``;
+blueprints (ours and those of later modules: rounds, estimates, releases)
+read it with :func:`app_state` instead of importing globals.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from flask import current_app
+
+from aggregator.server.opener import EnvelopeOpener
+from aggregator.server.settings import Settings
+from aggregator.server.storage import Storage
+from protocol.crypto import AggregatorKeys
+
+EXTENSION_KEY = "onesided"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppState:
+    """The aggregator's process-wide state (thread-safe: storage pools its connections)."""
+
+    settings: Settings
+    storage: Storage
+    keys: AggregatorKeys
+    opener: EnvelopeOpener
+
+    def now(self) -> float:
+        """The server's clock (Unix seconds); one place to read it."""
+        return time.time()
+
+
+def app_state() -> AppState:
+    """The state of the app handling the current request."""
+    state = current_app.extensions[EXTENSION_KEY]
+    if not isinstance(state, AppState):  # pragma: no cover - only create_app sets it
+        raise RuntimeError("the flask app was not built by aggregator.create_app")
+    return state

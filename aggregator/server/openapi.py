@@ -1,0 +1,111 @@
+"""The OpenAPI 3.1 document of the HTTP API, assembled from the blueprints.
+
+Each API module declares its own ``OPENAPI_PATHS`` next to its routes (and
+``OPENAPI_SCHEMAS`` for the bodies it uses), so a route and its description
+change together. Routes are authenticated by default (bearer token); a
+public operation says ``"security": []``; an authenticated one lists its
+roles in ``x-roles``.
+
+>>> flask_path("/v1/rounds/<int:round_id>/close")
+'/v1/rounds/{round_id}/close'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any
+
+from flask import Flask
+
+from aggregator.server.api.errors import error_schema
+
+OPENAPI_VERSION = "3.1.0"
+API_VERSION = "1"
+HTTP_METHODS = ("get", "put", "post", "delete", "patch")
+_CONVERTER = re.compile(r"<(?:[a-z_]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
+
+
+def _error_response(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _components() -> dict[str, Any]:
+    return {
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "an admin or analyst token from `onesided token create`",
+            }
+        },
+        "schemas": {"Error": error_schema()},
+        "responses": {
+            "BadRequest": _error_response("invalid input; `field` names it"),
+            "Unauthorized": _error_response("missing, unknown or revoked token"),
+            "Forbidden": _error_response("the token's role may not use this route"),
+            "NotFound": _error_response("no such resource"),
+            "Conflict": _error_response("contradicts stored state"),
+        },
+    }
+
+
+def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, Any]:
+    """The document for ``modules`` (default: every API module).
+
+    Raises:
+        ValueError: two modules describe the same path or schema.
+    """
+    components = _components()
+    paths: dict[str, Any] = {}
+    if modules is None:
+        from aggregator.server.routes import API_MODULES  # the routes import this module's view
+
+        modules = API_MODULES
+    for module in modules:
+        for path, item in getattr(module, "OPENAPI_PATHS", {}).items():
+            if path in paths:
+                raise ValueError(f"OpenAPI path {path} is described by two modules")
+            paths[path] = item
+        for name, schema in getattr(module, "OPENAPI_SCHEMAS", {}).items():
+            if name in components["schemas"]:
+                raise ValueError(f"OpenAPI schema {name} is defined by two modules")
+            components["schemas"][name] = schema
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "onesided aggregator",
+            "version": API_VERSION,
+            "description": "Locally private telemetry with one-sided error; wire format in docs/wire.md.",
+        },
+        "security": [{"bearer": []}],
+        "paths": dict(sorted(paths.items())),
+        "components": components,
+    }
+
+
+def flask_path(rule: str) -> str:
+    """A werkzeug rule in OpenAPI form: ``<int:id>`` becomes ``{id}``."""
+    return _CONVERTER.sub(r"{\1}", rule)
+
+
+def app_operations(app: Flask, prefix: str = "/v1/") -> set[tuple[str, str]]:
+    """``(path, method)`` of every route of ``app`` under ``prefix`` (HEAD and OPTIONS aside)."""
+    out = set()
+    for rule in app.url_map.iter_rules():
+        if rule.rule.startswith(prefix):
+            for method in rule.methods or ():
+                if method.lower() in HTTP_METHODS:
+                    out.add((flask_path(rule.rule), method.lower()))
+    return out
+
+
+def document_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
+    """``(path, method)`` of every operation of an OpenAPI document."""
+    return {
+        (path, method) for path, item in document["paths"].items() for method in item if method in HTTP_METHODS
+    }

@@ -1,0 +1,95 @@
+"""The aggregator's storage: SQLAlchemy Core over SQLite (WAL, embedded) or PostgreSQL.
+
+>>> import tempfile
+>>> storage = Storage.open(f"sqlite:///{tempfile.mkdtemp()}/doc.db")
+>>> storage.schema_version()
+1
+>>> storage.table_counts()["reports"]
+0
+>>> storage.close()
+
+One :class:`Storage` object per process; it is thread-safe (a connection
+pool underneath). Methods by table:
+
+* metrics: :meth:`put_metric`, :meth:`get_metric`, :meth:`require_metric`, :meth:`list_metrics`
+* rounds: :meth:`open_round`, :meth:`get_round`, :meth:`list_rounds`, :meth:`close_round`
+* reports and aggregates: :meth:`store_reports`, :meth:`bit_counts`,
+  :meth:`collections`, :meth:`purge_expired`, :meth:`table_counts`
+* tokens: :meth:`create_token`, :meth:`authenticate`, :meth:`list_tokens`, :meth:`revoke_token`
+* releases: :meth:`create_release`, :meth:`get_release`, :meth:`list_releases`, :meth:`update_release`
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from aggregator.server.storage import migrations
+from aggregator.server.storage.engine import make_engine
+from aggregator.server.storage.metrics import MetricStore
+from aggregator.server.storage.records import (
+    ROLES,
+    Collection,
+    MetricRecord,
+    ReleaseRecord,
+    RoundRecord,
+    TokenRecord,
+)
+from aggregator.server.storage.releases import ReleaseStore
+from aggregator.server.storage.reports import MetricBinding, ReportRow, ReportStore
+from aggregator.server.storage.rounds import RoundStore
+from aggregator.server.storage.tokens import TokenStore, hash_token, new_token_secret
+
+
+class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore):
+    """All tables behind one engine.
+
+    Args:
+        engine: from :func:`make_engine`.
+        attempts: tries of a racing transaction (see ``engine.run_transaction``).
+    """
+
+    def __init__(self, engine: Engine, *, attempts: int = 5) -> None:
+        self.engine = engine
+        self.attempts = attempts
+
+    @classmethod
+    def open(cls, url: str, *, migrate: bool = True, attempts: int = 5) -> Storage:
+        """Connect to ``url`` and (by default) bring the schema up to date."""
+        storage = cls(make_engine(url), attempts=attempts)
+        if migrate:
+            storage.migrate()
+        return storage
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    def migrate(self) -> int:
+        """Apply pending migrations; return the schema version."""
+        return migrations.migrate(self.engine)
+
+    def schema_version(self) -> int:
+        """The applied schema version (0 when empty)."""
+        with self.engine.connect() as conn:
+            return migrations.current_version(conn)
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.engine.dispose()
+
+
+__all__ = [
+    "ROLES",
+    "Collection",
+    "MetricBinding",
+    "MetricRecord",
+    "ReleaseRecord",
+    "ReportRow",
+    "RoundRecord",
+    "Storage",
+    "TokenRecord",
+    "hash_token",
+    "make_engine",
+    "new_token_secret",
+]
