@@ -1,4 +1,4 @@
-"""The empirical privacy auditor (aggregator/audit.py, ``onesided audit``, docs/audit.md).
+"""The empirical privacy auditor (aggregator/research/audit.py, ``onesided audit``, docs/audit.md).
 
 False-failure rate of the statistical tests: an audit's two Clopper-Pearson
 bounds hold at confidence ``1 - alpha/2`` each on the measurement half, and

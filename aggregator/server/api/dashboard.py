@@ -1,6 +1,6 @@
 """``GET /dashboard``: the analysts' page (DESIGN 12), static and token-less.
 
-The page is a few files in ``aggregator/dashboard/`` sent as they are: no
+The page is a few files in ``aggregator/server/dashboard/`` sent as they are: no
 server-side data, no template. In the browser it asks for an analyst token
 (kept in ``sessionStorage``, sent only as ``Authorization: Bearer`` to the
 ``/v1`` API, never in a URL) and reads ``/v1/metrics``, ``/v1/metrics/<name>``,
@@ -59,7 +59,7 @@ SECURITY_HEADERS: dict[str, str] = {
 
 
 def asset_bytes(name: str) -> bytes:
-    """The bytes of one file of ``aggregator/dashboard/`` (the package data)."""
+    """The bytes of one file of ``aggregator/server/dashboard/`` (the package data)."""
     return resources.files("aggregator.server").joinpath("dashboard", name).read_bytes()
 
 
