@@ -3,12 +3,13 @@
 The host app embeds :class:`Client`; see ``docs/client.md``.
 """
 
-from .client import Client, FlushResult, ReportsDropped
+from .client import AlreadyReported, Client, FlushResult, ReportsDropped
 from .ledger import Ceiling, Ledger, LedgerEntry, LedgerEvent
 from .state import StateCorrupted
 from .transport import RetryPolicy, Transport, TransportError
 
 __all__ = [
+    "AlreadyReported",
     "Ceiling",
     "Client",
     "FlushResult",

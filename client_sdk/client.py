@@ -799,10 +799,11 @@ class Client:
             return
         self.transport.stop_by(until)
         thread.join(timeout=max(0.0, until - self._monotonic()))
-        if thread.is_alive():
+        if thread.is_alive():  # its calls stay cut to ``until``
             log.warning("background sender still busy at the deadline; it ends on its own")
         else:
             self._thread = None
+            self.transport.stop_by(None)
 
     def close(self, deadline: float | None = None) -> None:
         """Stop the background sender, save the state, close the HTTP session.

@@ -216,7 +216,7 @@ class Transport:
         self._owns_session = session is None
         self.session = requests.Session() if session is None else session
         self._wake = threading.Event()
-        self.sleep: Callable[[float], object] = self._wake.wait if sleep is None else sleep
+        self.sleep: Callable[[float], object] = self._interruptible_sleep if sleep is None else sleep
         self.clock = clock
         self.monotonic = monotonic
         self.rng = as_rng(rng)
@@ -230,12 +230,17 @@ class Transport:
             self.session.close()
 
     def stop_by(self, when: float | None) -> None:
-        """Every call, running or later, ends by ``when`` (monotonic; ``None``: no cutoff)."""
+        """Every call, running or later, ends by ``when`` (monotonic; ``None``: no cutoff).
+
+        A default sleep already running is cut short (its loop then re-checks
+        the time left); later sleeps are shorter than the time left anyway.
+        """
         self._cutoff = when
-        if when is not None:
-            self._wake.set()  # cut a running default sleep short; the loop re-checks the time left
-        else:
-            self._wake.clear()
+        woken, self._wake = self._wake, threading.Event()
+        woken.set()
+
+    def _interruptible_sleep(self, seconds: float) -> None:
+        self._wake.wait(seconds)
 
     def fetch_config(self, *, deadline: float | None = None) -> Any:
         """``GET /v1/config``: the signed document, not yet verified.
