@@ -6,7 +6,7 @@ memoized noise, one :class:`~client_sdk.ledger.MetricRecord` per metric
 ledger events, any lost-state record and a generation counter. The outgoing
 queue of sealed reports lives in its own file (:mod:`client_sdk.queue`).
 
-File layout: ``"ONSC" || u8 version (1) || nonce (12) || AES-GCM(key, nonce,
+File layout: ``"ONSC" || u8 version (2) || nonce (12) || AES-GCM(key, nonce,
 json, aad = "onesided/client-state/v1")`` via :func:`protocol.crypto.encrypt_blob`.
 The key is the host app's (16 or 32 bytes) or a 32-byte key file next to
 the state, created with mode 0600 and refused when group or others may read it.
