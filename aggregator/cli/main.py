@@ -38,6 +38,12 @@ from protocol.errors import OnesidedError
 
 Registrar = Callable[[Subparsers], None]
 
+# What to install when a command's import fails: the extra that brings the missing package.
+EXTRA_OF: dict[str, str] = {
+    "flask": "server", "werkzeug": "server", "sqlalchemy": "server", "psycopg": "server", "gunicorn": "server",
+    "scipy": "research", "matplotlib": "research", "tqdm": "research",
+}
+
 COMMANDS: tuple[Registrar, ...] = (
     serve.register,
     keys.register,
@@ -78,6 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         field = getattr(exc, "field", None)
         detail = getattr(exc, "detail", None) or str(exc)
         print(f"error: {field}: {detail}" if field else f"error: {detail}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"error: {args.command} needs {exc.name}, which comes with an extra: "
+              f"pip install 'onesided[{extra}]'", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

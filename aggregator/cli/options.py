@@ -8,12 +8,8 @@ command runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-
-from protocol.errors import OnesidedError
 
 if TYPE_CHECKING:
     from aggregator.server.api_client import ApiClient
@@ -67,26 +63,3 @@ def print_json(data: Any) -> None:
     """Pretty JSON on stdout (what scripts parse)."""
     print(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
 
-
-class MissingExtra(OnesidedError):
-    """A command needs an optional dependency group that is not installed."""
-
-    code = "missing_extra"
-
-    def __init__(self, extra: str, module: str | None) -> None:
-        super().__init__(f"this command needs the {extra!r} extra ({module} is not installed): "
-                         f"pip install 'onesided[{extra}]'")
-        self.field = "extra"
-        self.detail = str(self)
-
-
-@contextlib.contextmanager
-def needs(extra: str) -> Iterator[None]:
-    """Imports inside the block that fail for a missing third-party module raise :class:`MissingExtra`."""
-    try:
-        yield
-    except ModuleNotFoundError as exc:
-        root = (exc.name or "").split(".")[0]
-        if root in {"aggregator", "client_sdk", "protocol"}:
-            raise
-        raise MissingExtra(extra, exc.name) from None

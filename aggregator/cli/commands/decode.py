@@ -24,7 +24,6 @@ from aggregator.cli.options import (
     Subparsers,
     add_server_options,
     client_from_args,
-    needs,
     print_json,
 )
 from protocol.errors import ParameterError
@@ -124,6 +123,5 @@ def run_certify(args: argparse.Namespace) -> int:
 
 
 def run_decode_rappor(args: argparse.Namespace) -> int:
-    with needs("research"):
-        from aggregator.analysis.rappor_io import main_decode_rappor
+    from aggregator.analysis.rappor_io import main_decode_rappor
     return main_decode_rappor(args.arguments)

@@ -13,7 +13,6 @@ from aggregator.cli.options import (
     Subparsers,
     add_storage_options,
     command_group,
-    needs,
     print_json,
     settings_from_args,
 )
@@ -42,7 +41,6 @@ def run_init(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    with needs("server"):
-        from aggregator.server.app import load_keys
+    from aggregator.server.app import load_keys
     print_json({"key_dir": str(settings.key_path), **load_keys(settings).public_info()})
     return 0

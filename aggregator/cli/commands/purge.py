@@ -7,7 +7,6 @@ import argparse
 from aggregator.cli.options import (
     Subparsers,
     add_storage_options,
-    needs,
     print_json,
     settings_from_args,
 )
@@ -22,8 +21,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, retention_seconds=args.retention)
-    with needs("server"):
-        from aggregator.server.storage import Storage
+    from aggregator.server.storage import Storage
     storage = Storage.open(settings.database_url, attempts=settings.db_retries)
     try:
         deleted = storage.purge_expired(settings.retention_seconds)

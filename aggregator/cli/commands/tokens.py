@@ -16,7 +16,6 @@ from aggregator.cli.options import (
     Subparsers,
     add_storage_options,
     command_group,
-    needs,
     print_json,
     settings_from_args,
 )
@@ -44,8 +43,7 @@ def register(subparsers: Subparsers) -> None:
 
 def _storage(args: argparse.Namespace) -> Storage:
     settings = settings_from_args(args)
-    with needs("server"):
-        from aggregator.server.storage import Storage
+    from aggregator.server.storage import Storage
     return Storage.open(settings.database_url, attempts=settings.db_retries)
 
 
