@@ -223,13 +223,13 @@ def test_each_bad_report_gets_its_status_and_field_and_is_not_stored(server: Liv
 def test_round_reports_must_match_an_open_round(server: LiveServer, admin: str) -> None:
     public = server.keys.seal_public_raw
     far = 2**40
-    open_ = server.storage.open_round(
-        metric="places", level_from=2.0, level_to=4.0, cohorts=[1, 3], expires_at=far, sign=server.keys.sign
-    )
     closed = server.storage.open_round(
         metric="places", level_from=2.0, level_to=3.0, cohorts=None, expires_at=far, sign=server.keys.sign
     )
     server.storage.close_round(closed.id)
+    open_ = server.storage.open_round(
+        metric="places", level_from=3.0, level_to=4.0, cohorts=[1, 3], expires_at=far, sign=server.keys.sign
+    )
     in_round = make_reports(PARAMS, public, 40, seed=30, round=open_.id, level=4.0)
     allowed = [e for e, c in zip(in_round.envelopes, in_round.cohorts, strict=True) if c in (1, 3)]
     refused = [e for e, c in zip(in_round.envelopes, in_round.cohorts, strict=True) if c not in (1, 3)]

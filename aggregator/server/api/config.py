@@ -11,8 +11,8 @@ from typing import Any
 
 from flask import Blueprint
 
-from aggregator.server.api.rounds import current_level
 from aggregator.server.context import app_state
+from aggregator.server.services.rounds import current_level
 from aggregator.server.storage import MetricRecord, RoundRecord
 from protocol.wire import MetricEntry, build_config_payload
 

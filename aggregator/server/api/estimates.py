@@ -46,7 +46,7 @@ from aggregator.server.services.estimates import (
     DecodeRequest,
     DecodingService,
 )
-from aggregator.server.storage import MetricRecord, RoundRecord
+from aggregator.server.storage import MetricRecord
 from protocol.errors import ParameterError
 
 blueprint = Blueprint("estimates", __name__)
@@ -128,15 +128,6 @@ def certificates(name: str) -> Any:
     fields, answer_format = _request_fields(CERTIFICATE_FIELDS)
     body = _service().certificates(_metric_for_caller(name), CertifyRequest.from_mapping(fields))
     return _answer(body, answer_format, certificates_csv)
-
-
-def round_decoding(record: RoundRecord) -> dict[str, Any] | None:
-    """The round's decoding summary for ``GET /v1/rounds/<id>`` (``None`` below ``min_batch_size``).
-
-    See :meth:`aggregator.server.services.estimates.DecodingService.round_summary`.
-    """
-    metric = app_state().storage.require_metric(record.metric)
-    return _service().round_summary(metric, record)
 
 
 # ==========================================================================

@@ -24,27 +24,17 @@ from typing import Any
 from flask import Blueprint
 
 from aggregator.server.api.common import json_body
-from aggregator.server.api.estimates import round_decoding
 from aggregator.server.auth import ADMIN, ANALYST, require_role
 from aggregator.server.context import app_state
-from aggregator.server.errors import Conflict, NotFound
-from aggregator.server.storage import MetricRecord, RoundRecord
+from aggregator.server.errors import NotFound
+from aggregator.server.services import rounds as round_rules
+from aggregator.server.services.estimates import DecodingService
+from aggregator.server.services.rounds import DEFAULT_ROUND_SECONDS, MAX_ROUND_SECONDS, RoundRequest
+from aggregator.server.storage import RoundRecord
 from protocol.errors import ParameterError
 from protocol.randomizers import MAX_LEVEL
 
 blueprint = Blueprint("rounds", __name__)
-
-DEFAULT_ROUND_SECONDS = 7 * 86400
-MAX_ROUND_SECONDS = 366 * 86400
-
-
-def current_level(metric: MetricRecord, rounds: list[RoundRecord]) -> tuple[int, float]:
-    """``(round id, level)`` the metric is at: its latest round's ``level_to``, else the base level."""
-    own = [r for r in rounds if r.metric == metric.name]
-    if not own:
-        return 0, metric.params.level
-    latest = max(own, key=lambda r: r.id)
-    return latest.id, latest.level_to
 
 
 def _number(body: dict[str, Any], field: str) -> float:
@@ -54,7 +44,7 @@ def _number(body: dict[str, Any], field: str) -> float:
     return float(value)
 
 
-def _cohorts(body: dict[str, Any], num_cohorts: int) -> list[int] | None:
+def _cohorts(body: dict[str, Any], num_cohorts: int) -> tuple[int, ...] | None:
     cohorts = body.get("cohorts")
     if cohorts is None:
         return None
@@ -65,7 +55,7 @@ def _cohorts(body: dict[str, Any], num_cohorts: int) -> list[int] | None:
             raise ParameterError(f"cohorts[{i}]", f"must be an integer in [0, {num_cohorts}), got {c!r}")
     if len(set(cohorts)) != len(cohorts):
         raise ParameterError("cohorts", "must not repeat a cohort")
-    return sorted(cohorts)
+    return tuple(sorted(cohorts))
 
 
 def _expiry(body: dict[str, Any], now: int) -> int:
@@ -79,38 +69,21 @@ def _expiry(body: dict[str, Any], now: int) -> int:
 @require_role(*ADMIN)
 def open_round(name: str) -> tuple[dict[str, Any], int]:
     state = app_state()
-    storage = state.storage
     body = json_body()
     if not isinstance(body, dict):
         raise ParameterError("body", "must be a JSON object")
     unknown = sorted(set(body) - {"level_to", "cohorts", "expires_in"})
     if unknown:
         raise ParameterError(unknown[0], "is not a known field")
-    metric = storage.require_metric(name)
-    if metric.params.mode == "trusted":
-        raise ParameterError("metric", f"{name!r} is trusted: exact bits have no noise to relax")
+    metric = state.storage.require_metric(name)
+    round_rules.check_relaxable(metric)
     level_to = _number(body, "level_to")
-    if level_to > MAX_LEVEL:
-        raise ParameterError("level_to", f"must be <= {MAX_LEVEL:g} (the highest representable level), got {level_to!r}")
-    cohorts = _cohorts(body, metric.params.num_cohorts)
+    round_rules.check_level_to(level_to)
     now = int(state.now())
-    expires_at = _expiry(body, now)
-    rounds = storage.list_rounds(name)
-    _, level_from = current_level(metric, rounds)
-    if not level_to > level_from:
-        raise Conflict(
-            "level_to",
-            f"levels only increase: the metric is at {level_from:.6g}, a round to {level_to:.6g} would "
-            "lower or repeat it (released data cannot be revoked)",
-            code="level_not_increasing",
-        )
-    for earlier in rounds:
-        if earlier.is_open(now):
-            storage.close_round(earlier.id, now=now)
-    record = storage.open_round(
-        metric=name, level_from=level_from, level_to=level_to, cohorts=cohorts,
-        expires_at=expires_at, sign=state.keys.sign, now=now,
+    request = RoundRequest(
+        metric=name, level_to=level_to, cohorts=_cohorts(body, metric.params.num_cohorts), expires_at=_expiry(body, now)
     )
+    record = round_rules.open_round(state.storage, request, sign=state.keys.sign, now=now)
     return round_view(record), 201
 
 
@@ -121,29 +94,11 @@ def _require_round(round_id: int) -> RoundRecord:
     return record
 
 
-def participation(record: RoundRecord) -> list[dict[str, Any]]:
-    """Per cohort: reports in this round, reports in the base collection, and their ratio.
-
-    A client that refused the round (consent, ceiling) sends nothing for it:
-    refusals show here as non-participation, never as data.
-    """
-    storage = app_state().storage
-    _, round_totals = storage.bit_counts(record.metric, round=record.id)
-    _, base_totals = storage.bit_counts(record.metric, round=0)
-    cohorts = range(len(round_totals)) if record.cohorts is None else record.cohorts
-    rows = []
-    for c in cohorts:
-        base, got = int(base_totals[c]), int(round_totals[c])
-        rows.append({"cohort": c, "reports": got, "base_reports": base,
-                     "participation": None if base == 0 else round(got / base, 6)})
-    return rows
-
-
 def round_view(record: RoundRecord) -> dict[str, Any]:
     """A round as the API shows it."""
     state = app_state()
     view = record.to_dict(state.now())
-    view["participation"] = participation(record)
+    view["participation"] = round_rules.participation(state.storage, record)
     view["reports"] = sum(row["reports"] for row in view["participation"])
     return view
 
@@ -153,7 +108,10 @@ def round_view(record: RoundRecord) -> dict[str, Any]:
 def get_round(round_id: int) -> dict[str, Any]:
     record = _require_round(round_id)
     view = round_view(record)
-    decoding = round_decoding(record)  # all the round's decodable windows pooled
+    state = app_state()
+    metric = state.storage.require_metric(record.metric)
+    # all the round's decodable windows pooled
+    decoding = DecodingService(state.storage, now=state.now()).round_summary(metric, record)
     if decoding is not None:
         view["decoding"] = decoding
     return view

@@ -40,13 +40,18 @@ def with_metric_name(table: sa.Table) -> sa.Select[Any]:
     return sa.select(table, m.c.name.label("metric_name")).join(m, m.c.id == table.c.metric_id)
 
 
-def load_metric(conn: Connection, name: str) -> MetricRecord:
-    """The metric called ``name`` read on ``conn``.
+def load_metric(conn: Connection, name: str, *, lock: bool = False) -> MetricRecord:
+    """The metric called ``name`` read on ``conn``; ``lock``: hold its row until the transaction ends.
+
+    The lock is ``SELECT ... FOR UPDATE`` on PostgreSQL; SQLite has no row
+    locks, but its transactions start with ``BEGIN IMMEDIATE`` and so already
+    exclude every other writer.
 
     Raises:
         NotFound: no such metric (field ``metric``, code ``unknown_metric``).
     """
-    row = conn.execute(sa.select(schema.metrics).where(schema.metrics.c.name == name)).first()
+    query = sa.select(schema.metrics).where(schema.metrics.c.name == name)
+    row = conn.execute(query.with_for_update() if lock else query).first()
     if row is None:
         raise NotFound("metric", f"no metric named {name!r}", code="unknown_metric")
     return metric_from_row(row)

@@ -32,7 +32,24 @@ def _v1_initial(conn: Connection) -> None:
     schema.metadata.create_all(conn, tables=list(schema.VERSION_1_TABLES))
 
 
-MIGRATIONS: tuple[tuple[int, Migration], ...] = ((1, _v1_initial),)
+def _v2_one_open_round(conn: Connection) -> None:
+    """At most one unclosed round per metric: a partial unique index (SQLite and PostgreSQL).
+
+    Rounds left unclosed beside a later one (racing openings before this
+    version) are closed when the metric's latest round opened, or at their
+    expiry if that came first.
+    """
+    conn.execute(sa.text(
+        "UPDATE rounds SET closed_at = ("
+        " SELECT CASE WHEN rounds.expires_at < MAX(r2.opened_at) THEN rounds.expires_at"
+        " ELSE MAX(r2.opened_at) END FROM rounds AS r2 WHERE r2.metric_id = rounds.metric_id)"
+        " WHERE closed_at IS NULL"
+        " AND id < (SELECT MAX(r3.id) FROM rounds AS r3 WHERE r3.metric_id = rounds.metric_id)"
+    ))
+    conn.execute(sa.text("CREATE UNIQUE INDEX rounds_one_open ON rounds (metric_id) WHERE closed_at IS NULL"))
+
+
+MIGRATIONS: tuple[tuple[int, Migration], ...] = ((1, _v1_initial), (2, _v2_one_open_round))
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 

@@ -4,7 +4,8 @@ A round's id is assigned by the database; the announcement payload
 (``protocol.wire.RoundAnnouncement``) names it, so ``open_round`` inserts
 the row, builds and signs the payload with the caller's ``sign`` function
 (the aggregator's Ed25519 key) and stores the signed document, all in one
-transaction. The HTTP API for rounds is built on these in a later issue.
+transaction. The rules (levels only increase, one open round) are
+:mod:`aggregator.server.services.rounds`; this module makes them atomic.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from aggregator.server.errors import Conflict, NotFound
 from aggregator.server.storage import schema
+from aggregator.server.storage.engine import run_transaction
 from aggregator.server.storage.metrics import load_metric, with_metric_name
-from aggregator.server.storage.records import RoundRecord, loads
+from aggregator.server.storage.records import MetricRecord, RoundRecord, loads
 from protocol.params import canonical_json
 from protocol.wire import RoundAnnouncement
 
 MAX_ROUND_ID = 2**31 - 1  # the id column is a 32-bit signed integer; larger ids cannot exist
 SignFunction = Callable[[dict[str, Any]], dict[str, Any]]
+LevelRule = Callable[[MetricRecord, list[RoundRecord]], float]
 
 
 def round_from_row(row: Any) -> RoundRecord:
@@ -42,57 +45,102 @@ def round_from_row(row: Any) -> RoundRecord:
     )
 
 
+def _metric_rounds(conn: Connection, metric_id: int) -> list[RoundRecord]:
+    query = with_metric_name(schema.rounds).where(schema.rounds.c.metric_id == metric_id)
+    return [round_from_row(row) for row in conn.execute(query.order_by(schema.rounds.c.id)).all()]
+
+
+def _close_unclosed(conn: Connection, metric_id: int, stamp: int) -> None:
+    """Close the metric's rounds without ``closed_at``: at ``stamp``, or at their expiry if earlier."""
+    table = schema.rounds
+    ending = sa.case((table.c.expires_at < stamp, table.c.expires_at), else_=sa.literal(stamp))
+    conn.execute(
+        sa.update(table).where(table.c.metric_id == metric_id, table.c.closed_at.is_(None)).values(closed_at=ending)
+    )
+
+
+def _insert_round(
+    conn: Connection,
+    record: MetricRecord,
+    level_from: float,
+    level_to: float,
+    cohorts: tuple[int, ...] | None,
+    stamp: int,
+    expires_at: int,
+    sign: SignFunction,
+) -> RoundRecord:
+    """Insert the round, then sign its announcement (which names the id the insert assigned)."""
+    table = schema.rounds
+    values = {
+        "metric_id": record.id,
+        "level_from": level_from,
+        "level_to": level_to,
+        "cohorts": None if cohorts is None else json.dumps(list(cohorts)),
+        "opened_at": stamp,
+        "expires_at": expires_at,
+    }
+    round_id = conn.execute(sa.insert(table).values(**values).returning(table.c.id)).scalar_one()
+    announcement = RoundAnnouncement(
+        round_id=round_id,
+        metric=record.name,
+        params_digest=record.digest,
+        level_from=level_from,
+        level_to=level_to,
+        cohorts=cohorts,
+        opened_at=stamp,
+        expires_at=expires_at,
+    )
+    document = canonical_json(sign(announcement.to_payload())).decode("utf-8")
+    conn.execute(sa.update(table).where(table.c.id == round_id).values(announcement=document))
+    return round_from_row(conn.execute(with_metric_name(table).where(table.c.id == round_id)).one())
+
+
 class RoundStore:
     """Mixin of :class:`aggregator.server.storage.Storage`: the ``rounds`` table."""
 
     engine: Engine
+    attempts: int
 
     def open_round(
         self,
         *,
         metric: str,
-        level_from: float,
+        level_from: float | LevelRule,
         level_to: float,
         cohorts: Sequence[int] | None,
         expires_at: int,
         sign: SignFunction,
         now: int | None = None,
     ) -> RoundRecord:
-        """Open a round and store its signed announcement.
+        """Open a round, closing the metric's earlier ones, and store its signed announcement.
+
+        One transaction holds the metric's row lock (``SELECT ... FOR UPDATE``
+        on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serializes every writer)
+        while it reads the metric's rounds, asks ``level_from`` (a number, or
+        a rule ``(metric, rounds) -> level_from`` that may refuse by raising:
+        ``aggregator.server.services.rounds.level_before``), closes every
+        earlier round still without ``closed_at`` (at ``min(now, expires_at)``,
+        so an expired round keeps its end) and inserts the new one. The
+        partial unique index ``rounds_one_open`` backs "one unclosed round
+        per metric" against any other writer.
 
         Raises:
             NotFound: no such metric.
             ReportRejected: an announcement field is invalid (field named:
                 ``level_to``, ``cohorts[2]``, ``expires_at``...); nothing is stored.
+            Whatever ``level_from`` raises; nothing is stored.
         """
         stamp = int(time.time()) if now is None else now
         cohort_tuple = None if cohorts is None else tuple(int(c) for c in cohorts)
-        table = schema.rounds
-        with self.engine.begin() as conn:
-            record = load_metric(conn, metric)
-            values = {
-                "metric_id": record.id,
-                "level_from": float(level_from),
-                "level_to": float(level_to),
-                "cohorts": None if cohort_tuple is None else json.dumps(list(cohort_tuple)),
-                "opened_at": stamp,
-                "expires_at": expires_at,
-            }
-            round_id = conn.execute(sa.insert(table).values(**values).returning(table.c.id)).scalar_one()
-            announcement = RoundAnnouncement(
-                round_id=round_id,
-                metric=record.name,
-                params_digest=record.digest,
-                level_from=level_from,
-                level_to=level_to,
-                cohorts=cohort_tuple,
-                opened_at=stamp,
-                expires_at=expires_at,
-            )
-            document = canonical_json(sign(announcement.to_payload())).decode("utf-8")
-            conn.execute(sa.update(table).where(table.c.id == round_id).values(announcement=document))
-            row = conn.execute(with_metric_name(schema.rounds).where(table.c.id == round_id)).one()
-        return round_from_row(row)
+
+        def work(conn: Connection) -> RoundRecord:
+            record = load_metric(conn, metric, lock=True)
+            rounds = _metric_rounds(conn, record.id)
+            start = level_from(record, rounds) if callable(level_from) else float(level_from)
+            _close_unclosed(conn, record.id, stamp)
+            return _insert_round(conn, record, start, float(level_to), cohort_tuple, stamp, expires_at, sign)
+
+        return run_transaction(self.engine, work, attempts=self.attempts)
 
     def get_round(self, round_id: int) -> RoundRecord | None:
         """The round with this id, or ``None``."""
