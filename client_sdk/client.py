@@ -375,6 +375,11 @@ class Client:
         the latest one of each metric this client reports is then applied
         (:meth:`_apply_rounds`): later reports of the metric carry the round.
 
+        Freshness: ``issued_at`` (the signing time) is the config's serial. A
+        config older than the one kept (a replayed or stale signed document)
+        is not taken: the kept one stays, a ``stale_config`` ledger event is
+        recorded once, and the kept config is returned.
+
         Raises:
             SignatureError: unsigned, signed by another key, or tampered.
             ReportRejected: a malformed payload (field by path).
@@ -383,6 +388,15 @@ class Client:
         document = self.transport.fetch_config()
         config = self._verify(document)
         with self._lock:
+            kept = self._config
+            if kept is not None and config.issued_at < kept.issued_at:
+                detail = f"config issued at {config.issued_at} is older than the kept one ({kept.issued_at}); kept"
+                if not any(e.kind == "stale_config" and e.detail == detail for e in self._state.events):
+                    self._event("stale_config", None, detail)
+                    self._commit()
+                log.warning("refused a config older than the kept one (issued %d < %d)", config.issued_at,
+                            kept.issued_at)
+                return kept
             self._state.config = document
             self._config = config
             for name, record in self._state.metrics.items():

@@ -113,6 +113,7 @@ class FakeAggregator:
         self.timeouts: list[float | None] = []
         self._failures: deque[_Failure] = deque()
         self.signer = self.keys
+        self.issued_at = 0  # the config's serial (tests move it to replay an older config)
 
     @property
     def sign_public(self) -> str:
@@ -133,7 +134,8 @@ class FakeAggregator:
 
     def config_document(self) -> dict[str, Any]:
         payload = build_config_payload(
-            issued_at=0, aggregator=self.keys.public_info(), metrics=list(self.entries.values()), rounds=self.rounds
+            issued_at=self.issued_at, aggregator=self.keys.public_info(), metrics=list(self.entries.values()),
+            rounds=self.rounds,
         )
         return self.signer.sign(payload)
 

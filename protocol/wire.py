@@ -24,7 +24,7 @@ True
 
 from __future__ import annotations
 
-import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -36,8 +36,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from .crypto import b64d, b64e, key_id, open_sealed, public_key_info, seal, verify_document
+from .crypto import (
+    PUBLIC_KEY_BYTES,
+    b64d,
+    b64e,
+    key_id,
+    open_sealed,
+    public_key_info,
+    seal,
+    verify_document,
+)
 from .errors import ParameterError, ReportRejected, SignatureError
 from .params import NAME_PATTERN, MetricParams
 
@@ -341,6 +351,13 @@ def _check_batch_size(count: int, max_reports: int) -> None:
         )
 
 
+def check_report_id(report: ReportEnvelope, field: str = "report_id") -> None:
+    """A sealed report's id must be :func:`sealed_report_id` of its body (status ``invalid_message``)."""
+    if report.sealed is not None and report.report_id != sealed_report_id(report.sealed):
+        raise ReportRejected(field, "does not match the sealed body (it is derived from the ephemeral key: "
+                             "docs/wire.md 5)")
+
+
 def _check_unique(reports: Sequence[ReportEnvelope]) -> None:
     seen: set[bytes] = set()
     for i, report in enumerate(reports):
@@ -371,6 +388,8 @@ def parse_batch_json(obj: Any, *, max_reports: int) -> list[ReportEnvelope]:
             reports.append(ReportEnvelope.from_json(item))
         except ReportRejected as exc:
             raise _under(f"reports[{i}]", exc) from None
+    for i, report in enumerate(reports):
+        check_report_id(report, f"reports[{i}].report_id")
     _check_unique(reports)
     return reports
 
@@ -452,11 +471,27 @@ def parse_batch_binary(data: bytes, *, max_reports: int) -> list[ReportEnvelope]
             raise _under(f"reports[{i}]", exc) from None
     if reader.pos != len(reader.data):
         raise ReportRejected("reports", f"{len(reader.data) - reader.pos} trailing bytes after the last report")
+    for i, report in enumerate(reports):
+        check_report_id(report, f"reports[{i}].report_id")
     _check_unique(reports)
     return reports
 
 
 # --- client and aggregator ends ---------------------------------------------------
+
+
+REPORT_ID_LABEL = b"onesided/report-id/v1"
+
+
+def sealed_report_id(sealed: bytes) -> bytes:
+    """The id of a sealed report: ``SHA-256("onesided/report-id/v1" || enc)[:16]``, ``enc`` its ephemeral key.
+
+    Binding the id to the body means whoever learns a queued id cannot post a
+    forged report under it first: a forger would need a key whose hash is the
+    id, and a body sealed under a known ``enc`` without its private key does
+    not open. (A body shorter than a key gets an id that cannot match.)
+    """
+    return hashlib.sha256(REPORT_ID_LABEL + sealed[:PUBLIC_KEY_BYTES]).digest()[:REPORT_ID_BYTES]
 
 
 def build_report(
@@ -474,22 +509,27 @@ def build_report(
 ) -> ReportEnvelope:
     """Pack and seal one report (``seal_public=None``: a plain report, simulations only).
 
-    ``report_id`` defaults to 16 bytes from ``os.urandom``; ``ephemeral_private``
-    is for test vectors only.
+    A sealed report's id is :func:`sealed_report_id` of its ephemeral key
+    (``report_id`` may not be given); a plain report's id is ``report_id`` or
+    16 bytes from ``os.urandom``. ``ephemeral_private`` is for test vectors only.
     """
     payload = pack_payload(ReportPayload(cohort=cohort, level=level, bits=_as_bits(bits)))
-    report = ReportEnvelope(
-        report_id=os.urandom(REPORT_ID_BYTES) if report_id is None else report_id,
-        metric=metric,
-        round=round,
-        window=window,
-        params_digest=params_digest,
-        plain=payload,
-    )
     if seal_public is None:
-        return report
-    envelope = seal(seal_public, payload, report.aad(), ephemeral_private=ephemeral_private)
-    return dataclasses.replace(report, sealed=envelope, plain=None)
+        return ReportEnvelope(
+            report_id=os.urandom(REPORT_ID_BYTES) if report_id is None else report_id,
+            metric=metric, round=round, window=window, params_digest=params_digest, plain=payload,
+        )
+    if report_id is not None:
+        raise ParameterError("report_id", "a sealed report's id is derived from its ephemeral key; do not pass one")
+    ephemeral = ephemeral_private if ephemeral_private is not None else X25519PrivateKey.generate()
+    if isinstance(ephemeral, bytes):
+        ephemeral = X25519PrivateKey.from_private_bytes(ephemeral)
+    enc = ephemeral.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    rid = sealed_report_id(enc)
+    aad = report_aad(report_id=rid, metric=metric, params_digest=params_digest, round=round, window=window)
+    envelope = seal(seal_public, payload, aad, ephemeral_private=ephemeral)
+    return ReportEnvelope(report_id=rid, metric=metric, round=round, window=window, params_digest=params_digest,
+                          sealed=envelope)
 
 
 def open_report(
@@ -514,6 +554,7 @@ def open_report(
     else:
         if seal_private is None:
             raise ParameterError("seal_private", "is required to open a sealed report")
+        check_report_id(envelope)
         data = open_sealed(seal_private, envelope.body, envelope.aad())
     return unpack_payload(data, num_bits=num_bits, num_cohorts=num_cohorts)
 

@@ -164,7 +164,9 @@ def make_reports(
             level=params.level if level is None else level,
             bits=bits[i],
             seal_public=seal_public,
-            report_id=bytes(rng.integers(256, (16,)).astype(np.uint8)),
+            # seeded ids (a sealed report's id is derived from its ephemeral key, so seed that)
+            report_id=None if seal_public is not None else bytes(rng.integers(256, (16,)).astype(np.uint8)),
+            ephemeral_private=None if seal_public is None else bytes(rng.integers(256, (32,)).astype(np.uint8)),
         )
         for i in range(n)
     ]

@@ -30,6 +30,8 @@ from aggsupport import (
     make_reports,
     post_reports,
 )
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from aggregator.server.opener import EnvelopeOpener
 from protocol.crypto import AggregatorKeys, b64e, seal
@@ -41,6 +43,7 @@ from protocol.wire import (
     build_report,
     encode_batch_binary,
     encode_batch_json,
+    sealed_report_id,
     verify_config,
 )
 
@@ -156,8 +159,11 @@ def test_batches_in_both_forms_are_counted_exactly_once(server: LiveServer, admi
     assert_counts(server, reports)
     # a retry of the same batch is accepted again and counted once
     assert results(post_reports(server.url, second)) == [("accepted", None)] * 50
-    # the same ids with other envelopes (a replay, not a retry) are refused
-    resealed = make_reports(PARAMS, public, 120, seed=2)
+    # the same ids with other envelopes (a replay, not a retry) are refused: same seed, so the same
+    # ephemeral keys and ids, but another payload (level), so other ciphertexts
+    resealed = make_reports(PARAMS, public, 120, seed=2, level=PARAMS.level + 1.0)
+    assert [e.report_id for e in resealed.envelopes] == [e.report_id for e in reports.envelopes]
+    assert resealed.envelopes[0].sealed != reports.envelopes[0].sealed
     replayed = results(post_reports(server.url, resealed.envelopes[:10], form="binary"))
     assert replayed == [("replayed", None)] * 10
     assert_counts(server, reports)
@@ -170,13 +176,15 @@ def _payload(cohort: int, level: float, packed: bytes) -> bytes:
 
 def _sealed(server: LiveServer, payload: bytes, seed: int, **meta: Any) -> ReportEnvelope:
     """A report with an arbitrary payload, sealed properly (so only the payload is wrong)."""
+    ephemeral = X25519PrivateKey.from_private_bytes(bytes(SeededRandom(seed).integers(256, (32,)).astype(np.uint8)))
     base = build_report(
         params_digest=PARAMS.digest(), metric="places", round=meta.get("round", 0),
         window=meta.get("window", current_window(PARAMS)), cohort=0, level=PARAMS.level,
         bits=np.zeros(PARAMS.num_bits, dtype=bool), seal_public=None,
-        report_id=bytes(SeededRandom(seed).integers(256, (16,)).astype(np.uint8)),
+        report_id=sealed_report_id(ephemeral.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)),
     )
-    return dataclasses.replace(base, plain=None, sealed=seal(server.keys.seal_public_raw, payload, base.aad()))
+    sealed = seal(server.keys.seal_public_raw, payload, base.aad(), ephemeral_private=ephemeral)
+    return dataclasses.replace(base, plain=None, sealed=sealed)
 
 
 def test_each_bad_report_gets_its_status_and_field_and_is_not_stored(server: LiveServer, admin: str) -> None:

@@ -101,7 +101,7 @@ def planted_reports(
         build_report(
             params_digest=params.digest(), metric=params.name, round=round, window=window,
             cohort=int(cohorts[i]), level=level, bits=reported[i], seal_public=seal_public,
-            report_id=bytes(rng.integers(256, (16,)).astype(np.uint8)),
+            ephemeral_private=bytes(rng.integers(256, (32,)).astype(np.uint8)),
         )
         for i in range(n)
     ]

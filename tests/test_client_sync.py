@@ -158,3 +158,24 @@ def test_pinned_key_validation() -> None:
         pinned_keys(b"short")
     with pytest.raises(ParameterError):
         pinned_keys("not base64!")
+
+
+def test_an_older_signed_config_does_not_replace_a_newer_one(tmp_path: Path) -> None:
+    # freshness: issued_at is the config's serial; a replayed older document (validly signed) is not taken
+    fake = FakeAggregator([ASYM])
+    fake.issued_at = 2000
+    client = make_client(fake, tmp_path / "s", fake.keys.sign_public_raw)
+    assert client.sync().issued_at == 2000
+    fake.entries.clear()  # the older document lists no metric: taking it would stop reporting
+    fake.issued_at = 1000
+    kept = client.sync()
+    assert kept.issued_at == 2000 and kept.metric("places") is not None
+    assert [e.kind for e in client.ledger().events].count("stale_config") == 1
+    client.sync()  # recorded once
+    assert [e.kind for e in client.ledger().events].count("stale_config") == 1
+    # the kept config survives a restart, and a newer one is taken
+    client.close()
+    again = make_client(fake, tmp_path / "s", fake.keys.sign_public_raw)
+    assert again.config is not None and again.config.issued_at == 2000
+    fake.issued_at = 3000
+    assert again.sync().issued_at == 3000

@@ -136,7 +136,7 @@ def _report(params: MetricParams, srv: LiveServer, ones: list[int], seed: int) -
     bits[ones] = True
     return build_report(params_digest=params.digest(), metric=params.name, round=0, window=current_window(params),
                         cohort=0, level=params.level, bits=bits, seal_public=srv.keys.seal_public_raw,
-                        report_id=bytes([seed]) * 16)
+                        ephemeral_private=bytes([seed]) * 32)
 
 
 def test_a_report_with_5_ones_adds_exactly_2_when_max_items_is_2(server: LiveServer) -> None:

@@ -181,7 +181,7 @@ def make_sealed_report() -> dict[str, Any]:
     pk_e = ephemeral.public_key().public_bytes_raw()
     params = _metrics()[0]
     meta: dict[str, Any] = {"params_digest": params.digest(), "metric": params.name, "round": 2, "window": 1_700_002_800}
-    report_id = bytes(range(200, 216))
+    report_id = hashlib.sha256(b"onesided/report-id/v1" + pk_e).digest()[:16]  # bound to the ephemeral key
     ones = [3, 17, 64, 100]
     bits = [i in ones for i in range(params.num_bits)]
     payload = _payload_from_spec(41, 3.0, ones, params.num_bits)
@@ -191,8 +191,8 @@ def make_sealed_report() -> dict[str, Any]:
     okm = HKDF(algorithm=hashes.SHA256(), length=28, salt=None, info=b"onesided/seal/v1" + pk_e + pk_r).derive(shared)
     envelope = pk_e + AESGCM(okm[:16]).encrypt(okm[16:], payload, aad)
 
-    report = build_report(**meta, cohort=41, level=3.0, bits=bits, seal_public=pk_r, report_id=report_id,
-                          ephemeral_private=EPHEMERAL)
+    report = build_report(**meta, cohort=41, level=3.0, bits=bits, seal_public=pk_r, ephemeral_private=EPHEMERAL)
+    assert report.report_id == report_id
     assert report.aad() == aad and report.sealed == envelope
     assert open_sealed(recipient, envelope, aad) == payload
     plain = build_report(**meta, cohort=7, level=3.0, bits=[False] * params.num_bits, seal_public=None,

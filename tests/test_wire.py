@@ -37,6 +37,7 @@ from protocol.wire import (
     parse_upload_response,
     payload_size,
     report_aad,
+    sealed_report_id,
     unpack_payload,
     upload_response,
     validate_round_announcement,
@@ -152,7 +153,8 @@ def envelopes(draw: st.DrawFn) -> ReportEnvelope:
     body = draw(st.binary(min_size=1, max_size=200))
     sealed = draw(st.booleans())
     return ReportEnvelope(
-        report_id=draw(st.binary(min_size=16, max_size=16)),
+        # a sealed report's id is bound to its body (its ephemeral key's hash)
+        report_id=sealed_report_id(body) if sealed else draw(st.binary(min_size=16, max_size=16)),
         metric=draw(st.from_regex(r"\A[a-z0-9][a-z0-9_.-]{0,63}\Z")),
         round=draw(st.integers(min_value=0, max_value=2**32 - 1)),
         window=draw(st.integers(min_value=0, max_value=2**63 - 1)),
@@ -194,15 +196,23 @@ def test_every_truncation_of_a_binary_batch_is_rejected(reports: list[ReportEnve
 
 
 def _report(**overrides: Any) -> ReportEnvelope:
+    """A sealed report (its id derived from its body) unless ``plain`` is given."""
     fields: dict[str, Any] = {
-        "report_id": bytes(16), "metric": "places", "round": 0, "window": 1_700_000_000,
-        "params_digest": DIGEST, "sealed": b"\x01" * 60,
-    }
-    return ReportEnvelope(**(fields | overrides))
+        "metric": "places", "round": 0, "window": 1_700_000_000, "params_digest": DIGEST, "sealed": b"\x01" * 60,
+    } | overrides
+    if isinstance(fields.get("sealed"), bytes):
+        fields.setdefault("report_id", sealed_report_id(fields["sealed"]))
+    fields.setdefault("report_id", bytes(16))
+    return ReportEnvelope(**fields)
+
+
+def _numbered(i: int) -> ReportEnvelope:
+    """Report ``i`` of a batch: its own sealed body, so its own id."""
+    return _report(sealed=bytes([i + 1]) * 60)
 
 
 def _json_batch(n: int = 3) -> dict[str, Any]:
-    return encode_batch_json([_report(report_id=bytes([i]) * 16) for i in range(n)])
+    return encode_batch_json([_numbered(i) for i in range(n)])
 
 
 BAD_REPORT_FIELDS = [
@@ -275,7 +285,7 @@ def test_too_many_reports() -> None:
 
 
 def test_duplicate_report_ids_name_the_second() -> None:
-    reports = [_report(report_id=bytes([i % 2]) * 16) for i in range(4)]
+    reports = [_report(report_id=bytes([i % 2]) * 16, plain=b"\x01", sealed=None) for i in range(4)]
     for parse in (
         lambda: parse_batch_json(encode_batch_json(reports), max_reports=10),
         lambda: parse_batch_binary(encode_batch_binary(reports), max_reports=10),
@@ -345,11 +355,10 @@ def test_plain_reports_only_when_allowed() -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [{"report_id": b"\x01" * 16}, {"metric": "placez"}, {"params_digest": "ac" * 32}, {"round": 4},
-     {"window": 1_700_006_401}],
+    [{"metric": "placez"}, {"params_digest": "ac" * 32}, {"round": 4}, {"window": 1_700_006_401}],
 )
 def test_changing_any_aad_field_breaks_the_seal(change: dict[str, Any]) -> None:
-    report = build_report(**META, cohort=5, level=2.0, bits=BITS, seal_public=SEAL_PUBLIC, report_id=bytes(16))
+    report = build_report(**META, cohort=5, level=2.0, bits=BITS, seal_public=SEAL_PUBLIC)
     moved = ReportEnvelope(**(vars(report) | change))
     assert moved.aad() != report.aad()
     with pytest.raises(DecryptError) as info:
@@ -357,18 +366,39 @@ def test_changing_any_aad_field_breaks_the_seal(change: dict[str, Any]) -> None:
     assert info.value.code == "decrypt_error"
 
 
-def test_tampering_any_byte_of_a_sealed_report_is_a_decrypt_error() -> None:
+def test_tampering_any_byte_of_a_sealed_report_is_refused() -> None:
+    # the ephemeral key (first 32 bytes) no longer hashes to the id; any later byte fails the AEAD
     report = build_report(**META, cohort=5, level=2.0, bits=BITS, seal_public=SEAL_PUBLIC)
     sealed = report.sealed
     assert sealed is not None
     for pos in range(len(sealed)):
         tampered = bytearray(sealed)
         tampered[pos] ^= 0x01
-        with pytest.raises(DecryptError):
+        expected: type[Exception] = ReportRejected if pos < 32 else DecryptError
+        with pytest.raises(expected):
             open_report(
                 ReportEnvelope(**(vars(report) | {"sealed": bytes(tampered)})),
                 seal_private=SEAL_KEY, num_bits=16, num_cohorts=8, allow_plain=False,
             )
+
+
+def test_a_report_id_is_bound_to_its_sealed_body() -> None:
+    # whoever learns a queued id cannot post a forged body under it first: the id is the hash of the
+    # body's ephemeral key, and a body sealed under a copied key without its private key does not open
+    report = build_report(**META, cohort=5, level=2.0, bits=BITS, seal_public=SEAL_PUBLIC)
+    assert report.sealed is not None and report.report_id == sealed_report_id(report.sealed)
+    other = build_report(**META, cohort=1, level=2.0, bits=BITS, seal_public=SEAL_PUBLIC)
+    forged = ReportEnvelope(**(vars(other) | {"report_id": report.report_id}))
+    for parse in (lambda: parse_batch_json(encode_batch_json([forged]), max_reports=1),
+                  lambda: parse_batch_binary(encode_batch_binary([forged]), max_reports=1)):
+        with pytest.raises(ReportRejected) as info:
+            parse()
+        assert (info.value.field, info.value.code) == ("reports[0].report_id", "invalid_message")
+    copied_key = ReportEnvelope(**(vars(report) | {"sealed": report.sealed[:32] + other.sealed[32:]}))
+    with pytest.raises(DecryptError):
+        open_report(copied_key, seal_private=SEAL_KEY, num_bits=16, num_cohorts=8, allow_plain=False)
+    with pytest.raises(ParameterError):
+        build_report(**META, cohort=5, level=2.0, bits=BITS, seal_public=SEAL_PUBLIC, report_id=bytes(16))
 
 
 def test_sealed_payload_errors_are_invalid_message() -> None:
