@@ -57,9 +57,9 @@ def print_table(result: DemoResult, say: Callable[[str], None]) -> None:
     say(f"certified safe (<= {cfg.threshold} visitors, alpha = {cfg.alpha:g} per place): {stats['certified']:,} "
         f"of {stats['candidates']:,} places ({stats['truly_safe']:,} truly are); wrong: {stats['wrong']}")
     p = result.privacy
-    say(f"privacy per client (one set of places, per place hidden): level {cfg.level_from:g} costs "
-        f"eps = {p['strict']:g}; after the round the sequence costs eps = {p['sequence']:g} "
-        f"(not the sum {p['naive_sum']:g})")
+    say(f"privacy per client (everything it sent in the window: its set of places, each place hidden): "
+        f"level {cfg.level_from:g} costs eps = {p['strict']:g}; with the round's re-send of the same window the "
+        f"chain costs eps = {p['sequence']:g} (not the sum {p['naive_sum']:g}); each further window adds its own")
     say(f"protected: {p['guarantee']}; revealed: {p['reveals']}")
     t = result.timings
     say(f"time: collect {t.get('collect', 0):.1f} s, round {t.get('round', 0):.1f} s, "
