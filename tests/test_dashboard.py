@@ -35,7 +35,8 @@ from protocol.params import MetricParams
 from protocol.rng import SeededRandom
 from protocol.wire import window_start
 
-ASSET_DIR = Path(__file__).resolve().parent.parent / "aggregator" / "dashboard"
+ASSET_DIR = Path(__file__).resolve().parent.parent / "aggregator" / "server" / "dashboard"
+SVG_NAMESPACE = "http://www.w3.org/2000/svg"  # a name in createElementNS, never fetched
 
 
 # ==========================================================================
@@ -93,7 +94,7 @@ def test_assets_are_served_with_their_types_and_headers(app: Flask) -> None:
         assert answer.get_data() == (ASSET_DIR / name).read_bytes()
         _assert_secure(answer.headers)
     html = client.get("/dashboard").get_data(as_text=True)
-    for referenced in re.findall(r'(?:src|href)="([^"]+)"', html):
+    for referenced in re.findall(r'(?:src|href)="([^"#][^"]*)"', html):  # "#main": the skip link
         assert client.get(referenced).status_code == 200, referenced
 
 
@@ -108,9 +109,9 @@ def test_other_paths_are_not_found(app: Flask, path: str) -> None:
 
 
 def test_the_page_needs_nothing_from_outside() -> None:
-    """Offline: no URL with a host, no CDN, no web font, no @import, no eval-like code."""
+    """Offline: no URL with a host (the SVG namespace is a name), no CDN, no web font, no @import, no eval."""
     for name in ("index.html", "dashboard.js", "dashboard.css"):
-        text = (ASSET_DIR / name).read_text(encoding="utf-8")
+        text = (ASSET_DIR / name).read_text(encoding="utf-8").replace(f'"{SVG_NAMESPACE}"', '""')
         assert not re.search(r"https?:|(?<![:\w/])//[a-z0-9.-]+\.[a-z]{2,}", text, flags=re.I), name
         assert "@import" not in text and "@font-face" not in text, name
     script = (ASSET_DIR / "dashboard.js").read_text(encoding="utf-8")
@@ -181,7 +182,9 @@ def scenario(tmp_path: Path) -> Iterator[Scenario]:
     domain[7] = ODD_NAME
     params = MetricParams(name="places", encoding=DirectEncoding(domain=tuple(domain)), mode="asymmetric",
                           level=1.0, min_batch_size=100)
-    with local_aggregator(tmp_path / "agg") as agg:
+    data_dir = tmp_path / "agg"
+    data_dir.mkdir(mode=0o700)  # private: it holds the aggregator's keys and raw reports
+    with local_aggregator(data_dir) as agg:
         digest = agg.admin.post("/v1/metrics", params.to_dict())["digest"]
         secrets = [hashlib.sha256(f"dashboard-client-{i}".encode()).digest() for i in range(CLIENTS)]
         sim = SimulatedClients(params=params, digest=digest, population=_population(tuple(domain), city), first=0,
@@ -202,8 +205,8 @@ def scenario(tmp_path: Path) -> Iterator[Scenario]:
         yield Scenario(agg=agg, window=window, round_id=round_id, domain=tuple(domain))
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+def launch_chromium() -> Iterator[Any]:
+    """Debian's Chromium under Playwright (never a downloaded browser); skips, saying why, without it."""
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api",
@@ -214,6 +217,11 @@ def browser() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    yield from launch_chromium()
 
 
 def _api_error(agg: LocalAggregator, path: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -253,18 +261,21 @@ def test_dashboard_in_a_real_browser(browser: Any, scenario: Scenario, tmp_path:
     cell = "#collections-table button[data-window='{}'][data-round='{}']"
     expect(page.locator(cell.format(window, 0))).to_have_text(str(CLIENTS))
     expect(page.locator(cell.format(window, round_id))).to_have_text(str(IN_ROUND))
+    page.click("#tab-rounds")
     card = page.locator(f".round[data-round='{round_id}']")
     expect(card.locator("h4")).to_have_text(f"round {round_id} · level 1 → 4")
     expect(card).to_contain_text("closed")
-    expect(card.locator(".bars li")).to_have_count(1)  # a direct metric has one cohort
-    expect(card.locator(".bars li .value")).to_have_text(f"{IN_ROUND} / {CLIENTS} (80%)")
-    width = card.locator(".bars .fill").evaluate("e => e.getBoundingClientRect().width / "
-                                                 "e.parentElement.getBoundingClientRect().width")
+    cohorts = card.locator("svg.participation g.cohort")
+    expect(cohorts).to_have_count(1)  # a direct metric has one cohort
+    expect(cohorts.locator("text.value")).to_have_text(f"{IN_ROUND} / {CLIENTS} (80%) · {CLIENTS - IN_ROUND} not in")
+    width = cohorts.evaluate("g => g.querySelector('.fill').getBBox().width / g.querySelector('.track').getBBox().width")
     assert abs(width - IN_ROUND / CLIENTS) < 0.01
 
     # estimates of the round's collection: all items, the API's top item first, then sorted ascending
     api_rows = agg.analyst.get("/v1/metrics/places/estimates", {"window": window, "round": round_id})["rows"]
-    page.click(cell.format(window, round_id))
+    page.click(cell.format(window, round_id))  # back to the estimates view, that collection decoded
+    expect(page.locator("#view-estimates")).to_be_visible()
+    page.click("#est-as-table")
     rows = page.locator("#estimates-table tbody tr")
     expect(rows).to_have_count(len(scenario.domain))
     expect(rows.first.locator("td.candidate")).to_have_text(api_rows[0]["candidate"])
@@ -284,12 +295,13 @@ def test_dashboard_in_a_real_browser(browser: Any, scenario: Scenario, tmp_path:
     # an API string with markup is shown as text, never parsed
     odd = page.locator("#estimates-table td.candidate").filter(has_text="quotes")
     expect(odd).to_have_text(ODD_NAME)
-    expect(page.locator("#estimates-table img")).to_have_count(0)
+    expect(page.locator("#estimates-table img, #estimates-chart img")).to_have_count(0)
 
     # certificates for a typed threshold and alpha
     certificates = agg.analyst.get("/v1/metrics/places/certificates",
                                    {"window": window, "round": round_id, "threshold": 40, "alpha": 0.01})
     safe = [r["candidate"] for r in certificates["rows"] if r["safe"]]
+    page.click("#tab-certificates")
     page.fill("#threshold", "40")
     page.fill("#cert-alpha", "0.01")
     page.click("#cert-load")
@@ -308,7 +320,7 @@ def test_dashboard_in_a_real_browser(browser: Any, scenario: Scenario, tmp_path:
     expect(message.locator(".field")).to_have_text("threshold")
     expect(message.locator(".detail")).to_have_text(wrong["detail"])
     expect(page.locator("#certificates-summary")).to_have_text("")  # no stale certificates beside the error
-    expect(page.locator("#safe-box")).to_be_hidden()
+    expect(page.locator("#certificates-result")).to_be_hidden()
     page.evaluate("window.scrollTo(0, 0)")  # the message is sticky: shoot it in its own place
     page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
     assert (tmp_path / "dashboard.png").stat().st_size > 20_000
@@ -334,7 +346,10 @@ def test_dashboard_in_a_real_browser(browser: Any, scenario: Scenario, tmp_path:
     page.click("#metrics-table button[data-metric='empty']")
     expect(page.locator("#metric-name")).to_have_text("empty")
     expect(page.locator("#collections-empty")).to_be_visible()
+    page.click("#tab-rounds")
     expect(page.locator("#rounds-empty")).to_be_visible()
+    expect(page.locator("#compare-form")).to_be_hidden()
+    page.click("#tab-estimates")
     page.click("#est-load")
     expect(page.locator("#estimates-summary")).to_contain_text("has no reports yet; no estimate is released")
     expect(page.locator("#estimates-table")).to_be_hidden()
