@@ -4,7 +4,9 @@ The page is a few files in ``aggregator/server/dashboard/`` sent as they are: no
 server-side data, no template. In the browser it asks for an analyst token
 (kept in ``sessionStorage``, sent only as ``Authorization: Bearer`` to the
 ``/v1`` API, never in a URL) and reads ``/v1/metrics``, ``/v1/metrics/<name>``,
-``/v1/rounds/<id>``, the estimates and the certificates (docs/dashboard.md).
+``/v1/rounds/<id>``, the estimates and the certificates (and their CSV), the
+caller's releases and budget (``/v1/releases``), and draws them as plain SVG
+(docs/dashboard.md).
 
 Every answer of this blueprint carries a strict Content-Security-Policy
 (scripts, styles and fetches from this origin only, no inline script or
