@@ -21,6 +21,7 @@ from flask import Flask
 from aggregator.server.api.errors import register_error_handlers
 from aggregator.server.context import EXTENSION_KEY, AppState
 from aggregator.server.opener import EnvelopeOpener
+from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.routes import API_MODULES
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
@@ -55,6 +56,10 @@ def create_app(
         keys: the aggregator's keys (tests); default: load them from
             ``settings.key_path``.
 
+    Raises:
+        ParameterError: the data directory is open to group or others (field
+            ``data_dir``; see ``allow_shared_data_dir``), or has no keys.
+
     Returns:
         The app with every blueprint of ``aggregator.server.api`` registered and JSON
         errors for every 4xx and 5xx.
@@ -65,6 +70,8 @@ def create_app(
         settings = config
     else:
         settings = Settings.from_mapping(config)
+    if settings.uses_data_dir:
+        prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
     keys = load_keys(settings) if keys is None else keys
     storage = Storage.open(settings.database_url, attempts=settings.db_retries) if storage is None else storage
     app = Flask("aggregator")

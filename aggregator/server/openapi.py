@@ -50,8 +50,27 @@ def _components() -> dict[str, Any]:
             "Forbidden": _error_response("the token's role may not use this route"),
             "NotFound": _error_response("no such resource"),
             "Conflict": _error_response("contradicts stored state"),
+            "RequestTimeout": _error_response("the request body did not arrive within read_timeout_seconds"),
+            "PayloadTooLarge": _error_response("the body is larger than max_body_bytes (any framing)"),
+            "UnsupportedMediaType": _error_response("the body's Content-Type is not one the operation takes"),
         },
     }
+
+
+BODY_RESPONSES = {
+    "408": {"$ref": "#/components/responses/RequestTimeout"},
+    "413": {"$ref": "#/components/responses/PayloadTooLarge"},
+    "415": {"$ref": "#/components/responses/UnsupportedMediaType"},
+}
+
+
+def with_body_responses(item: dict[str, Any]) -> dict[str, Any]:
+    """A path item whose operations with a request body also list 408, 413 and 415 (any body may get them)."""
+    out = dict(item)
+    for method, operation in item.items():
+        if method in HTTP_METHODS and "requestBody" in operation:
+            out[method] = {**operation, "responses": {**BODY_RESPONSES, **operation["responses"]}}
+    return out
 
 
 def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, Any]:
@@ -70,7 +89,7 @@ def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, A
         for path, item in getattr(module, "OPENAPI_PATHS", {}).items():
             if path in paths:
                 raise ValueError(f"OpenAPI path {path} is described by two modules")
-            paths[path] = item
+            paths[path] = with_body_responses(item)
         for name, schema in getattr(module, "OPENAPI_SCHEMAS", {}).items():
             if name in components["schemas"]:
                 raise ValueError(f"OpenAPI schema {name} is defined by two modules")

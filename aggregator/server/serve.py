@@ -14,13 +14,19 @@ several hosts must share one key pair, missing keys are an error.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import socket
 from typing import Any
 
 from flask import Flask
+from gunicorn import util
 from gunicorn.app.base import BaseApplication
+from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from aggregator.server.app import create_app, load_keys
+from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
 from protocol.crypto import AggregatorKeys
@@ -49,8 +55,11 @@ def prepare(settings: Settings) -> AggregatorKeys:
     """Create missing keys (SQLite only) and migrate the schema; return the keys.
 
     Raises:
-        ParameterError: no keys and the database is PostgreSQL (field ``key_dir``).
+        ParameterError: no keys and the database is PostgreSQL (field ``key_dir``);
+            a shared data directory (field ``data_dir``).
     """
+    if settings.uses_data_dir:
+        prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
     if not settings.key_path.is_dir() and settings.dialect == "sqlite":
         keys = AggregatorKeys.generate()
         keys.save(settings.key_path)
@@ -59,6 +68,58 @@ def prepare(settings: Settings) -> AggregatorKeys:
     storage = Storage.open(settings.database_url, attempts=settings.db_retries)
     storage.close()
     return keys
+
+
+class _DeadlineConn(TConn):
+    """A gunicorn connection whose socket reads time out (``read_timeout`` seconds each).
+
+    gunicorn's threaded worker hands a connection to a thread as soon as its
+    first bytes arrive, then reads the request line, headers and body with
+    blocking reads that never time out: four clients that send headers and
+    stall held all four threads (``/v1/health`` timed out). With a timeout
+    a stalled read raises, the thread closes the connection and moves on.
+    """
+
+    read_timeout: float = 30.0
+
+    def init(self) -> None:
+        super().init()  # after the worker's setblocking(True), which clears any timeout
+        self.sock.settimeout(self.read_timeout)
+
+    def close(self, graceful: bool = False) -> None:
+        """Close without lingering: gunicorn's graceful close waits up to 2 s for the peer on the
+        worker's main thread, so a few stalled clients froze every accept (measured: health 5 s)."""
+        if graceful:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_WR)  # FIN after the response, then drain what has arrived
+                self.sock.setblocking(False)
+                while self.sock.recv(65536):
+                    pass
+        util.close(self.sock)
+
+
+class DeadlineThreadWorker(ThreadWorker):
+    """gunicorn's ``gthread`` worker with :class:`_DeadlineConn` connections."""
+
+    read_timeout: float = 30.0
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client_sock, client_addr = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        client_sock.setblocking(True)
+        conn = _DeadlineConn(self.cfg, client_sock, client_addr, listener.getsockname())
+        conn.read_timeout = self.read_timeout
+        self.enqueue_req(conn)
+
+
+def deadline_worker(read_timeout: float) -> type[DeadlineThreadWorker]:
+    """A worker class whose connections time out reads after ``read_timeout`` seconds."""
+    return type("OnesidedThreadWorker", (DeadlineThreadWorker,), {"read_timeout": float(read_timeout)})
 
 
 class GunicornServer(BaseApplication):
@@ -78,15 +139,23 @@ class GunicornServer(BaseApplication):
         return create_app(self.settings)
 
 
-def gunicorn_options(*, host: str, port: int, workers: int, threads: int) -> dict[str, Any]:
-    """The gunicorn settings we use (threads let one worker overlap I/O and keep connections alive)."""
+def gunicorn_options(
+    *, host: str, port: int, workers: int, threads: int, read_timeout: float = 30.0,
+    timeout: int = 120, graceful_timeout: int = 20,
+) -> dict[str, Any]:
+    """The gunicorn settings we use (threads let one worker overlap I/O and keep connections alive).
+
+    ``read_timeout`` bounds each read of a client's socket; ``timeout`` is
+    gunicorn's: a worker silent that long is killed and replaced;
+    ``graceful_timeout``: how long a stopping worker may finish its requests.
+    """
     return {
         "bind": f"{host}:{port}",
         "workers": workers,
-        "worker_class": "gthread",
+        "worker_class": deadline_worker(read_timeout),
         "threads": threads,
-        "timeout": 120,
-        "graceful_timeout": 20,
+        "timeout": timeout,
+        "graceful_timeout": graceful_timeout,
         "keepalive": 5,
         "accesslog": None,
         "errorlog": "-",
@@ -96,11 +165,17 @@ def gunicorn_options(*, host: str, port: int, workers: int, threads: int) -> dic
     }
 
 
-def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1, threads: int = 4) -> None:
+def serve(
+    settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1, threads: int = 4,
+    timeout: int = 120, graceful_timeout: int = 20,
+) -> None:
     """Run until interrupted (SIGINT / SIGTERM stop gracefully)."""
     check_workers(settings, workers)
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
         raise ParameterError("threads", f"must be an integer in [1, 256], got {threads!r}")
     prepare(settings)
-    options = gunicorn_options(host=host, port=port, workers=workers, threads=threads)
+    options = gunicorn_options(
+        host=host, port=port, workers=workers, threads=threads, read_timeout=settings.read_timeout_seconds,
+        timeout=timeout, graceful_timeout=graceful_timeout,
+    )
     GunicornServer(settings, options).run()

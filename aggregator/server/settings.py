@@ -34,6 +34,11 @@ def _check_int(name: str, value: Any, low: int, high: int) -> None:
         raise ParameterError(name, f"must be an integer in [{low}, {high}], got {value!r}")
 
 
+def _check_seconds(name: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ParameterError(name, f"must be a number of seconds in [{low:g}, {high:g}], got {value!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """What an aggregator process needs to run.
@@ -56,6 +61,13 @@ class Settings:
         decrypt_processes: helper processes that open the sealed reports of
             large batches (0: open them in the worker). Useful with SQLite,
             whose single worker process is otherwise bound to one core.
+        allow_shared_data_dir: serve from a data directory that group or others
+            may use (refused by default: it holds the keys and raw reports;
+            see ``aggregator.server.private_files``).
+        read_timeout_seconds: the longest a request may take to arrive: each
+            read of a client's socket under ``onesided serve``, and a whole
+            body, after which the request ends with 408 ``request_timeout``
+            (a stalled client must not hold a worker thread).
     """
 
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR
@@ -68,6 +80,8 @@ class Settings:
     retention_seconds: int = 90 * DAY
     db_retries: int = 5
     decrypt_processes: int = 0
+    read_timeout_seconds: float = 30.0
+    allow_shared_data_dir: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str | os.PathLike) or not str(self.data_dir):
@@ -78,14 +92,16 @@ class Settings:
             raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {self.dialect!r}")
         if self.key_dir is not None and not isinstance(self.key_dir, str | os.PathLike):
             raise ParameterError("key_dir", "must be a path")
-        if not isinstance(self.allow_plaintext, bool):
-            raise ParameterError("allow_plaintext", "must be true or false")
+        for flag in ("allow_plaintext", "allow_shared_data_dir"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ParameterError(flag, "must be true or false")
         _check_int("max_body_bytes", self.max_body_bytes, 1024, 1024 * MiB)
         _check_int("max_reports", self.max_reports, 1, 1_000_000)
         _check_int("clock_skew_seconds", self.clock_skew_seconds, 0, DAY)
         _check_int("retention_seconds", self.retention_seconds, 60, 100 * 365 * DAY)
         _check_int("db_retries", self.db_retries, 1, 100)
         _check_int("decrypt_processes", self.decrypt_processes, 0, 64)
+        _check_seconds("read_timeout_seconds", self.read_timeout_seconds, 0.05, 3600.0)
 
     @property
     def database_url(self) -> str:
@@ -98,6 +114,11 @@ class Settings:
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql`` (the part of the URL before ``+`` or ``:``)."""
         return self.database_url.split(":", 1)[0].split("+", 1)[0]
+
+    @property
+    def uses_data_dir(self) -> bool:
+        """The data directory holds the SQLite database or the keys (else it is not touched)."""
+        return self.db_url is None or self.key_dir is None
 
     @property
     def key_path(self) -> Path:
@@ -118,7 +139,8 @@ class Settings:
         """Settings from ``ONESIDED_DATA_DIR``, ``ONESIDED_DB``, ``ONESIDED_KEY_DIR``,
         ``ONESIDED_ALLOW_PLAINTEXT`` (``1``/``true``), ``ONESIDED_MAX_BODY_BYTES``,
         ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``,
-        ``ONESIDED_DECRYPT_PROCESSES``;
+        ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_READ_TIMEOUT`` (seconds),
+        ``ONESIDED_ALLOW_SHARED_DATA_DIR``;
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -139,7 +161,14 @@ class Settings:
                     values[name] = int(env[var])
                 except ValueError as exc:
                     raise ParameterError(name, f"{var} must be an integer, got {env[var]!r}") from exc
-        if env.get("ONESIDED_ALLOW_PLAINTEXT"):
-            values["allow_plaintext"] = env["ONESIDED_ALLOW_PLAINTEXT"].lower() in ("1", "true", "yes")
+        for name, var in (("allow_plaintext", "ONESIDED_ALLOW_PLAINTEXT"),
+                          ("allow_shared_data_dir", "ONESIDED_ALLOW_SHARED_DATA_DIR")):
+            if env.get(var):
+                values[name] = env[var].lower() in ("1", "true", "yes")
+        if env.get("ONESIDED_READ_TIMEOUT"):
+            try:
+                values["read_timeout_seconds"] = float(env["ONESIDED_READ_TIMEOUT"])
+            except ValueError as exc:
+                raise ParameterError("read_timeout_seconds", "ONESIDED_READ_TIMEOUT must be a number") from exc
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_mapping(values)

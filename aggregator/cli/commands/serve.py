@@ -20,6 +20,15 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--max-body-bytes", type=int, help="largest request body in bytes (default 16 MiB)")
     parser.add_argument("--decrypt-processes", type=int,
                         help="helper processes opening sealed reports of large batches (default 0; try 2 on SQLite)")
+    parser.add_argument("--read-timeout", type=float,
+                        help="seconds a client may stall while sending a request, per read and per body "
+                             "(default 30); env ONESIDED_READ_TIMEOUT")
+    parser.add_argument("--timeout", type=int, default=120,
+                        help="gunicorn: a worker silent this long is restarted (default 120)")
+    parser.add_argument("--graceful-timeout", type=int, default=20,
+                        help="gunicorn: seconds a stopping worker may finish its requests (default 20)")
+    parser.add_argument("--allow-shared-data-dir", action="store_true", default=None,
+                        help="serve even if group or others may use the data directory (refused by default)")
     parser.set_defaults(func=run)
 
 
@@ -32,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
         max_reports=args.max_reports,
         max_body_bytes=args.max_body_bytes,
         decrypt_processes=args.decrypt_processes,
+        read_timeout_seconds=args.read_timeout,
+        allow_shared_data_dir=args.allow_shared_data_dir,
     )
-    serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads)
+    serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,
+          timeout=args.timeout, graceful_timeout=args.graceful_timeout)
     return 0

@@ -5,16 +5,58 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import request
+from flask import Blueprint, request
+from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import UnsupportedMediaType
+from werkzeug.routing import IntegerConverter
 
+from aggregator.server.context import app_state
+from aggregator.server.request_body import read_body
 from protocol.errors import ParameterError
 
 JSON_MIMETYPE = "application/json"
+MAX_ROW_ID = 2**31 - 1  # ids are 32-bit signed integer columns (PostgreSQL): larger ones cannot exist
+
+
+class RowIdConverter(IntegerConverter):
+    """``<id:name>``: a database row id, ``1 .. MAX_ROW_ID``; any other number is no route (404).
+
+    Without it ``/v1/releases/9223372036854775808`` reached the database and
+    overflowed its integer type (500).
+    """
+
+    def __init__(self, map: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(map, min=1, max=MAX_ROW_ID)
+
+
+ROW_ID_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID}
+
+
+def use_row_ids(blueprint: Blueprint) -> None:
+    """Let ``blueprint``'s rules say ``<id:name>`` (call before its first route)."""
+
+    def install(state: BlueprintSetupState) -> None:
+        state.app.url_map.converters.setdefault("id", RowIdConverter)
+
+    blueprint.record_once(install)
 
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def body_bytes() -> bytes:
+    """The request body (either framing), within ``max_body_bytes`` and ``read_timeout_seconds``.
+
+    Raises:
+        RequestEntityTooLarge: over the size limit (413), chunked bodies included.
+        RequestTimeout: the body did not arrive in time (408).
+    """
+    settings = app_state().settings
+    return read_body(
+        request.environ, request.stream, request.content_length,
+        limit=settings.max_body_bytes, deadline_seconds=settings.read_timeout_seconds,
+    )
 
 
 def json_body() -> Any:
@@ -27,7 +69,7 @@ def json_body() -> Any:
     if request.mimetype != JSON_MIMETYPE:
         raise UnsupportedMediaType(f"send the body as {JSON_MIMETYPE}, not {request.mimetype or 'nothing'}")
     try:
-        return json.loads(request.get_data(cache=False), parse_constant=_no_constants)
+        return json.loads(body_bytes(), parse_constant=_no_constants)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParameterError("body", f"is not valid JSON: {exc}") from exc
     except RecursionError as exc:

@@ -5,7 +5,8 @@
   ``protocol.errors``) are 400 with their own code and field, except a batch
   over the report limit, which is 413 ``too_many_reports``.
 * werkzeug's HTTP errors (unknown route, wrong method, body too large,
-  malformed request) keep their status with a snake_case code.
+  malformed request, body too slow) keep their status with a snake_case
+  code; a 405 lists the route's methods in ``Allow``.
 * Anything else is a bug: 500 ``internal_error``, logged with its
   traceback, no detail leaked to the client.
 """
@@ -17,7 +18,7 @@ import re
 from typing import Any
 
 from flask import Flask, Response, jsonify
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from aggregator.server.errors import ApiError
 from protocol.errors import OnesidedError
@@ -29,6 +30,7 @@ HTTP_CODES = {
     400: "bad_request",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
@@ -60,7 +62,10 @@ def _protocol_error(exc: OnesidedError) -> tuple[Response, int]:
 def _http_error(exc: HTTPException) -> tuple[Response, int]:
     status = exc.code or 500
     code = HTTP_CODES.get(status, _snake(exc.name))
-    return error_response(status, code, None, DETAILS.get(status, exc.description or exc.name))
+    response, status = error_response(status, code, None, DETAILS.get(status, exc.description or exc.name))
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))  # RFC 9110 15.5.6: a 405 must say
+    return response, status
 
 
 def _unexpected(exc: Exception) -> tuple[Response, int]:

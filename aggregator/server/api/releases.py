@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from aggregator.server.api.common import int_arg, json_body
+from aggregator.server.api.common import ROW_ID_SCHEMA, int_arg, json_body, use_row_ids
 from aggregator.server.auth import ANALYST, current_token, require_role
 from aggregator.server.context import app_state
 from aggregator.server.errors import Forbidden
@@ -38,6 +38,7 @@ from aggregator.server.services.releases import (
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 
 blueprint = Blueprint("releases", __name__)
+use_row_ids(blueprint)
 
 
 def _service() -> ReleaseService:
@@ -107,13 +108,13 @@ def get_budget() -> dict[str, Any]:
     return _service().budget_status(_analyst_arg(), metric, window)
 
 
-@blueprint.get("/v1/releases/<int:release_id>")
+@blueprint.get("/v1/releases/<id:release_id>")
 @require_role(*ANALYST)
 def get_release(release_id: int) -> dict[str, Any]:
     return _service().get(release_id, caller=current_token()).public_view()
 
 
-@blueprint.post("/v1/releases/<int:release_id>/relax")
+@blueprint.post("/v1/releases/<id:release_id>/relax")
 @require_role(*ANALYST)
 def relax(release_id: int) -> dict[str, Any]:
     body = json_body()
@@ -128,7 +129,7 @@ def relax(release_id: int) -> dict[str, Any]:
 # ==========================================================================
 
 _JSON = "application/json"
-_ID = {"name": "release_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+_ID = {"name": "release_id", "in": "path", "required": True, "schema": ROW_ID_SCHEMA}
 _ERROR = {_JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}
 _BUDGET_ERROR = {_JSON: {"schema": {"$ref": "#/components/schemas/ReleaseRefused"}}}
 _VIEW = {_JSON: {"schema": {"$ref": "#/components/schemas/Release"}}}

@@ -14,7 +14,7 @@ from typing import Any
 from flask import Blueprint, request
 from werkzeug.exceptions import UnsupportedMediaType
 
-from aggregator.server.api.common import json_body
+from aggregator.server.api.common import body_bytes, json_body
 from aggregator.server.context import app_state
 from aggregator.server.ingest import Ingestor
 from protocol.wire import (
@@ -38,7 +38,7 @@ def parse_request_batch(max_reports: int) -> list[ReportEnvelope]:
         ReportRejected: a malformed batch (field by path).
     """
     if request.mimetype == CONTENT_TYPE_BINARY:
-        return parse_batch_binary(request.get_data(cache=False), max_reports=max_reports)
+        return parse_batch_binary(body_bytes(), max_reports=max_reports)
     if request.mimetype == CONTENT_TYPE_JSON:
         return parse_batch_json(json_body(), max_reports=max_reports)
     raise UnsupportedMediaType(f"send a batch as {CONTENT_TYPE_JSON} or {CONTENT_TYPE_BINARY}")

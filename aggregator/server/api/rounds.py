@@ -23,7 +23,7 @@ from typing import Any
 
 from flask import Blueprint
 
-from aggregator.server.api.common import json_body
+from aggregator.server.api.common import ROW_ID_SCHEMA, json_body, use_row_ids
 from aggregator.server.auth import ADMIN, ANALYST, require_role
 from aggregator.server.context import app_state
 from aggregator.server.errors import NotFound
@@ -35,6 +35,7 @@ from protocol.errors import ParameterError
 from protocol.randomizers import MAX_LEVEL
 
 blueprint = Blueprint("rounds", __name__)
+use_row_ids(blueprint)
 
 
 def _number(body: dict[str, Any], field: str) -> float:
@@ -103,7 +104,7 @@ def round_view(record: RoundRecord) -> dict[str, Any]:
     return view
 
 
-@blueprint.get("/v1/rounds/<int:round_id>")
+@blueprint.get("/v1/rounds/<id:round_id>")
 @require_role(*ANALYST)
 def get_round(round_id: int) -> dict[str, Any]:
     record = _require_round(round_id)
@@ -117,7 +118,7 @@ def get_round(round_id: int) -> dict[str, Any]:
     return view
 
 
-@blueprint.post("/v1/rounds/<int:round_id>/close")
+@blueprint.post("/v1/rounds/<id:round_id>/close")
 @require_role(*ADMIN)
 def close_round(round_id: int) -> dict[str, Any]:
     state = app_state()
@@ -125,7 +126,7 @@ def close_round(round_id: int) -> dict[str, Any]:
 
 
 _ROUND_RESPONSE = {"application/json": {"schema": {"$ref": "#/components/schemas/Round"}}}
-_ROUND_ID = {"name": "round_id", "in": "path", "required": True, "schema": {"type": "integer"}}
+_ROUND_ID = {"name": "round_id", "in": "path", "required": True, "schema": ROW_ID_SCHEMA}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 
 OPENAPI_PATHS: dict[str, Any] = {

@@ -1,6 +1,7 @@
 """Database engines and transactions that survive races between processes.
 
-SQLite (the embedded default) runs in WAL mode with ``synchronous=NORMAL``,
+SQLite (the embedded default) is a file of mode 0600 (so are its ``-wal``
+and ``-shm``, whatever the umask), in WAL mode with ``synchronous=NORMAL``,
 foreign keys on, a 30 s busy timeout, and every transaction started with
 ``BEGIN IMMEDIATE`` so that two writers queue on the lock instead of failing
 when a reader upgrades. PostgreSQL uses READ COMMITTED; the few statements
@@ -23,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from aggregator.server.private_files import secure_sqlite_files
 from protocol.errors import ParameterError
 from protocol.rng import as_rng
 
@@ -53,7 +55,11 @@ def make_engine(url: str) -> Engine:
 def _sqlite_engine(url: sa.engine.URL) -> Engine:
     if not url.database or url.database == ":memory:":
         raise ParameterError("db_url", "SQLite needs a file (several connections share it), not :memory:")
-    Path(url.database).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = Path(url.database).parent
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.chmod(0o700)  # whatever the umask
+    secure_sqlite_files(url.database)  # 0600 before SQLite creates it (its -wal and -shm follow)
     engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000})
 
     @event.listens_for(engine, "connect")
