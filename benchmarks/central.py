@@ -14,19 +14,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from protocol.central import (
-    AGeoMechanism,
-    ALapMechanism,
-    ageo,
-    alap,
-    dp_beta_upper_bound,
-    geometric_exact,
-    geometric_mechanism,
-    make_release,
-    relax_release,
-    salap,
-)
-from protocol.multianalyst import colluders_needed, collusion_experiment
+from aggregator.research.bounds import dp_beta_upper_bound
+from aggregator.research.collusion import colluders_needed, collusion_experiment
+from protocol.exact import geometric_exact
+from protocol.mechanisms import AGeoMechanism, ALapMechanism, ageo, alap, geometric_mechanism, salap
+from protocol.releases import make_release, relax_release
 from protocol.rng import RandomSource, SecureRandom, SeededRandom
 
 

@@ -12,7 +12,7 @@
 4. A coalition averaging its answers does no better than its most trusted
    member: the coalition's epsilon is the largest level, not the sum.
 5. The averaging attack of the multi-user paper, simulated
-   (``protocol.multianalyst.collusion_experiment``): independent Laplace
+   (``aggregator.research.collusion.collusion_experiment``): independent Laplace
    answers, Mechanism A (secret non-zero locations) and correlated answers.
 
 Run: ``.venv/bin/python examples/multi_analyst_releases.py [--clients 100]``
@@ -30,12 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from aggregator.research.collusion import colluders_needed, collusion_experiment
 from aggregator.research.demo import local_aggregator
 from aggregator.research.populations import SyntheticCity
 from aggregator.server.api_client import ApiClient, ApiRequestError
 from client_sdk import Client
-from protocol import DirectEncoding, MetricParams, SeededRandom, collusion_experiment
-from protocol.multianalyst import coalition_epsilon, colluders_needed
+from protocol import DirectEncoding, MetricParams, SeededRandom
+from protocol.multianalyst import coalition_epsilon
 from protocol.wire import window_start
 
 ANALYSTS = {"alice": 0.25, "bob": 0.5, "carol": 1.0}

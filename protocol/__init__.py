@@ -2,7 +2,9 @@
 
 Encodings, randomness, thresholded bit randomizers, relaxation steps,
 privacy accounting, metric parameters, central mechanisms (ALap, AGeo,
-SALap, gradual and multi-analyst releases). Wire schemas and crypto
+SALap and the competitors behind one registry, :mod:`protocol.mechanisms`),
+their release records with gradual relaxation (:mod:`protocol.releases`) and
+multi-analyst releases. Wire schemas and crypto
 envelopes live in :mod:`protocol.wire` and :mod:`protocol.crypto`.
 Pure: no I/O, no global state.
 """
@@ -15,18 +17,6 @@ from .accounting import (
     round_up,
     sequence_bit_epsilon,
     sequence_pattern_probabilities,
-)
-from .central import (
-    AGeoMechanism,
-    ALapMechanism,
-    LaplaceMechanism,
-    Release,
-    SALapMechanism,
-    ageo,
-    alap,
-    make_release,
-    relax_release,
-    salap,
 )
 from .encodings import (
     BloomEncoding,
@@ -47,7 +37,20 @@ from .errors import (
     SignatureError,
     TighteningRefused,
 )
-from .multianalyst import MechanismA, collusion_experiment, correlated_releases
+from .mechanisms import (
+    AGeoMechanism,
+    ALapMechanism,
+    CentralMechanism,
+    GeometricMechanism,
+    LaplaceMechanism,
+    SALapMechanism,
+    ageo,
+    alap,
+    mechanism_class,
+    mechanism_names,
+    salap,
+)
+from .multianalyst import MechanismA, correlated_releases
 from .params import MetricParams, canonical_json
 from .randomizers import Randomizer, laplace_rate_from_f, threshold_bits
 from .relaxation import (
@@ -58,20 +61,24 @@ from .relaxation import (
     tighten_geometric,
     tighten_laplace,
 )
+from .releases import Release, make_release, relax_release
 from .rng import KeyedRandom, RandomSource, SecureRandom, SeededRandom, as_rng, noise_seed
 
 __all__ = [
     "AGeoMechanism",
     "ALapMechanism",
+    "CentralMechanism",
+    "GeometricMechanism",
     "LaplaceMechanism",
     "MechanismA",
     "Release",
     "SALapMechanism",
     "ageo",
     "alap",
-    "collusion_experiment",
     "correlated_releases",
     "make_release",
+    "mechanism_class",
+    "mechanism_names",
     "relax_release",
     "salap",
     "BloomEncoding",

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from .errors import ParameterError
 from .randomizers import Mode, Randomizer, laplace_rate_from_f
+from .validation import check_number
 
 __all__ = [
     "Guarantee",
@@ -336,8 +337,7 @@ def _check_sequence(levels: tuple[float, ...]) -> None:
     if not levels:
         raise ParameterError("levels", "must not be empty")
     for i, lv in enumerate(levels):
-        if isinstance(lv, bool) or not isinstance(lv, int | float) or not 0 < lv < math.inf:
-            raise ParameterError(f"levels[{i}]", f"must be > 0 and finite, got {lv!r}")
+        check_number(f"levels[{i}]", lv, positive=True)
     if any(b <= a for a, b in itertools.pairwise(levels)):
         raise ParameterError("levels", f"must be strictly increasing, got {list(levels)}")
 

@@ -4,7 +4,7 @@ Integer arithmetic and exact Bernoulli(exp(-gamma)) trials for rational
 ``gamma`` (the construction of Canonne, Kamath and Steinke, "The Discrete
 Gaussian for Differential Privacy", 2020, Algorithms 1-2), fed with exact
 uniform integers cut from the injected :class:`~protocol.rng.RandomSource`.
-Used by the central mechanisms (:mod:`protocol.central`: AGeo, the
+Used by the central mechanisms (:mod:`protocol.mechanisms`: AGeo, the
 two-sided geometric, and ALap, Laplace and SALap on a power-of-two output
 grid, :func:`default_grid`) and Mechanism A (:mod:`protocol.multianalyst`).
 """
@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from .errors import ParameterError
 from .rng import RandomSource, as_rng
+from .validation import check_int, check_number
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -85,9 +86,7 @@ def uniform_below(rng: RandomSource, n: int, size: int) -> IntArray:
     largest multiple of ``n`` that fits, returning them modulo ``n``. The
     acceptance rate is above 1/2; powers of two are never rejected.
     """
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n <= MAX_UNIFORM_BOUND:
-        raise ParameterError("n", f"must be an integer in [1, 2**62], got {n!r}")
-    n = int(n)
+    n = check_int("n", n, low=1, high=MAX_UNIFORM_BOUND)
     out = np.zeros(size, dtype=np.int64)
     if n == 1 or size == 0:
         return out
@@ -135,8 +134,8 @@ def exact_rate(rate: float | Fraction) -> Fraction:
     multiple of ``2**-56`` (relative change below ``2**-56 / rate``; more
     noise, so the privacy claim still holds).
     """
-    if isinstance(rate, bool) or not isinstance(rate, int | float | Fraction):
-        raise ParameterError("rate", f"must be a number, got {rate!r}")
+    if not isinstance(rate, Fraction):
+        rate = check_number("rate", rate)
     if not 0 < rate <= MAX_RATE:
         raise ParameterError("rate", f"must be in (0, 2**20] for the exact samplers, got {rate}")
     exact = Fraction(rate)

@@ -4,7 +4,7 @@ Two ways to serve analysts with different trust:
 
 * **Correlated** (gradual-release paper, Sec. 4.2): one draw of the lazy
   noise process. Sort the analysts' levels, draw at the lowest, relax up
-  the chain (:func:`protocol.central.relax_noise`), give each analyst the
+  the chain (:func:`protocol.releases.relax_release`), give each analyst the
   answer at its own level. Every lower-level answer is a post-processing
   of a higher one (the chain can be tightened back down, eq. 28), so a
   coalition learns no more than its most trusted member: privacy
@@ -22,10 +22,9 @@ Two ways to serve analysts with different trust:
   analysts by composition (the secret shift is independent of the data),
   and an attacker who knows the mean of the interval removes the bias.
 
-:func:`collusion_experiment` runs the averaging attack against independent
-Laplace answers, Mechanism A (naive and calibrated attackers) and
-correlated answers, and compares with the paper's
-``i = max{30, 18 D^2 / (m^2 eps^2)}`` colluders.
+The averaging attack itself (independent Laplace, Mechanism A, correlated
+answers against coalitions) is a research experiment:
+:mod:`aggregator.research.collusion`.
 """
 
 from __future__ import annotations
@@ -35,21 +34,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .accounting import round_up
-from .central import (
-    MechanismName,
-    Monotonicity,
-    Release,
-    coerce_levels,
-    make_release,
-    on_grid,
-    relax_release,
-)
 from .errors import ParameterError
 from .exact import (
     check_grid,
@@ -59,35 +48,17 @@ from .exact import (
     two_sided_geometric_exact,
     uniform_below,
 )
-from .relaxation import relax_laplace
+from .mechanisms import Monotonicity, check_level, on_grid
+from .releases import Release, coerce_levels, make_release, relax_release
 from .rng import FloatArray, RandomSource, as_rng
+from .validation import check_int, check_number
 
 __all__ = [
-    "CollusionResult",
     "MechanismA",
     "coalition_epsilon",
-    "collusion_experiment",
-    "colluders_needed",
     "correlated_releases",
     "mechanism_a_accuracy_bound",
 ]
-
-Scheme = Literal["independent", "mechanism_a", "mechanism_a_calibrated", "correlated"]
-SCHEMES: tuple[str, ...] = ("independent", "mechanism_a", "mechanism_a_calibrated", "correlated")
-
-
-def _positive(field: str, value: Any, *, finite: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or not value > 0:
-        raise ParameterError(field, f"must be a number > 0, got {value!r}")
-    if finite and math.isinf(value):
-        raise ParameterError(field, f"must be finite, got {value}")
-    return float(value)
-
-
-def _count(field: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ParameterError(field, f"must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 # ==========================================================================
@@ -99,7 +70,7 @@ def correlated_releases(
     counts: npt.ArrayLike,
     levels: Sequence[float],
     *,
-    mechanism: MechanismName = "laplace",
+    mechanism: str = "laplace",
     sensitivity: float = 1.0,
     monotonicity: Monotonicity = "decreasing",
     n_max: int | None = None,
@@ -108,7 +79,7 @@ def correlated_releases(
     """One release per analyst (same order as ``levels``) from one draw of the noise process.
 
     The distinct levels are sorted; the noise is drawn at the lowest and
-    relaxed level by level (:func:`protocol.central.relax_release`); each
+    relaxed level by level (:func:`protocol.releases.relax_release`); each
     analyst's :class:`Release` holds only its own level. Analysts at equal
     levels get identical answers. Mechanisms: ``laplace``, ``alap``, ``ageo``
     (those with a lazy step).
@@ -138,7 +109,7 @@ def coalition_epsilon(levels: Sequence[float], *, correlated: bool) -> float:
     Correlated answers: ``max`` (Sec. 4.2: the most trusted member's level).
     Independent answers: ``sum`` (sequential composition, tight for Laplace).
     """
-    values = [_positive(f"levels[{i}]", lv) for i, lv in enumerate(levels)]
+    values = [check_level(f"levels[{i}]", lv) for i, lv in enumerate(levels)]
     if not values:
         raise ParameterError("levels", "must not be empty")
     return max(values) if correlated else math.fsum(values)
@@ -171,13 +142,11 @@ class MechanismA:
     grid: float | None = None
 
     def __post_init__(self) -> None:
-        _positive("epsilon", self.epsilon)
-        _count("queries", self.queries)
-        _positive("sensitivity", self.sensitivity)
-        for name in ("location_low", "location_high"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise ParameterError(name, f"must be a finite number, got {v!r}")
+        check_level("epsilon", self.epsilon)
+        check_int("queries", self.queries, low=1)
+        check_number("sensitivity", self.sensitivity, positive=True)
+        check_number("location_low", self.location_low)
+        check_number("location_high", self.location_high)
         if self.location_high < self.location_low:
             raise ParameterError("location_high", f"must be >= location_low ({self.location_low}), got {self.location_high}")
         if self.grid is not None:
@@ -229,7 +198,7 @@ class MechanismA:
 
         Exact: a uniform integer index (:func:`~protocol.exact.uniform_below`) times the grid.
         """
-        n = _count("analysts", analysts)
+        n = check_int("analysts", analysts, low=1)
         lo, hi = self.location_grid
         return (lo + uniform_below(as_rng(rng), hi - lo + 1, n)).astype(np.float64) * self.step
 
@@ -259,7 +228,7 @@ class MechanismA:
         """``i * eps``: sequential composition. The secret location does not lower the worst case:
         for an output above every ``r + mu``, each answer's probability ratio between
         neighbours is exactly ``e^(eps/k)`` per query, whatever ``mu``."""
-        i = _count("analysts", analysts)
+        i = check_int("analysts", analysts, low=1)
         return round_up(grid_epsilon(i * self.queries * self.step_rate, self.sensitivity, self.step))
 
 
@@ -276,138 +245,10 @@ def mechanism_a_accuracy_bound(
     """
     if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta <= 0.5:
         raise ParameterError("beta", f"must be in (0, 1/2] (Lemma 1 needs alpha >= |mu|), got {beta!r}")
-    b = _count("queries", queries) * _positive("sensitivity", sensitivity) / _positive("epsilon", epsilon)
-    if isinstance(location, bool) or not isinstance(location, int | float) or not math.isfinite(location):
-        raise ParameterError("location", f"must be a finite number, got {location!r}")
+    b = check_int("queries", queries, low=1) * check_number("sensitivity", sensitivity, positive=True) / check_level(
+        "epsilon", epsilon
+    )
+    check_number("location", location)
     m = abs(location) / b
     # -b ln(2 beta / (e^m + e^-m)) = b (m + ln(1 + e^(-2m)) - ln(2 beta)), stable for large m.
     return b * (m + math.log1p(math.exp(-2.0 * m)) - math.log(2.0 * beta))
-
-
-# ==========================================================================
-# Collusion: the averaging attack
-# ==========================================================================
-
-
-def colluders_needed(margin: float, epsilon: float, sensitivity: float = 1.0) -> int:
-    """The paper's ``i = max{30, 18 D^2 / (m^2 eps^2)}`` (rounded up).
-
-    ``i`` colluders averaging independent ``Lap(D/eps)`` answers have
-    standard error ``sigma / sqrt(i)``, ``sigma^2 = 2 D^2 / eps^2``; ``i``
-    makes ``3 sigma / sqrt(i) <= m`` (about 99.7% within ``m`` by the CLT;
-    the paper says 99%) and ``30`` is the CLT's rule of thumb.
-    """
-    m = _positive("margin", margin)
-    d = _positive("sensitivity", sensitivity)
-    e = _positive("epsilon", epsilon)
-    return max(30, math.ceil(18.0 * d * d / (m * m * e * e) - 1e-9))
-
-
-@dataclass(frozen=True, kw_only=True)
-class CollusionResult:
-    """The averaging attack's error per coalition size.
-
-    Attributes:
-        scheme: ``independent``, ``mechanism_a``, ``mechanism_a_calibrated``
-            (the attacker subtracts the interval's mean) or ``correlated``.
-        colluders: coalition sizes ``i`` (the first ``i`` analysts).
-        rmse: root mean squared error of the coalition's estimate.
-        within_margin: fraction of trials with ``|estimate - r| < margin``.
-        best_member_rmse: RMSE of the most trusted member's answer alone
-            (same trials; correlated: the coalition can do no better, Sec. 4.2).
-        paper_colluders: ``colluders_needed(margin, eps, D)``.
-    """
-
-    scheme: str
-    colluders: tuple[int, ...]
-    rmse: tuple[float, ...]
-    within_margin: tuple[float, ...]
-    best_member_rmse: tuple[float, ...]
-    margin: float
-    paper_colluders: int
-    trials: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-
-
-def _analyst_noise(
-    scheme: str, trials: int, analysts: int, mech: MechanismA, levels: FloatArray, rng: RandomSource
-) -> FloatArray:
-    """Noise of each analyst's answer to the shared query: shape ``(trials, analysts)``."""
-    if scheme == "independent":
-        return rng.laplace(1.0 / mech.scale, (trials, analysts))
-    if scheme in ("mechanism_a", "mechanism_a_calibrated"):
-        mu = mech.draw_locations(trials * analysts, rng).reshape(trials, analysts)
-        noise = mech.answer(np.zeros(1), mu.ravel(), rng).reshape(trials, analysts)  # exact, on the grid
-        return noise - mech.location_mean if scheme == "mechanism_a_calibrated" else noise
-    return _correlated_chain(trials, levels / (mech.queries * mech.sensitivity), rng)
-
-
-def _correlated_chain(trials: int, rates: FloatArray, rng: RandomSource) -> FloatArray:
-    """Laplace noise from one lazy chain per trial: column ``j`` at rate ``rates[j]``."""
-    order = np.argsort(rates, kind="stable")
-    out = np.empty((trials, rates.size))
-    current = rng.laplace(float(rates[order[0]]), trials)
-    previous = float(rates[order[0]])
-    for j in order:
-        current = relax_laplace(current, previous, float(rates[j]), rng)
-        previous = float(rates[j])
-        out[:, j] = current
-    return out
-
-
-def collusion_experiment(
-    scheme: Scheme,
-    colluders: Sequence[int],
-    *,
-    epsilon: float,
-    margin: float,
-    sensitivity: float = 1.0,
-    trials: int = 2000,
-    levels: Sequence[float] | None = None,
-    location: tuple[float, float] = (0.0, 0.0),
-    true_value: float = 0.0,
-    rng: RandomSource | int | None = None,
-) -> CollusionResult:
-    """Run the averaging attack of the multi-user paper (Sec. B, Theorem 3).
-
-    Every analyst asks the same count query (true answer ``true_value``);
-    a coalition of the first ``i`` analysts averages its answers.
-
-    * ``independent``: each answer ``r + Lap(D/eps)`` (the paper's "common
-      practice"); the error shrinks like ``sqrt(2) D / (eps sqrt(i))``.
-    * ``mechanism_a``: ``r + Lap(mu_i, D/eps)``, ``mu_i`` uniform on
-      ``location``; the error shrinks towards ``|mean(mu)|``.
-    * ``mechanism_a_calibrated``: the same answers, the attacker subtracts
-      the interval's mean; the error shrinks to 0 again.
-    * ``correlated``: one lazy Laplace chain, analyst ``j`` at ``levels[j]``
-      (default: all at ``epsilon``); the error stays at least the most
-      trusted member's, ``sqrt(2) D / max_j eps_j``.
-    """
-    if scheme not in SCHEMES:
-        raise ParameterError("scheme", f"must be one of {SCHEMES}, got {scheme!r}")
-    sizes = tuple(_count(f"colluders[{i}]", c) for i, c in enumerate(colluders))
-    if not sizes:
-        raise ParameterError("colluders", "must not be empty")
-    n = max(sizes)
-    mech = MechanismA(epsilon=epsilon, sensitivity=sensitivity, location_low=location[0], location_high=location[1])
-    lv = np.full(n, float(epsilon)) if levels is None else np.asarray([_positive("levels", x) for x in levels])
-    if lv.size < n:
-        raise ParameterError("levels", f"must give a level to each of the {n} analysts, got {lv.size}")
-    lv = lv[:n]
-    noise = _analyst_noise(scheme, _count("trials", trials), n, mech, lv, as_rng(rng))
-    estimates = true_value + np.cumsum(noise, axis=1)[:, [i - 1 for i in sizes]] / np.asarray(sizes)
-    errors = estimates - true_value
-    # The most trusted member of each coalition: highest level (first one on ties).
-    best = [int(np.argmax(lv[:i])) for i in sizes]
-    return CollusionResult(
-        scheme=scheme,
-        colluders=sizes,
-        rmse=tuple(float(x) for x in np.sqrt(np.mean(errors**2, axis=0))),
-        within_margin=tuple(float(x) for x in np.mean(np.abs(errors) < margin, axis=0)),
-        best_member_rmse=tuple(float(np.sqrt(np.mean(noise[:, j] ** 2))) for j in best),
-        margin=float(margin),
-        paper_colluders=colluders_needed(margin, epsilon, sensitivity),
-        trials=int(trials),
-    )

@@ -21,26 +21,23 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ParameterError, TighteningRefused
+from .errors import TighteningRefused
 from .rng import FloatArray, RandomSource, as_rng
+from .validation import check_integer_array, check_number
 
 IntArray = npt.NDArray[np.int64]
 
 
 def _check_levels(low: float, high: float, low_name: str, high_name: str) -> None:
-    for name, value in ((low_name, low), (high_name, high)):
-        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
-            raise ParameterError(name, f"must be a number, got {value!r}")
-        if not value > 0:
-            raise ParameterError(name, f"must be > 0, got {value}")
-    if not math.isfinite(low):
-        raise ParameterError(low_name, f"must be finite, got {low}")
+    """Two rates ``0 < low <= high`` (``high`` may be ``inf``: the truth); ``high < low`` is a tightening."""
+    check_number(low_name, low, positive=True)
+    check_number(high_name, high, positive=True, finite=False)
     if high < low:
         raise TighteningRefused(current=low, requested=high)
 
 
 def relax_laplace(
-    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+    noise: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
 ) -> FloatArray:
     """RelaxPrivacy (Algorithm 1 of the gradual-release paper), vectorized.
 
@@ -48,18 +45,18 @@ def relax_laplace(
     ``V2 = x`` w.p. ``(e1/e2) exp(-(e2-e1)|x|)``; otherwise ``sgn(x) z`` with
     ``z`` from one of three exponential pieces (below 0, on ``[0,|x|]``,
     beyond ``|x|``). ``V2 ~ Laplace(1/e2)`` and ``corr(V1, V2) = e1/e2``.
-    ``eps_to = inf`` returns zeros (the truth). Two uniforms per element.
+    ``level_to = inf`` returns zeros (the truth). Two uniforms per element.
     """
     x = np.asarray(noise, dtype=np.float64)
-    _check_levels(eps_from, eps_to, "eps_from", "eps_to")
+    _check_levels(level_from, level_to, "level_from", "level_to")
     source = as_rng(rng)
     u_case = source.uniform(x.shape)
     u_draw = source.uniform(x.shape)
-    if math.isinf(eps_to):
+    if math.isinf(level_to):
         return np.zeros_like(x)
-    if eps_to == eps_from:
+    if level_to == level_from:
         return x.copy()
-    e1, e2 = float(eps_from), float(eps_to)
+    e1, e2 = float(level_from), float(level_to)
     ax = np.abs(x)
     r, s = e2 - e1, e1 + e2
     decay = np.exp(-r * ax)
@@ -80,102 +77,96 @@ def relax_laplace(
 
 
 def tighten_laplace(
-    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+    noise: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
 ) -> FloatArray:
-    """A more private copy (eq. 28): from ``V2`` at ``eps_from`` to ``V1`` at ``eps_to < eps_from``.
+    """A more private copy (eq. 28): from ``V2`` at ``level_from`` to ``V1`` at ``level_to < level_from``.
 
     ``V1 = V2`` w.p. ``(e1/e2)^2``, else ``V2 + Laplace(1/e1)``. Two uniforms per element.
     """
     y = np.asarray(noise, dtype=np.float64)
-    _check_levels(eps_to, eps_from, "eps_to", "eps_from")
+    _check_levels(level_to, level_from, "level_to", "level_from")
     source = as_rng(rng)
     u_case = source.uniform(y.shape)
-    extra = source.laplace(eps_to, y.shape)
-    if math.isinf(eps_from):
+    extra = source.laplace(level_to, y.shape)
+    if math.isinf(level_from):
         return y + extra
-    keep = u_case < (eps_to / eps_from) ** 2
+    keep = u_case < (level_to / level_from) ** 2
     return np.where(keep, y, y + extra)
 
 
 def relax_exponential(
-    noise: npt.ArrayLike, rate_from: float, rate_to: float, rng: RandomSource | None = None
+    noise: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
 ) -> FloatArray:
-    """``V2 = min(V1, E)`` with ``E ~ Exp(rate_to - rate_from)``: ``V2 ~ Exp(rate_to)``.
+    """``V2 = min(V1, E)`` with ``E ~ Exp(level_to - level_from)``: ``V2 ~ Exp(level_to)``.
 
     The minimum of independent exponentials is exponential with the summed
-    rate; ``P(V2 = V1) = rate_from / rate_to``. Conversely ``V1 = V2 + W``
+    rate; ``P(V2 = V1) = level_from / level_to``. Conversely ``V1 = V2 + W``
     with ``W`` independent of ``V2`` (see :func:`tighten_exponential`), so
     the pair is a post-processing of ``V2``: releasing both costs the last
     level only. One uniform per element.
     """
     x = np.asarray(noise, dtype=np.float64)
-    _check_levels(rate_from, rate_to, "rate_from", "rate_to")
+    _check_levels(level_from, level_to, "level_from", "level_to")
     source = as_rng(rng)
     u = source.uniform(x.shape)
-    if math.isinf(rate_to):
+    if math.isinf(level_to):
         return np.zeros_like(x)
-    if rate_to == rate_from:
+    if level_to == level_from:
         return x.copy()
-    fresh = -np.log(u) / (rate_to - rate_from)
+    fresh = -np.log(u) / (level_to - level_from)
     return np.minimum(x, fresh)
 
 
 def tighten_exponential(
-    noise: npt.ArrayLike, rate_from: float, rate_to: float, rng: RandomSource | None = None
+    noise: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
 ) -> FloatArray:
-    """From ``V2 ~ Exp(rate_from)`` to ``V1 = V2 + W ~ Exp(rate_to)``, ``rate_to < rate_from``.
+    """From ``V2 ~ Exp(level_from)`` to ``V1 = V2 + W ~ Exp(level_to)``, ``level_to < level_from``.
 
-    ``W = 0`` w.p. ``rate_to / rate_from``, else ``W ~ Exp(rate_to)``. Two uniforms per element.
+    ``W = 0`` w.p. ``level_to / level_from``, else ``W ~ Exp(level_to)``. Two uniforms per element.
     """
     y = np.asarray(noise, dtype=np.float64)
-    _check_levels(rate_to, rate_from, "rate_to", "rate_from")
+    _check_levels(level_to, level_from, "level_to", "level_from")
     source = as_rng(rng)
     u_case = source.uniform(y.shape)
-    extra = source.exponential(rate_to, y.shape)
-    keep = u_case < (0.0 if math.isinf(rate_from) else rate_to / rate_from)
+    extra = source.exponential(level_to, y.shape)
+    keep = u_case < (0.0 if math.isinf(level_from) else level_to / level_from)
     return np.where(keep, y, y + extra)
 
 
 def relax_geometric(
-    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+    noise: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
 ) -> IntArray:
     """``G2 = min(G1, H)`` with ``P(H >= n) = exp(-(e2 - e1) n)``: ``P(G2 >= n) = exp(-e2 n)``.
 
     The discrete analogue of :func:`relax_exponential`. One uniform per element.
     """
-    g = np.asarray(noise)
-    if g.size and not np.issubdtype(g.dtype, np.integer):
-        raise ParameterError("noise", "must be integers for the geometric step")
-    g = g.astype(np.int64)
-    _check_levels(eps_from, eps_to, "eps_from", "eps_to")
+    g = check_integer_array("noise", noise)
+    _check_levels(level_from, level_to, "level_from", "level_to")
     source = as_rng(rng)
     u = source.uniform(g.shape)
-    if math.isinf(eps_to):
+    if math.isinf(level_to):
         return np.zeros_like(g)
-    if eps_to == eps_from:
+    if level_to == level_from:
         return g.copy()
-    fresh = np.floor(-np.log(u) / (eps_to - eps_from)).astype(np.int64)
+    fresh = np.floor(-np.log(u) / (level_to - level_from)).astype(np.int64)
     return np.minimum(g, fresh)
 
 
 def tighten_geometric(
-    noise: npt.ArrayLike, eps_from: float, eps_to: float, rng: RandomSource | None = None
+    noise: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
 ) -> IntArray:
-    """From ``G2`` at ``eps_from`` to ``G1 = G2 + W`` at ``eps_to < eps_from``.
+    """From ``G2`` at ``level_from`` to ``G1 = G2 + W`` at ``level_to < level_from``.
 
     With ``a = exp(-e1)``, ``b = exp(-e2)``: ``W = 0`` w.p. ``b(1-a) / (a(1-b))``,
     else ``W`` is geometric at ``e1`` (PGF check: the product is the ``e1`` law).
     Two uniforms per element.
     """
-    g = np.asarray(noise)
-    if g.size and not np.issubdtype(g.dtype, np.integer):
-        raise ParameterError("noise", "must be integers for the geometric step")
-    g = g.astype(np.int64)
-    _check_levels(eps_to, eps_from, "eps_to", "eps_from")
+    g = check_integer_array("noise", noise)
+    _check_levels(level_to, level_from, "level_to", "level_from")
     source = as_rng(rng)
     u_case = source.uniform(g.shape)
-    extra = source.geometric(eps_to, g.shape)
-    a = math.exp(-eps_to)
-    b = 0.0 if math.isinf(eps_from) else math.exp(-eps_from)
+    extra = source.geometric(level_to, g.shape)
+    a = math.exp(-level_to)
+    b = 0.0 if math.isinf(level_from) else math.exp(-level_from)
     p_keep = b * (1 - a) / (a * (1 - b))
     return np.where(u_case < p_keep, g, g + extra)

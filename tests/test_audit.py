@@ -33,8 +33,8 @@ from aggregator.research.audit import (
     planted_float_release,
     reachable,
 )
-from protocol.central import ALapMechanism
 from protocol.errors import ParameterError
+from protocol.mechanisms import ALapMechanism
 from protocol.rng import RandomSource, SeededRandom
 
 SAMPLES = 10**6

@@ -16,37 +16,39 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from aggregator.research.bounds import (
+    adp_epsilon_lower_bound,
+    approx_dp_delta_lower_bound,
+    dp_beta_upper_bound,
+    dp_epsilon_lower_bound,
+    virtual_dp_sanitizer,
+)
 from protocol.accounting import round_up
-from protocol.central import (
+from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.exact import (
+    bernoulli_exp,
+    exact_rate,
+    exact_uniform_words,
+    geometric_exact,
+    two_sided_geometric_exact,
+    uniform_below,
+)
+from protocol.mechanisms import (
     AGeoMechanism,
     ALapMechanism,
     GeometricMechanism,
     LaplaceMechanism,
     PSensitivity,
-    Release,
     SALapMechanism,
-    adp_epsilon_lower_bound,
     ageo,
     alap,
-    approx_dp_delta_lower_bound,
-    bernoulli_exp,
-    dp_beta_upper_bound,
-    dp_epsilon_lower_bound,
-    exact_rate,
-    exact_uniform_words,
-    geometric_exact,
     geometric_mechanism,
     laplace_mechanism,
-    make_release,
     relax_noise,
-    relax_release,
     salap,
     sign_p,
-    two_sided_geometric_exact,
-    uniform_below,
-    virtual_dp_sanitizer,
 )
-from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.releases import Release, make_release, relax_release
 from protocol.rng import KeyedRandom, RandomSource, SeededRandom
 
 P_MIN = 1e-6  # each chi-square / binomial / KS test: false-failure rate 1e-6 under the null
@@ -536,8 +538,6 @@ def test_release_validation() -> None:
 
 
 def test_dp_beta_bound_saturates_instead_of_overflowing() -> None:
-    from protocol.central import dp_beta_upper_bound
-
     # alpha e^(eps k) passes 1 long before exp overflows (eps k > 709)
     assert dp_beta_upper_bound(alpha=1e-3, epsilon=1.0, k=2000) == 1.0
     assert dp_beta_upper_bound(alpha=0.0, epsilon=1.0, delta=1e-4, k=2000) == 1.0

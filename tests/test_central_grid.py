@@ -18,18 +18,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from protocol.central import (
-    AGeoMechanism,
-    ALapMechanism,
-    LaplaceMechanism,
-    Release,
-    SALapMechanism,
-    make_release,
-    relax_release,
-)
 from protocol.errors import ParameterError
 from protocol.exact import check_grid, default_grid, grid_epsilon, grid_step_rate
+from protocol.mechanisms import AGeoMechanism, ALapMechanism, LaplaceMechanism, SALapMechanism
 from protocol.multianalyst import MechanismA, correlated_releases
+from protocol.releases import Release, make_release, relax_release
 from protocol.rng import SeededRandom
 
 P_MIN = 1e-6  # each chi-square test: false-failure rate 1e-6 under the null

@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from aggregator.research.collusion import colluders_needed, collusion_experiment
 from protocol.errors import ParameterError
 from protocol.multianalyst import (
     MechanismA,
     coalition_epsilon,
-    colluders_needed,
-    collusion_experiment,
     correlated_releases,
     mechanism_a_accuracy_bound,
 )

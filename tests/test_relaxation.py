@@ -126,7 +126,7 @@ def test_same_level_is_identity_and_lower_level_is_refused() -> None:
         tighten_laplace(v, 1.0, 2.0)
     with pytest.raises(ParameterError) as err:
         relax_laplace(v, 0.0, 1.0)
-    assert err.value.field == "eps_from"
+    assert err.value.field == "level_from"
     with pytest.raises(ParameterError) as err:
         relax_geometric(np.array([0.5]), 1.0, 2.0)
     assert err.value.field == "noise"

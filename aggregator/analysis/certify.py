@@ -67,6 +67,7 @@ from aggregator.analysis.decoding.design import candidate_bit_table, check_bit_t
 from aggregator.analysis.decoding.fit import check_candidates
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
+from protocol.validation import check_int, check_probability
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -91,15 +92,12 @@ class Certificate:
 
 
 def _check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0.0 <= alpha < 1.0:
-        raise ParameterError("alpha", f"must be in [0, 1), got {alpha!r}")
-    return float(alpha)
+    """The error level: ``0`` (deterministic bound) or a probability below 1."""
+    return check_probability("alpha", alpha, open_high=True)
 
 
 def _check_threshold(threshold: int) -> int:
-    if isinstance(threshold, bool) or not isinstance(threshold, int | np.integer) or threshold < 0:
-        raise ParameterError("threshold", f"must be an integer >= 0, got {threshold!r}")
-    return int(threshold)
+    return check_int("threshold", threshold, low=0)
 
 
 def one_sided_q(params: MetricParams, level: float | None) -> float:
@@ -172,8 +170,7 @@ def upper_bounds_from_table(
         alpha: ``0`` for the deterministic bound, else the error level.
     """
     alpha = _check_alpha(alpha)
-    if not 0.0 <= q < 1.0:
-        raise ParameterError("q", f"must be in [0, 1), got {q!r}")
+    check_probability("q", q, open_high=True)
     table = np.asarray(bit_table)
     if table.ndim != 3:
         raise ParameterError(

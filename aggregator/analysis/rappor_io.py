@@ -59,6 +59,7 @@ from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import laplace_rate_from_f
+from protocol.validation import check_int, check_probability
 
 IntArray = npt.NDArray[np.int64]
 PathLike = str | Path
@@ -76,18 +77,6 @@ RESULT_COLUMNS = (
 _Z95 = 1.96  # RAPPOR's 95% multiplier
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ParameterError(name, f"must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _check_prob(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise ParameterError(name, f"must be a probability in [0, 1], got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True, kw_only=True)
 class RapporParams:
     """RAPPOR's parameters, with its names: ``k`` bits, ``h`` hashes, ``m`` cohorts, ``p, q, f``."""
@@ -101,9 +90,9 @@ class RapporParams:
 
     def __post_init__(self) -> None:
         for name in ("k", "h", "m"):
-            object.__setattr__(self, name, _check_int(name, getattr(self, name), 1))
+            object.__setattr__(self, name, check_int(name, getattr(self, name), low=1))
         for name in ("p", "q", "f"):
-            object.__setattr__(self, name, _check_prob(name, getattr(self, name)))
+            object.__setattr__(self, name, check_probability(name, getattr(self, name)))
         if self.h > self.k:
             raise ParameterError("h", f"must be <= k ({self.k}), got {self.h}")
 

@@ -48,6 +48,7 @@ from protocol.encodings import DirectEncoding, canonical_value
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.rng import SecureRandom, SeededRandom
+from protocol.validation import check_int, check_probability
 from protocol.wire import (
     CONTENT_TYPE_BINARY,
     build_report,
@@ -80,16 +81,12 @@ class DemoConfig:
     out_dir: Path = Path("onesided-demo")
 
     def __post_init__(self) -> None:
-        if not 100 <= self.clients <= 10_000_000:
-            raise ParameterError("clients", f"must be in [100, 10^7], got {self.clients}")
-        if not 0 <= self.sdk_clients <= self.clients:
-            raise ParameterError("sdk_clients", f"must be in [0, clients], got {self.sdk_clients}")
-        if not 10 <= self.places <= 4096:
-            raise ParameterError("places", f"must be in [10, 4096], got {self.places}")
+        check_int("clients", self.clients, low=100, high=10_000_000)
+        check_int("sdk_clients", self.sdk_clients, low=0, high=self.clients)
+        check_int("places", self.places, low=10, high=4096)
         if not 0 < self.level_from < self.level_to < math.inf:
             raise ParameterError("level_to", "need 0 < level_from < level_to")
-        if not 0.0 <= self.refusing_share < 1.0:
-            raise ParameterError("refusing_share", f"must be in [0, 1), got {self.refusing_share}")
+        check_probability("refusing_share", self.refusing_share, open_high=True)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from protocol.encodings import BloomEncoding, Encoding, encode_population
 from protocol.errors import ParameterError
 from protocol.randomizers import Randomizer
 from protocol.rng import FloatArray, RandomSource, SeededRandom
+from protocol.validation import check_int, check_number
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -55,10 +56,8 @@ class SyntheticCity:
     max_places: int = 12
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_places, int) or self.num_places < 1:
-            raise ParameterError("num_places", f"must be a positive integer, got {self.num_places!r}")
-        if not self.zipf_exponent > 0:
-            raise ParameterError("zipf_exponent", f"must be > 0, got {self.zipf_exponent}")
+        check_int("num_places", self.num_places, low=1)
+        check_number("zipf_exponent", self.zipf_exponent, positive=True)
         if not 1.0 <= self.mean_places <= self.max_places:
             raise ParameterError("mean_places", f"must be in [1, max_places], got {self.mean_places}")
 

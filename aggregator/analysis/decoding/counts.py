@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from protocol.errors import ParameterError
 from protocol.randomizers import Randomizer
+from protocol.validation import check_integer_array
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -51,16 +52,7 @@ def _as_count_array(name: str, value: Any, ndim: int) -> IntArray:
     arr = np.asarray(value)
     if arr.ndim != ndim:
         raise ParameterError(name, f"must be a {ndim}-D array, got shape {arr.shape}")
-    if arr.dtype == np.bool_ or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    ):
-        raise ParameterError(name, f"must hold integers, got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise ParameterError(name, "must hold whole numbers")
-    out = arr.astype(np.int64)
-    if out.size and out.min() < 0:
-        raise ParameterError(name, f"must be >= 0, got {int(out.min())}")
+    out = check_integer_array(name, arr, low=0)
     out.setflags(write=False)
     return out
 

@@ -62,6 +62,7 @@ from aggregator.analysis.decoding.solvers import least_squares_refit, nonnegativ
 from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
+from protocol.validation import check_probability
 
 Method = Literal["auto", "ols", "nnls", "lasso"]
 METHODS: tuple[str, ...] = ("auto", "ols", "nnls", "lasso")
@@ -185,13 +186,8 @@ def check_candidates(candidates: Sequence[str]) -> tuple[str, ...]:
 
 
 def _check_settings(alpha: float, correction: str, confidence: float) -> tuple[float, str, float]:
-    if (
-        isinstance(confidence, bool)
-        or not isinstance(confidence, int | float)
-        or not 0.0 < confidence < 1.0
-    ):
-        raise ParameterError("confidence", f"must be in (0, 1), got {confidence!r}")
-    return check_alpha(alpha), check_correction(correction), float(confidence)
+    confidence = check_probability("confidence", confidence, open_low=True, open_high=True)
+    return check_alpha(alpha), check_correction(correction), confidence
 
 
 def _assemble(

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from scipy import special
 
 from protocol.errors import ParameterError
+from protocol.validation import check_probability
 
 Correction = Literal["bonferroni", "bh"]
 CORRECTIONS: tuple[str, ...] = ("bonferroni", "bh")
@@ -33,9 +34,7 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 def check_alpha(alpha: float, name: str = "alpha") -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0.0 < alpha < 1.0:
-        raise ParameterError(name, f"must be in (0, 1), got {alpha!r}")
-    return float(alpha)
+    return check_probability(name, alpha, open_low=True, open_high=True)
 
 
 def check_correction(correction: str) -> str:

@@ -13,8 +13,8 @@ import argparse
 from typing import Any
 
 from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
-from protocol.central import MECHANISMS
 from protocol.errors import ParameterError
+from protocol.mechanisms import mechanism_names
 
 
 def register(subparsers: Subparsers) -> None:
@@ -26,7 +26,7 @@ def register(subparsers: Subparsers) -> None:
     create.add_argument("--metric", required=True, help="a trusted metric with the direct encoding")
     create.add_argument("--window", type=int, required=True, help="window start (Unix seconds)")
     create.add_argument("--places", help="comma-separated places (default: the whole domain)")
-    create.add_argument("--mechanism", choices=MECHANISMS, default="ageo", help="default ageo")
+    create.add_argument("--mechanism", choices=mechanism_names(), default="ageo", help="default ageo")
     create.add_argument("--epsilon", type=float, help="the level of the release")
     create.add_argument("--threshold", type=float, required=True, help="safe means answer <= threshold")
     create.add_argument("--sensitivity", type=float, help="visits per protected change, to protect more than the metric's max_items (the default)")

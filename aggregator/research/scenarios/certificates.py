@@ -14,6 +14,7 @@ from scipy import special
 
 from aggregator.analysis.certify import one_sided_upper_bounds
 from aggregator.analysis.decoding import BitCounts
+from aggregator.research.bounds import dp_beta_upper_bound, virtual_dp_sanitizer
 from aggregator.research.populations import (
     SyntheticCity,
     make_population,
@@ -27,12 +28,13 @@ from aggregator.research.scenarios.common import (
     chunks,
     quiet,
 )
-from protocol.central import AGeoMechanism, ALapMechanism, dp_beta_upper_bound, virtual_dp_sanitizer
 from protocol.encodings import DirectEncoding, encode_population
 from protocol.errors import ParameterError
+from protocol.mechanisms import AGeoMechanism, ALapMechanism
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource
+from protocol.validation import check_int, check_probability
 
 # ==========================================================================
 # certificates: one-sided answers to "is place i safe (count <= t)?" (ADP Sec. VI)
@@ -83,12 +85,12 @@ class CertificateSetup:
         check_levels("epsilons", (*self.epsilons, self.epsilon))
         for name in ("thresholds", "sweep_thresholds"):
             values = getattr(self, name)
-            if not values or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in values):
-                raise ParameterError(name, f"must be a non-empty tuple of integers >= 0, got {values!r}")
-        if not 0.0 < self.alpha < 1.0:
-            raise ParameterError("alpha", f"must be in (0, 1), got {self.alpha}")
-        if not 0.0 <= self.delta < 1.0:
-            raise ParameterError("delta", f"must be in [0, 1), got {self.delta}")
+            if not values:
+                raise ParameterError(name, "must be a non-empty tuple of integers >= 0")
+            for value in values:
+                check_int(name, value, low=0)
+        check_probability("alpha", self.alpha, open_low=True, open_high=True)
+        check_probability("delta", self.delta, open_high=True)
 
 
 CERTIFICATE_SETUPS = {

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from aggregator.research.collusion import Scheme, colluders_needed, collusion_experiment
 from aggregator.research.scenarios.common import (
     Figures,
     Progress,
@@ -19,7 +20,6 @@ from aggregator.research.scenarios.common import (
     quiet,
 )
 from protocol.errors import ParameterError
-from protocol.multianalyst import Scheme, colluders_needed, collusion_experiment
 from protocol.rng import RandomSource
 
 # ==========================================================================

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy.typing as npt
 from aggregator.research.scenarios import Figures, Progress, quiet
 from protocol.errors import ParameterError
 from protocol.randomizers import Mode
+from protocol.validation import check_int, check_number
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -19,13 +19,15 @@ MODES: tuple[Mode, ...] = ("symmetric", "asymmetric")
 
 
 def check_positive_int(field: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ParameterError(field, f"must be an integer >= 1, got {value!r}")
+    check_int(field, value, low=1)
 
 
 def check_levels(field: str, values: tuple[float, ...]) -> None:
-    if not values or any(isinstance(v, bool) or not 0 < v < math.inf for v in values):
-        raise ParameterError(field, f"must be a non-empty tuple of finite numbers > 0, got {values!r}")
+    """A non-empty tuple of finite levels ``> 0`` (each error names ``field``)."""
+    if not values:
+        raise ParameterError(field, "must be a non-empty tuple of finite numbers > 0")
+    for value in values:
+        check_number(field, value, positive=True)
 
 
 def chunks(total: int, size: int) -> Iterator[int]:

@@ -5,7 +5,7 @@ presence sets, sealed to the aggregator; with the direct encoding (one bit
 per place) the stored bit counts of a window are exact per-place counts:
 ``count(place) = #reports of the window with the place's bit set``. An
 analyst asks for a release of those counts (:class:`ReleaseRequest`); the
-aggregator runs a central mechanism (:func:`protocol.central.make_release`),
+aggregator runs a central mechanism (:func:`protocol.releases.make_release`),
 stores the whole record (exact counts and noise included, for later
 relaxation) and shows the analyst only :meth:`Release.public_dict`.
 
@@ -46,17 +46,12 @@ import sqlalchemy as sa
 
 from aggregator.server.errors import Conflict, Forbidden, NotFound
 from aggregator.server.storage import MetricRecord, ReleaseRecord, Storage, TokenRecord
-from protocol.central import (
-    MECHANISMS,
-    MechanismName,
-    Release,
-    make_release,
-    relax_release,
-)
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.exact import MAX_RATE
+from protocol.mechanisms import mechanism_class
 from protocol.multianalyst import correlated_releases
 from protocol.params import MetricParams
+from protocol.releases import Release, make_release, relax_release
 from protocol.rng import RandomSource, as_rng
 
 DEFAULT_ANALYST_BUDGET = 10.0
@@ -153,7 +148,7 @@ class ReleaseRequest:
     metric: str
     window: int
     places: tuple[str, ...] | None
-    mechanism: MechanismName
+    mechanism: str
     threshold: float
     epsilon: float | None = None
     analysts: tuple[tuple[str, float], ...] | None = None
@@ -164,8 +159,7 @@ class ReleaseRequest:
             raise ParameterError("metric", f"must be a metric name, got {self.metric!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or not 0 <= self.window < MAX_WINDOW:
             raise ParameterError("window", f"must be an integer in [0, 2**62) (a window start), got {self.window!r}")
-        if self.mechanism not in MECHANISMS:
-            raise ParameterError("mechanism", f"must be one of {MECHANISMS}, got {self.mechanism!r}")
+        mechanism_class(self.mechanism)  # a registered name (field "mechanism")
         _number("threshold", self.threshold)
         if (self.epsilon is None) == (self.analysts is None):
             raise ParameterError("epsilon", "give either epsilon (one release) or analysts (correlated releases)")
