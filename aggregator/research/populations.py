@@ -36,6 +36,7 @@ __all__ = [
     "cohort_bit_counts",
     "make_population",
     "relaxation_experiment",
+    "score_relaxation",
     "theoretical_variance",
 ]
 
@@ -68,6 +69,19 @@ class SyntheticCity:
     def popularity(self) -> FloatArray:
         w = (np.arange(1, self.num_places + 1, dtype=np.float64)) ** -self.zipf_exponent
         return w / w.sum()
+
+    def size_pmf(self) -> FloatArray:
+        """``P(k draws)``, ``k = 1 .. max_places``: the law of ``min(1 + Poisson(mean_places - 1), max_places)``.
+
+        :meth:`draw_sets` makes that many draws (repeats then dropped); the
+        aggregate path (:mod:`aggregator.research.aggregate`) uses the same law.
+        """
+        lam = self.mean_places - 1.0
+        k = np.arange(self.max_places - 1, dtype=np.float64)
+        log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, self.max_places - 1)))])
+        pmf = np.exp(-lam + k * np.log(lam) - log_fact) if lam > 0 else (k == 0).astype(np.float64)
+        out: FloatArray = np.append(pmf, max(0.0, 1.0 - pmf.sum()))
+        return out
 
     def draw_sets(self, n_clients: int, rng: RandomSource) -> IntArray:
         """Per client a set of distinct places, shape ``(n, max_places)`` padded with -1."""
@@ -206,33 +220,57 @@ def relaxation_experiment(
     Every repetition draws fresh memoized noise for the whole population;
     estimates are the aggregator's unbiased bit estimates.
     """
+    num_cohorts = int(pop.cohorts.max()) + 1
+    truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, num_cohorts)
+    relaxed_r = base.with_level(level_to)
+    extra_r = base.with_level(level_to - base.level)
+
+    def ones(reports: BoolArray) -> IntArray:
+        return cohort_bit_counts(reports, pop.cohorts, num_cohorts)[0]
+
+    draws = []
+    for _ in range(repetitions):
+        noise = base.draw_noise(pop.bits.shape, rng)
+        first = ones(base.report(pop.bits, noise, rng))
+        relaxed = ones(relaxed_r.report(pop.bits, base.relax_noise(noise, level_to, rng), rng))
+        draws.append((first, relaxed, ones(relaxed_r.simulate(pop.bits, rng)), ones(extra_r.simulate(pop.bits, rng))))
+    return score_relaxation(truth, totals, base, level_to, draws)
+
+
+RelaxationDraw = tuple[IntArray, IntArray, IntArray, IntArray]
+
+
+def score_relaxation(truth: IntArray, totals: IntArray, base: Randomizer, level_to: float,
+                     draws: list[RelaxationDraw]) -> RelaxationResult:
+    """MSEs of one population's repetitions, each ``(first, relaxed, one_shot, extra)`` ones per cell.
+
+    Shared by the per-client path (:func:`relaxation_experiment`) and the
+    aggregate path (:mod:`aggregator.research.aggregate`): the same
+    estimates (the aggregator's :func:`bit_estimates`) and the same scoring.
+    """
     from aggregator.analysis.decoding import (  # decoding imports nothing from here
         BitCounts,
         bit_estimates,
     )
 
-    num_cohorts = int(pop.cohorts.max()) + 1
-    truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, num_cohorts)
     truth_f, totals_f = truth.astype(np.float64), totals.astype(np.float64)[:, None]
     relaxed_r = base.with_level(level_to)
     extra_r = base.with_level(level_to - base.level)
     sums = dict.fromkeys(("first", "relaxed", "one_shot", "composition"), 0.0)
 
-    def estimate(reports: BoolArray, r: Randomizer) -> tuple[FloatArray, FloatArray]:
-        ones, tot = cohort_bit_counts(reports, pop.cohorts, num_cohorts)
-        return bit_estimates(BitCounts(ones=ones, totals=tot), r)
+    def estimate(ones: IntArray, r: Randomizer) -> tuple[FloatArray, FloatArray]:
+        return bit_estimates(BitCounts(ones=ones, totals=totals), r)
 
-    for _ in range(repetitions):
-        noise = base.draw_noise(pop.bits.shape, rng)
-        first, var_first = estimate(base.report(pop.bits, noise, rng), base)
-        relaxed_noise = base.relax_noise(noise, level_to, rng)
-        relaxed, _ = estimate(relaxed_r.report(pop.bits, relaxed_noise, rng), relaxed_r)
-        one_shot, _ = estimate(relaxed_r.simulate(pop.bits, rng), relaxed_r)
-        extra, var_extra = estimate(extra_r.simulate(pop.bits, rng), extra_r)
+    for first_ones, relaxed_ones, one_shot_ones, extra_ones in draws:
+        first, var_first = estimate(first_ones, base)
+        relaxed, _ = estimate(relaxed_ones, relaxed_r)
+        one_shot, _ = estimate(one_shot_ones, relaxed_r)
+        extra, var_extra = estimate(extra_ones, extra_r)
         w = var_extra / (var_first + var_extra)
         combined = w * first + (1 - w) * extra
         for key, est in (("first", first), ("relaxed", relaxed), ("one_shot", one_shot), ("composition", combined)):
             sums[key] += float(np.mean((est - truth_f) ** 2))
+    repetitions = len(draws)
     theory = float(np.mean(theoretical_variance(truth_f, totals_f, relaxed_r)))
     return RelaxationResult(
         first=sums["first"] / repetitions,

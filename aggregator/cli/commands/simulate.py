@@ -3,8 +3,18 @@
 Writes ``OUT/SCENARIO.png`` (matplotlib, Agg backend) and
 ``OUT/SCENARIO.json`` (every figure), and prints the key figures: a short
 table, or with ``--json`` one JSON object
-``{"scenario", "scale", "seed", "seconds", "plot", "data", "figures"}``.
+``{"scenario", "scale", "seed", "clients", "method", "engine", "seconds",
+"peak_rss_mib", "peak_traced_mib", "plot", "data", "figures"}``.
 Progress goes to stderr.
+
+``--clients N --method aggregate`` simulates any number of clients from
+the cells' counts (docs/simulation.md); ``--engine dask`` runs the city's
+per-client blocks on a Dask cluster (``--scheduler ADDRESS``, or a
+LocalCluster of ``--workers``). Wall time and peak memory are printed and
+recorded: ``peak_rss_mib`` is this process's peak resident set (its whole
+life, interpreter included; Dask worker processes are not in it),
+``peak_traced_mib`` the peak of the Python and numpy allocations during the
+run (tracemalloc).
 """
 
 from __future__ import annotations
@@ -37,8 +47,56 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--seed", type=int, default=2026, help="seed of the simulation (default 2026)")
     parser.add_argument("--scale", choices=SCALES, default="small",
                         help="small (seconds, default) or paper (up to 10^6 simulated clients, minutes)")
+    parser.add_argument("--clients", type=_positive_int, default=None, metavar="N",
+                        help="simulated clients (default: the scale's; thresholds scale with it)")
+    parser.add_argument("--method", choices=("per-client", "aggregate"), default="per-client",
+                        help="per-client: every client's bits and noise (default); aggregate: the cells' counts "
+                             "drawn exactly (10^9 clients in seconds)")
+    parser.add_argument("--engine", choices=("local", "dask"), default="local",
+                        help="where the city's per-client blocks run (default local)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="Dask scheduler address (default: a LocalCluster for the run)")
+    parser.add_argument("--workers", type=_positive_int, default=2, help="LocalCluster workers (default 2)")
+    parser.add_argument("--noise", choices=("seeded", "keyed"), default=None,
+                        help="city per-client noise: seeded block streams (default) or each client's secret (SDK)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the key figures")
     parser.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    value = int(float(text)) if "e" in text.lower() else int(text)  # 1e9 is accepted
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    """The engine for the city's per-client path, ``None`` when the scenario takes none."""
+    if args.engine == "local" and args.scheduler is None:
+        return None
+    from aggregator.research.engine import DaskEngine
+
+    return DaskEngine(scheduler=args.scheduler, workers=args.workers)
+
+
+def _measured(run: Callable[[], Figures]) -> tuple[Figures, dict[str, float]]:
+    """``run()`` with its wall time, this process's peak RSS and the traced allocation peak."""
+    import resource
+    import tracemalloc
+
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    started = time.perf_counter()
+    figures = run()
+    seconds = time.perf_counter() - started
+    traced = tracemalloc.get_traced_memory()[1]
+    if not tracing:
+        tracemalloc.stop()
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return figures, {"seconds": round(seconds, 3), "peak_rss_mib": round(rss_kib / 1024, 1),
+                     "peak_traced_mib": round(traced / 2**20, 1)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,12 +106,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    figures = run_scenario(args.scenario, scale=args.scale, seed=args.seed, progress=progress)
-    seconds = time.perf_counter() - started
+    engine = _engine(args)
+    figures, cost = _measured(lambda: run_scenario(
+        args.scenario, scale=args.scale, seed=args.seed, progress=progress, clients=args.clients,
+        method=args.method, engine=engine, noise=args.noise))
     args.out.mkdir(parents=True, exist_ok=True)
     plot_path = args.out / f"{args.scenario}.png"
-    PLOTS[args.scenario](figures, plot_path, f"{SCENARIOS[args.scenario].title} [{args.scale}, seed {args.seed}]")
-    document = {"scenario": args.scenario, "scale": args.scale, "seed": args.seed, "seconds": round(seconds, 3),
+    clients = figures.get("clients")
+    label = f"{args.scale}, seed {args.seed}" + (f", {clients:,} clients, {args.method}" if clients else "")
+    PLOTS[args.scenario](figures, plot_path, f"{SCENARIOS[args.scenario].title} [{label}]")
+    document = {"scenario": args.scenario, "scale": args.scale, "seed": args.seed, "clients": clients,
+                "method": args.method if SCENARIOS[args.scenario].has_clients else None,
+                "engine": engine.name if engine is not None else "local", **cost,
                 "plot": str(plot_path), "data": str(args.out / f"{args.scenario}.json"), "figures": figures}
     text = json.dumps(document, indent=2, allow_nan=False)
     (args.out / f"{args.scenario}.json").write_text(text + "\n")
@@ -62,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         for line in SUMMARIES[args.scenario](figures):
             print(line)
-        print(f"plot: {plot_path}  data: {document['data']}  ({seconds:.1f} s)")
+        print(f"plot: {plot_path}  data: {document['data']}")
+        print(f"wall time {cost['seconds']:.1f} s, peak memory {cost['peak_rss_mib']:,.0f} MiB RSS "
+              f"({cost['peak_traced_mib']:,.0f} MiB traced allocations)")
     return 0
 
 
@@ -116,6 +182,24 @@ def _certificate_lines(f: Figures) -> list[str]:
     return out
 
 
+def _city_lines(f: Figures) -> list[str]:
+    c = f["certificates"]
+    out = [f"synthetic city: {f['clients']:,} clients ({f['method']}), {f['places']:,} places, {f['visits']:,} visits; "
+           f"round {f['level_from']:g} -> {f['level_to']:g} with {f['willing']:,} clients "
+           f"(window epsilon {f['epsilon_window']:g})",
+           "collection  level  reports         MSE of place counts   closed form      ratio"]
+    for name in ("round0", "round"):
+        r = f[name]
+        out.append(f"{name:10s}  {r['level']:<5g}  {r['reports']:<14,d}  {r['mse']:<20.4g}  {r['theory']:<15.4g}  "
+                   f"{r['ratio']:.3f}")
+    for key in ("alpha0", "alpha"):
+        a = c[key]
+        share = "-" if a["share_of_safe"] is None else f"{a['share_of_safe']:.3f}"
+        out.append(f"certified safe (<= {c['threshold']:,}) at alpha = {a['alpha']:g}: {a['certified_safe']:,} of "
+                   f"{c['truly_safe']:,} truly safe ({share}), wrongly: {a['false_safe']}")
+    return out
+
+
 def _collusion_lines(f: Figures) -> list[str]:
     sizes = f["colluders"]
     out = [f"averaging attack, eps = {f['epsilon']:g}, D = {f['sensitivity']:g}, margin m = {f['margin']:g}, "
@@ -138,6 +222,7 @@ SUMMARIES: dict[str, Callable[[Figures], list[str]]] = {
     "relaxation": _relaxation_lines,
     "asymmetric-advantage": _advantage_lines,
     "certificates": _certificate_lines,
+    "city": _city_lines,
     "collusion": _collusion_lines,
 }
 
@@ -268,9 +353,37 @@ def _plot_collusion(f: Figures, path: Path, title: str) -> None:
     _save(fig, path, title)
 
 
+def _plot_city(f: Figures, path: Path, title: str) -> None:
+    import numpy as np
+
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
+    for i, (name, truth, label) in enumerate((("round0", "truth", "round 0"), ("round", "round_truth", "round"))):
+        r = f[name]
+        t = np.asarray(f[truth], dtype=float)
+        ones = np.asarray(f["ones_round0" if name == "round0" else "ones_round"], dtype=float)
+        q = np.exp(-r["level"] / 2.0)
+        estimate = (ones - q * r["reports"]) / (1.0 - q)
+        left.scatter(t, estimate - t, s=4, color=f"C{i}", alpha=0.5,
+                     label=f"{label}, level {r['level']:g} (sd {r['mse'] ** 0.5:.3g}, theory {r['theory'] ** 0.5:.3g})")
+    left.set_xscale("symlog")
+    left.set_xlabel("true count of the place")
+    left.set_ylabel("estimate - truth")
+    left.legend(fontsize=8)
+    c = f["certificates"]
+    names = ["truly safe", "certified, alpha = 0", f"certified, alpha = {c['alpha']['alpha']:g}",
+             "wrongly certified (alpha > 0)"]
+    values = [c["truly_safe"], c["alpha0"]["certified_safe"], c["alpha"]["certified_safe"], c["alpha"]["false_safe"]]
+    right.bar(range(4), values, color=["grey", "C0", "C1", "C3"])
+    right.set_xticks(range(4), names, rotation=15, fontsize=8)
+    right.set_ylabel(f"places (threshold {c['threshold']:,} round participants)")
+    _save(fig, path, title)
+
+
 PLOTS: dict[str, Callable[[Figures, Path, str], None]] = {
     "relaxation": _plot_relaxation,
     "asymmetric-advantage": _plot_advantage,
     "certificates": _plot_certificates,
+    "city": _plot_city,
     "collusion": _plot_collusion,
 }

@@ -17,13 +17,19 @@ JSON-ready dict next to the closed-form prediction:
   certified, against the threshold and the epsilon, for local one-sided
   certificates and the central ALap, AGeo and the best ``(eps, delta)``-DP
   sanitizer. Claim: the one-sided ones are never wrong at ``alpha = 0``.
+* ``city`` (the demo's workload): a synthetic city's visits, a relaxation
+  round, decoding and one-sided certificates, without the server.
 * ``collusion`` (multi-user paper, Sec. B): the averaging attack against
   independent Laplace answers, Mechanism A and correlated releases, with the
   paper's ``i = max{30, 18 D^2 / (m^2 eps^2)}``.
 
 Every scenario has a ``small`` setup (seconds; what the tests run) and a
 ``paper`` setup (up to a million simulated clients, minutes). Randomness
-comes from one :class:`~protocol.rng.SeededRandom` per run.
+comes from one :class:`~protocol.rng.SeededRandom` per run. The scenarios
+with clients also take ``clients`` (any number) and ``method``:
+``"per-client"`` (every client's bits and noise) or ``"aggregate"`` (the
+cells' counts drawn exactly, 10^9 clients in seconds; docs/simulation.md).
+``city``'s per-client path runs on an engine (local or Dask).
 
 >>> run_scenario("collusion", scale="small", seed=1)["paper_colluders"]
 72
@@ -31,6 +37,7 @@ comes from one :class:`~protocol.rng.SeededRandom` per run.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,33 +64,50 @@ class Scenario:
     module: str
     setups: str
     function: str
+    resize: str | None = None  # the module's with_clients(setup, clients, method), if it has clients
 
-    def load(self) -> tuple[dict[str, Any], Any]:
-        """``(setups by scale, run function)`` from the scenario's module."""
+    @property
+    def has_clients(self) -> bool:
+        return self.resize is not None
+
+    def load(self) -> tuple[dict[str, Any], Any, Any]:
+        """``(setups by scale, run function, with_clients or None)`` from the scenario's module."""
         module = importlib.import_module(f"aggregator.research.scenarios.{self.module}")
-        return getattr(module, self.setups), getattr(module, self.function)
+        resize = getattr(module, self.resize) if self.resize else None
+        return getattr(module, self.setups), getattr(module, self.function), resize
 
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario("relaxation", "relaxation round vs one-shot vs composition (gradual-release paper)",
-                 "relaxation", "RELAXATION_SETUPS", "relaxation"),
+                 "relaxation", "RELAXATION_SETUPS", "relaxation", "with_clients"),
         Scenario("asymmetric-advantage", "rare-item variance, asymmetric vs symmetric at equal epsilon (DESIGN 4)",
-                 "advantage", "ADVANTAGE_SETUPS", "asymmetric_advantage"),
+                 "advantage", "ADVANTAGE_SETUPS", "asymmetric_advantage", "with_clients"),
         Scenario("certificates", "certified-safe places: local one-sided vs central ALap/AGeo/(eps,delta)-DP (ADP)",
-                 "certificates", "CERTIFICATE_SETUPS", "certificates"),
+                 "certificates", "CERTIFICATE_SETUPS", "certificates", "with_clients"),
+        Scenario("city", "the demo's synthetic city: relaxation round, decoding, certificates",
+                 "city", "CITY_SETUPS", "city", "with_clients"),
         Scenario("collusion", "averaging attack vs colluders: independent, Mechanism A, correlated (multi-user)",
                  "collusion", "COLLUSION_SETUPS", "collusion"),
     )
 }
 
 
-def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress: Progress = quiet) -> Figures:
+def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress: Progress = quiet,
+                 clients: int | None = None, method: str = "per-client", engine: Any = None,
+                 noise: str | None = None) -> Figures:
     """Run scenario ``name`` at ``scale`` with a ``SeededRandom(seed)`` stream; returns its figures.
 
+    Args:
+        clients: replaces the setup's number of clients (its thresholds scale with it).
+        method: ``"per-client"`` or ``"aggregate"``.
+        engine: an :class:`~aggregator.research.engine.Engine` for ``city``'s per-client path.
+        noise: ``city``'s per-client noise, ``"seeded"`` or ``"keyed"`` (the SDK's per-client secrets).
+
     Raises:
-        ParameterError: unknown ``scenario`` or ``scale``.
+        ParameterError: unknown ``scenario``, ``scale`` or ``method``; ``clients``,
+            ``method`` or ``engine`` for a scenario without them.
     """
     from protocol.errors import ParameterError
     from protocol.rng import SeededRandom
@@ -92,8 +116,26 @@ def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress:
         raise ParameterError("scenario", f"must be one of {sorted(SCENARIOS)}, got {name!r}")
     if scale not in SCALES:
         raise ParameterError("scale", f"must be one of {SCALES}, got {scale!r}")
-    setups, run = SCENARIOS[name].load()
-    result: Figures = run(setups[scale], SeededRandom(seed), progress)
+    scenario = SCENARIOS[name]
+    setups, run, resize = scenario.load()
+    setup = setups[scale]
+    if resize is None:
+        if clients is not None or method != "per-client" or engine is not None or noise is not None:
+            raise ParameterError("method", f"scenario {name!r} has no clients to simulate another way")
+        result: Figures = run(setup, SeededRandom(seed), progress)
+        return result
+    if clients is not None:
+        setup = resize(setup, clients, method)
+    if noise is not None:
+        if name != "city":
+            raise ParameterError("noise", "only the city scenario has keyed noise")
+        setup = dataclasses.replace(setup, noise=noise)
+    if engine is not None:
+        if name != "city" or method != "per-client":
+            raise ParameterError("engine", "only the city scenario's per-client path runs on an engine")
+        result = run(setup, SeededRandom(seed), progress, method=method, engine=engine)
+        return result
+    result = run(setup, SeededRandom(seed), progress, method=method)
     return result
 
 

@@ -6,11 +6,12 @@ See :mod:`aggregator.research.scenarios` for what every scenario returns.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from aggregator.analysis.decoding import BitCounts, bit_estimates
+from aggregator.research.aggregate import count_generator, released_ones
 from aggregator.research.populations import (
     theoretical_variance,
 )
@@ -19,6 +20,7 @@ from aggregator.research.scenarios.common import (
     FloatArray,
     Progress,
     check_levels,
+    check_method,
     check_positive_int,
     chunks,
     quiet,
@@ -94,6 +96,22 @@ def _rare_item_errors(setup: AdvantageSetup, randomizer: Randomizer, rng: Random
     return errors
 
 
+def _rare_item_errors_aggregate(setup: AdvantageSetup, randomizer: Randomizer, gen: np.random.Generator) -> FloatArray:
+    """:func:`_rare_item_errors` with each item's count drawn directly (``holders`` ones of ``clients``)."""
+    truth = np.full((setup.repetitions, setup.items), setup.holders, dtype=np.int64)
+    ones = released_ones(truth, setup.clients, randomizer, (randomizer.level,), gen)[0]
+    counts = BitCounts(ones=ones, totals=np.full(setup.repetitions, setup.clients))
+    errors: FloatArray = bit_estimates(counts, randomizer)[0] - setup.holders
+    return errors
+
+
+def with_clients(setup: AdvantageSetup, clients: int, method: str) -> AdvantageSetup:
+    """``setup`` at ``clients``: the same rare items, with ``holders`` capped at ``clients // items``."""
+    check_positive_int("clients", clients)
+    return replace(setup, clients=clients, chunk=min(setup.chunk, clients),
+                   holders=max(1, min(setup.holders, clients // setup.items)))
+
+
 def _mse_and_relative_se(errors: FloatArray) -> tuple[float, float]:
     """Mean squared error (the truth is known) and the relative standard error of that mean."""
     sq = errors.ravel() ** 2
@@ -101,12 +119,16 @@ def _mse_and_relative_se(errors: FloatArray) -> tuple[float, float]:
     return mse, float(sq.std(ddof=1) / math.sqrt(sq.size) / mse)
 
 
-def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Progress = quiet) -> Figures:
+def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Progress = quiet, *,
+                         method: str = "per-client") -> Figures:
     """Rare-item variance, asymmetric over symmetric at equal per-bit epsilon.
 
     Predicted ``1 - e^-eps`` (``N/(e^eps - 1)`` against ``N e^eps/(e^eps - 1)^2``);
     with ``h`` holders exactly ``(1 - h/N)(1 - e^-eps)`` (``exact_ratio``).
+    ``method="aggregate"`` draws each item's count directly.
     """
+    check_method(method)
+    gen = count_generator(rng) if method == "aggregate" else None
     rows = []
     truth = np.full(setup.items, float(setup.holders))
     for eps in setup.epsilons:
@@ -114,7 +136,9 @@ def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Pro
         row: Figures = {"epsilon": eps}
         rel_se = []
         for mode, randomizer in equal_epsilon_randomizers(eps).items():
-            mse, se = _mse_and_relative_se(_rare_item_errors(setup, randomizer, rng))
+            errors = (_rare_item_errors(setup, randomizer, rng) if gen is None
+                      else _rare_item_errors_aggregate(setup, randomizer, gen))
+            mse, se = _mse_and_relative_se(errors)
             row[f"{mode}_level"] = randomizer.level
             row[f"{mode}_epsilon_bit"] = bit_epsilon(randomizer.mode, randomizer.level)
             row[f"{mode}_variance"] = mse
@@ -126,7 +150,7 @@ def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Pro
         row["exact_ratio"] = row["asymmetric_theory"] / row["symmetric_theory"]
         rows.append(row)
     return {
-        "clients": setup.clients, "items": setup.items, "holders": setup.holders,
+        "clients": setup.clients, "method": method, "items": setup.items, "holders": setup.holders,
         "repetitions": setup.repetitions, "samples": setup.items * setup.repetitions, "rows": rows,
         "max_relative_gap": max(abs(r["ratio"] / r["predicted"] - 1.0) for r in rows),
     }

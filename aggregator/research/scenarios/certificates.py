@@ -6,7 +6,7 @@ See :mod:`aggregator.research.scenarios` for what every scenario returns.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +14,7 @@ from scipy import special
 
 from aggregator.analysis.certify import one_sided_upper_bounds
 from aggregator.analysis.decoding import BitCounts
+from aggregator.research.aggregate import count_generator, place_holders, released_ones
 from aggregator.research.bounds import dp_beta_upper_bound, virtual_dp_sanitizer
 from aggregator.research.populations import (
     SyntheticCity,
@@ -24,6 +25,7 @@ from aggregator.research.scenarios.common import (
     IntArray,
     Progress,
     check_levels,
+    check_method,
     check_positive_int,
     chunks,
     quiet,
@@ -124,10 +126,55 @@ class _Visits:
         return ones
 
 
-def _visits(setup: CertificateSetup, rng: RandomSource) -> _Visits:
+@dataclass(frozen=True)
+class _CountVisits:
+    """The population as counts only (``method="aggregate"``): holders per place, exact joint law.
+
+    ``ones`` draws ``holders + Binomial(clients - holders, p*)`` per place
+    from ``gen`` (derived from the run's source by :func:`count_generator`).
+    """
+
+    params: MetricParams
+    names: tuple[str, ...]
+    counts: IntArray
+    clients: int
+    gen: np.random.Generator
+
+    def ones(self, randomizer: Randomizer, rng: RandomSource) -> IntArray:
+        """Reports' ones per place, drawn per place (``rng`` is not used: ``gen`` derives from it)."""
+        out: IntArray = released_ones(self.counts, self.clients, randomizer, (randomizer.level,), self.gen)[0]
+        return out
+
+
+def _city(setup: CertificateSetup) -> tuple[SyntheticCity, MetricParams]:
     city = SyntheticCity(num_places=setup.places, zipf_exponent=setup.zipf_exponent, mean_places=setup.mean_places)
+    params = MetricParams(name="visits", encoding=DirectEncoding(domain=tuple(city.names())), mode="asymmetric",
+                          level=1.0)
+    return city, params
+
+
+def _count_visits(setup: CertificateSetup, rng: RandomSource) -> _CountVisits:
+    city, params = _city(setup)
+    gen = count_generator(rng)
+    return _CountVisits(params=params, names=tuple(city.names()), counts=place_holders(city, setup.clients, gen),
+                        clients=setup.clients, gen=gen)
+
+
+def with_clients(setup: CertificateSetup, clients: int, method: str) -> CertificateSetup:
+    """``setup`` at ``clients``, thresholds scaled by ``clients / setup.clients`` (the same shares of the city)."""
+    check_positive_int("clients", clients)
+    scale = clients / setup.clients
+
+    def scaled(ts: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted({max(1, round(t * scale)) for t in ts}))
+
+    return replace(setup, clients=clients, chunk=min(setup.chunk, clients), thresholds=scaled(setup.thresholds),
+                   sweep_thresholds=scaled(setup.sweep_thresholds))
+
+
+def _visits(setup: CertificateSetup, rng: RandomSource) -> _Visits:
+    city, params = _city(setup)
     names = tuple(city.names())
-    params = MetricParams(name="visits", encoding=DirectEncoding(domain=names), mode="asymmetric", level=1.0)
     sets, cohorts = [], []
     counts = np.zeros(setup.places, dtype=np.int64)
     for n in chunks(setup.clients, setup.chunk):
@@ -158,7 +205,7 @@ def _dp_decisions(counts: IntArray, t: int, eps: float, setup: CertificateSetup,
     return out
 
 
-def _safe_decisions(visits: _Visits, setup: CertificateSetup, eps: float, thresholds: list[int],
+def _safe_decisions(visits: _Visits | _CountVisits, setup: CertificateSetup, eps: float, thresholds: list[int],
                     rng: RandomSource) -> dict[str, npt.NDArray[np.bool_]]:
     """One draw of every mechanism at per-visit ``eps``: ``safe`` per (threshold, place)."""
     level = 2.0 * eps
@@ -196,7 +243,7 @@ def _safe_theory(name: str, counts: IntArray, t: int, eps: float, setup: Certifi
     return None  # local alpha > 0: no closed form (a bound: false-safe <= alpha)
 
 
-def _certificate_sweep(visits: _Visits, setup: CertificateSetup, eps: float, thresholds: list[int],
+def _certificate_sweep(visits: _Visits | _CountVisits, setup: CertificateSetup, eps: float, thresholds: list[int],
                        rng: RandomSource) -> list[Figures]:
     """Per threshold: safe fraction, false-safe rate and theory of every mechanism at ``eps``."""
     c = visits.counts
@@ -222,16 +269,19 @@ def _certificate_sweep(visits: _Visits, setup: CertificateSetup, eps: float, thr
     return rows
 
 
-def certificates(setup: CertificateSetup, rng: RandomSource, progress: Progress = quiet) -> Figures:
+def certificates(setup: CertificateSetup, rng: RandomSource, progress: Progress = quiet, *,
+                 method: str = "per-client") -> Figures:
     """Certified-safe fraction and false-safe rate vs threshold and vs epsilon.
 
     ``safe_fraction`` is the ADP paper's ``E[beta]`` (the mean over truly
     safe places of the probability to be certified safe); ``false_safe_rate``
     the share of truly unsafe places certified safe (0 for the local
     ``alpha = 0`` certificate, ALap and AGeo; at most ``alpha`` otherwise).
+    ``method="aggregate"`` draws the holders and the reported ones per place directly.
     """
-    progress("certificates: drawing the population")
-    visits = _visits(setup, rng)
+    check_method(method)
+    progress(f"certificates: drawing {setup.clients:,} clients ({method})")
+    visits: _Visits | _CountVisits = _count_visits(setup, rng) if method == "aggregate" else _visits(setup, rng)
     progress(f"certificates: threshold sweep at eps {setup.epsilon:g}")
     by_threshold = _certificate_sweep(visits, setup, setup.epsilon, list(setup.thresholds), rng)
     by_epsilon = []
@@ -242,7 +292,7 @@ def certificates(setup: CertificateSetup, rng: RandomSource, progress: Progress 
     never_wrong = ("local_alpha0", "alap", "ageo")
     decisions = {m: _false_safe_total(rows, m, setup.repetitions) for m in MECHANISMS}
     return {
-        "clients": setup.clients, "places": setup.places, "visits": int(visits.counts.sum()),
+        "clients": setup.clients, "method": method, "places": setup.places, "visits": int(visits.counts.sum()),
         "repetitions": setup.repetitions, "alpha": setup.alpha, "delta": setup.delta,
         "epsilon": setup.epsilon, "sweep_thresholds": list(setup.sweep_thresholds), "mechanisms": MECHANISMS,
         "by_threshold": by_threshold, "by_epsilon": by_epsilon,

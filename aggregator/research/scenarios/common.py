@@ -16,6 +16,8 @@ from protocol.validation import check_int, check_number
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 MODES: tuple[Mode, ...] = ("symmetric", "asymmetric")
+# How a scenario simulates its clients: every client's bits and noise, or the cells' counts directly.
+METHODS: tuple[str, ...] = ("per-client", "aggregate")
 
 
 def check_positive_int(field: str, value: Any) -> None:
@@ -30,10 +32,15 @@ def check_levels(field: str, values: tuple[float, ...]) -> None:
         check_number(field, value, positive=True)
 
 
+def check_method(method: str) -> None:
+    if method not in METHODS:
+        raise ParameterError("method", f"must be one of {METHODS}, got {method!r}")
+
+
 def chunks(total: int, size: int) -> Iterator[int]:
     """Sizes of consecutive chunks of at most ``size`` adding up to ``total``."""
     for start in range(0, total, size):
         yield min(size, total - start)
 
 
-__all__ = ["MODES", "Figures", "FloatArray", "IntArray", "Progress", "check_levels", "check_positive_int", "chunks", "quiet"]
+__all__ = ["METHODS", "MODES", "check_method", "Figures", "FloatArray", "IntArray", "Progress", "check_levels", "check_positive_int", "chunks", "quiet"]

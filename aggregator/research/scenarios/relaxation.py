@@ -5,23 +5,28 @@ See :mod:`aggregator.research.scenarios` for what every scenario returns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from aggregator.research.aggregate import bloom_bit_truth, count_generator, relaxation_draws
 from aggregator.research.populations import (
-    Population,
+    RelaxationResult,
     SyntheticCity,
     cohort_bit_counts,
     make_population,
     relaxation_experiment,
+    score_relaxation,
     theoretical_variance,
 )
 from aggregator.research.scenarios.common import (
     MODES,
     Figures,
+    IntArray,
     Progress,
     check_levels,
+    check_method,
     check_positive_int,
     chunks,
     quiet,
@@ -81,15 +86,13 @@ RELAXATION_SETUPS = {
 }
 
 
-def _composition_theory(pop: Population, base: Randomizer, level_to: float) -> tuple[float, float]:
+def _composition_theory(truth: IntArray, totals: IntArray, base: Randomizer, level_to: float) -> tuple[float, float]:
     """Mean over cells of the one-shot variance at ``level_to`` and of the composed one.
 
     Composition: the first collection (variance ``v1``) and an independent
     one at ``level_to - level_from`` (``v2``) combined with inverse-variance
     weights: ``v1 v2 / (v1 + v2)``.
     """
-    cohorts = int(pop.cohorts.max()) + 1
-    truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, cohorts)
     t, n = truth.astype(np.float64), totals.astype(np.float64)[:, None]
     v1 = theoretical_variance(t, n, base)
     v2 = theoretical_variance(t, n, base.with_level(level_to - base.level))
@@ -98,15 +101,41 @@ def _composition_theory(pop: Population, base: Randomizer, level_to: float) -> t
     return float(np.mean(v_to)), float(np.mean(both))
 
 
-def _relaxation_cell(pops: list[Population], mode: Mode, pair: tuple[float, float], reps: int,
-                     rng: RandomSource) -> Figures:
+# One population's truth and its experiment: (truth ones, totals, run(base, level_to, repetitions)).
+Truth = tuple[IntArray, IntArray, Callable[[Randomizer, float, int], RelaxationResult]]
+
+
+def _per_client_truths(setup: RelaxationSetup, city: SyntheticCity, rng: RandomSource) -> list[Truth]:
+    """Populations of ``chunk`` clients, every client's noise drawn (the reference path)."""
+    out: list[Truth] = []
+    for n in chunks(setup.clients, setup.chunk):
+        pop = make_population(city, n, setup.encoding, rng)
+        truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, setup.encoding.num_cohorts)
+        out.append((truth, totals, lambda b, lv, reps, pop=pop: relaxation_experiment(  # type: ignore[misc]
+            pop, b, lv, repetitions=reps, rng=rng)))
+    return out
+
+
+def _aggregate_truths(setup: RelaxationSetup, city: SyntheticCity, rng: RandomSource) -> list[Truth]:
+    """One population of ``clients``, drawn and randomized per (cohort, bit) cell (docs/simulation.md)."""
+    gen = count_generator(rng)
+    truth, totals = bloom_bit_truth(city, setup.clients, setup.encoding, gen)
+
+    def run(base: Randomizer, level_to: float, reps: int) -> RelaxationResult:
+        return score_relaxation(truth, totals, base, level_to,
+                                relaxation_draws(truth, totals, base, level_to, reps, gen))
+
+    return [(truth, totals, run)]
+
+
+def _relaxation_cell(pops: list[Truth], mode: Mode, pair: tuple[float, float], reps: int) -> Figures:
     level_from, level_to = pair
     base = Randomizer(mode=mode, level=level_from)
     sums = dict.fromkeys(("first", "relaxed", "one_shot", "composition", "theory", "theory_composition"), 0.0)
     cells = 0
-    for pop in pops:
-        res = relaxation_experiment(pop, base, level_to, repetitions=reps, rng=rng)
-        v_to, v_both = _composition_theory(pop, base, level_to)
+    for truth, totals, experiment in pops:
+        res = experiment(base, level_to, reps)
+        v_to, v_both = _composition_theory(truth, totals, base, level_to)
         for key, value in (("first", res.first), ("relaxed", res.relaxed), ("one_shot", res.one_shot),
                            ("composition", res.composition), ("theory", v_to), ("theory_composition", v_both)):
             sums[key] += value
@@ -124,7 +153,15 @@ def _relaxation_cell(pops: list[Population], mode: Mode, pair: tuple[float, floa
     }
 
 
-def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = quiet) -> Figures:
+def with_clients(setup: RelaxationSetup, clients: int, method: str) -> RelaxationSetup:
+    """``setup`` at ``clients`` (the per-client path keeps its chunk when it divides ``clients``)."""
+    check_positive_int("clients", clients)
+    chunk = clients if method == "aggregate" or clients <= setup.chunk else setup.chunk
+    return replace(setup, clients=clients, chunk=chunk)
+
+
+def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = quiet, *,
+               method: str = "per-client") -> Figures:
     """MSE after a relaxation round vs one-shot and composition, per grid cell and mode.
 
     ``cells`` counts the squared errors pooled per point (cells x
@@ -133,17 +170,23 @@ def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = q
     over the closed-form one-shot variance; ``composition_ratio`` spends the
     same total level by collecting twice (claim: above 1, by
     ``theory_composition_ratio`` with optimal weights).
+
+    ``method``: ``"per-client"`` draws every client's bits and noise in
+    populations of ``chunk``; ``"aggregate"`` draws one population's cell
+    counts directly (:mod:`aggregator.research.aggregate`), any ``clients``.
     """
+    check_method(method)
     city = SyntheticCity(num_places=setup.places)
-    pops = [make_population(city, n, setup.encoding, rng) for n in chunks(setup.clients, setup.chunk)]
+    progress(f"relaxation: drawing {setup.clients:,} clients ({method})")
+    pops = (_aggregate_truths if method == "aggregate" else _per_client_truths)(setup, city, rng)
     grid = []
     for mode in MODES:
         for pair in setup.pairs():
             progress(f"relaxation: {mode} {pair[0]:g} -> {pair[1]:g}")
-            grid.append(_relaxation_cell(pops, mode, pair, setup.repetitions, rng))
+            grid.append(_relaxation_cell(pops, mode, pair, setup.repetitions))
     ratios = [c["ratio"] for c in grid]
     return {
-        "clients": setup.clients, "encoding": setup.encoding.to_dict(), "places": setup.places,
+        "clients": setup.clients, "method": method, "encoding": setup.encoding.to_dict(), "places": setup.places,
         "repetitions": setup.repetitions, "grid": grid,
         "ratio_min": min(ratios), "ratio_max": max(ratios),
         "composition_ratio_min": min(c["composition_ratio"] for c in grid),

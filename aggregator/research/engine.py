@@ -1,0 +1,143 @@
+"""Where per-client blocks run: in this process, or on a Dask cluster (docs/simulation.md).
+
+A per-client simulation is cut into *blocks* of a fixed number of clients;
+block ``i`` draws everything from child ``i`` of ``SeedSequence.spawn``
+of the run's root seed, and returns integer counts. The result is the sum
+of the blocks' counts, so it does not depend on how blocks are grouped
+into tasks, on the order in which they finish, or on the engine: the local
+engine and a Dask cluster give identical results for the same seed. A task
+runs its blocks one after the other, so its memory is bounded by one block.
+
+>>> seeds = block_seeds(np.random.SeedSequence(1), 3)
+>>> [s.spawn_key for s in seeds]
+[(0,), (1,), (2,)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.errors import ParameterError
+
+IntArray = npt.NDArray[np.int64]
+BlockCounts = dict[str, IntArray]
+# fn(setup, block index, block seed) -> counts
+BlockFunction = Callable[[Any, int, np.random.SeedSequence], BlockCounts]
+
+__all__ = ["BlockCounts", "DaskEngine", "Engine", "LocalEngine", "block_seeds", "run_task"]
+
+
+def block_seeds(root: np.random.SeedSequence, blocks: int) -> list[np.random.SeedSequence]:
+    """Child ``i`` of ``root.spawn(blocks)`` for every block (``spawn_key == (i,)`` on a fresh root)."""
+    fresh = np.random.SeedSequence(root.entropy, spawn_key=root.spawn_key, pool_size=root.pool_size)
+    return fresh.spawn(blocks)
+
+
+def add_counts(total: BlockCounts | None, part: BlockCounts) -> BlockCounts:
+    """Sum of two blocks' counts (key by key)."""
+    if total is None:
+        return {k: np.array(v, dtype=np.int64) for k, v in part.items()}
+    if total.keys() != part.keys():
+        raise ParameterError("counts", f"blocks return different keys: {sorted(total)} and {sorted(part)}")
+    return {k: total[k] + part[k] for k in total}
+
+
+def run_task(fn: BlockFunction, setup: Any, blocks: Sequence[tuple[int, np.random.SeedSequence]]) -> BlockCounts:
+    """One task: its blocks one after the other, summed (memory: one block at a time)."""
+    total: BlockCounts | None = None
+    for index, seed in blocks:
+        total = add_counts(total, fn(setup, index, seed))
+    if total is None:
+        raise ParameterError("blocks", "a task needs at least one block")
+    return total
+
+
+def _tasks(seeds: list[np.random.SeedSequence], per_task: int) -> list[list[tuple[int, np.random.SeedSequence]]]:
+    indexed = list(enumerate(seeds))
+    return [indexed[i : i + per_task] for i in range(0, len(indexed), per_task)]
+
+
+class Engine(Protocol):
+    """Runs ``fn`` on every block and returns the summed counts."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
+            progress: Callable[[str], None]) -> BlockCounts: ...
+
+
+@dataclass(frozen=True)
+class LocalEngine:
+    """Every block in this process, in order."""
+
+    name: str = "local"
+
+    def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
+            progress: Callable[[str], None]) -> BlockCounts:
+        total: BlockCounts | None = None
+        for index, seed in enumerate(seeds):
+            total = add_counts(total, fn(setup, index, seed))
+            if (index + 1) % max(1, len(seeds) // 10) == 0:
+                progress(f"local engine: {index + 1}/{len(seeds)} blocks")
+        if total is None:
+            raise ParameterError("blocks", "need at least one block")
+        return total
+
+
+@dataclass(frozen=True)
+class DaskEngine:
+    """Tasks of ``blocks_per_task`` blocks on a Dask cluster (``dask.distributed``).
+
+    Attributes:
+        scheduler: address of a running scheduler (``tcp://host:8786``); ``None``
+            starts a ``LocalCluster`` for the run.
+        workers: workers of that LocalCluster (one thread each).
+        processes: LocalCluster workers as processes (``False``: threads in
+            this process, what the tests use).
+        blocks_per_task: blocks one task runs in a row.
+    """
+
+    scheduler: str | None = None
+    workers: int = 2
+    processes: bool = True
+    blocks_per_task: int = 4
+    name: str = "dask"
+
+    def __post_init__(self) -> None:
+        for field in ("workers", "blocks_per_task"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ParameterError(field, f"must be an integer >= 1, got {value!r}")
+
+    def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
+            progress: Callable[[str], None]) -> BlockCounts:
+        from distributed import Client, LocalCluster, as_completed
+
+        tasks = _tasks(seeds, self.blocks_per_task)
+        if self.scheduler is None:
+            cluster: Any = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=self.processes,
+                                        dashboard_address=None)
+        else:
+            cluster = self.scheduler
+        try:
+            with Client(cluster) as client:
+                progress(f"dask: {len(tasks)} tasks of <= {self.blocks_per_task} blocks on {client.scheduler.address}")
+                futures = client.map(run_task, [fn] * len(tasks), [setup] * len(tasks), tasks, pure=False)
+                total: BlockCounts | None = None
+                for done, future in enumerate(as_completed(futures), start=1):
+                    total = add_counts(total, future.result())
+                    future.release()
+                    if done % max(1, len(tasks) // 10) == 0:
+                        progress(f"dask: {done}/{len(tasks)} tasks")
+        finally:
+            if not isinstance(cluster, str):
+                cluster.close()
+        if total is None:
+            raise ParameterError("blocks", "need at least one block")
+        return total
