@@ -218,6 +218,7 @@ class LiveServer:
         self._server.server_close()
         self._thread.join(timeout=10)
         self.app.extensions["onesided"].opener.close()
+        self.app.extensions["onesided"].offloader.close()
 
 
 @contextlib.contextmanager

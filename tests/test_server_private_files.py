@@ -66,9 +66,19 @@ def test_existing_files_are_made_private_again(tmp_path: Path) -> None:
         assert not (tmp_path / name).exists() or mode(tmp_path / name) == 0o600
 
 
+def test_our_own_loose_data_dir_is_made_private_again(tmp_path: Path) -> None:
+    own = tmp_path / "own"
+    (own / "keys").mkdir(parents=True)
+    own.chmod(0o755)  # mkdir under umask 022, or an earlier version
+    app = create_app({"data_dir": own}, keys=AggregatorKeys.generate())
+    app.extensions["onesided"].storage.close()
+    assert mode(own) == 0o700 and mode(own / "onesided.db") == 0o600
+
+
 def test_a_shared_data_dir_is_refused_unless_allowed(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
+    (shared / "notes.txt").write_text("someone else's file")
     shared.chmod(0o755)
     with pytest.raises(ParameterError) as err:
         create_app({"data_dir": shared}, keys=AggregatorKeys.generate())
@@ -83,6 +93,7 @@ def test_a_shared_data_dir_is_refused_unless_allowed(tmp_path: Path) -> None:
 def test_serve_refuses_a_shared_data_dir_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shared = tmp_path / "world"
     shared.mkdir()
+    (shared / "other").mkdir()
     shared.chmod(0o750)
     assert main(["serve", "--data-dir", str(shared)]) == 2
     assert str(shared) in capsys.readouterr().err

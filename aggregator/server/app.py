@@ -23,6 +23,7 @@ from aggregator.server.context import EXTENSION_KEY, AppState
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.routes import API_MODULES
+from aggregator.server.services.offload import Offloader
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
 from protocol.crypto import AggregatorKeys
@@ -77,7 +78,10 @@ def create_app(
     app = Flask("aggregator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     opener = EnvelopeOpener(keys, processes=settings.decrypt_processes)
-    app.extensions[EXTENSION_KEY] = AppState(settings=settings, storage=storage, keys=keys, opener=opener)
+    offloader = Offloader(processes=settings.decode_processes)
+    app.extensions[EXTENSION_KEY] = AppState(
+        settings=settings, storage=storage, keys=keys, opener=opener, offloader=offloader
+    )
     register_error_handlers(app)
     for module in API_MODULES:
         app.register_blueprint(module.blueprint)

@@ -1,4 +1,4 @@
-"""What a request handler needs from the running app: settings, storage, keys, envelope opener.
+"""What a request handler needs from the running app: settings, storage, keys, envelope opener, offloader.
 
 ``create_app`` stores one :class:`AppState` in ``app.extensions``;
 blueprints (ours and those of later modules: rounds, estimates, releases)
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from flask import current_app
 
 from aggregator.server.opener import EnvelopeOpener
+from aggregator.server.services.offload import Offloader
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
 from protocol.crypto import AggregatorKeys
@@ -28,6 +29,7 @@ class AppState:
     storage: Storage
     keys: AggregatorKeys
     opener: EnvelopeOpener
+    offloader: Offloader
 
     def now(self) -> float:
         """The server's clock (Unix seconds); one place to read it."""

@@ -52,3 +52,10 @@ class Forbidden(ApiError):
 
     status = 403
     code = "forbidden"
+
+
+class TooCostly(ApiError):
+    """The request would hold a core longer than the operator allows (422 ``too_costly``)."""
+
+    status = 422
+    code = "too_costly"

@@ -27,6 +27,7 @@ DB_FILE = "onesided.db"
 KEY_DIR = "keys"
 MiB = 1024 * 1024
 DAY = 86400
+DEFAULT_MAX_DECODE_CELLS = 4_000_000  # ~1 s of OLS at 2,048 rows (m=128, 16 cohorts); LASSO more
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
@@ -61,6 +62,12 @@ class Settings:
         decrypt_processes: helper processes that open the sealed reports of
             large batches (0: open them in the worker). Useful with SQLite,
             whose single worker process is otherwise bound to one core.
+        decode_processes: helper processes that run analysts' fits (estimates,
+            certificates), so a long fit does not hold the worker's GIL
+            (0: run them in the request's thread).
+        max_decode_cells: the most work one estimate or certificate request
+            may ask for: candidates x (cohort, bit) rows of a Bloom metric's
+            design matrix; more is 422 ``too_costly`` (field ``candidates``).
         allow_shared_data_dir: serve from a data directory that group or others
             may use (refused by default: it holds the keys and raw reports;
             see ``aggregator.server.private_files``).
@@ -82,6 +89,8 @@ class Settings:
     decrypt_processes: int = 0
     read_timeout_seconds: float = 30.0
     allow_shared_data_dir: bool = False
+    max_decode_cells: int = DEFAULT_MAX_DECODE_CELLS
+    decode_processes: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str | os.PathLike) or not str(self.data_dir):
@@ -101,6 +110,8 @@ class Settings:
         _check_int("retention_seconds", self.retention_seconds, 60, 100 * 365 * DAY)
         _check_int("db_retries", self.db_retries, 1, 100)
         _check_int("decrypt_processes", self.decrypt_processes, 0, 64)
+        _check_int("decode_processes", self.decode_processes, 0, 64)
+        _check_int("max_decode_cells", self.max_decode_cells, 1_000, 10**11)
         _check_seconds("read_timeout_seconds", self.read_timeout_seconds, 0.05, 3600.0)
 
     @property
@@ -139,7 +150,8 @@ class Settings:
         """Settings from ``ONESIDED_DATA_DIR``, ``ONESIDED_DB``, ``ONESIDED_KEY_DIR``,
         ``ONESIDED_ALLOW_PLAINTEXT`` (``1``/``true``), ``ONESIDED_MAX_BODY_BYTES``,
         ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``,
-        ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_READ_TIMEOUT`` (seconds),
+        ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_MAX_DECODE_CELLS``, ``ONESIDED_DECODE_PROCESSES``,
+        ``ONESIDED_READ_TIMEOUT`` (seconds),
         ``ONESIDED_ALLOW_SHARED_DATA_DIR``;
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
@@ -154,6 +166,8 @@ class Settings:
             "clock_skew_seconds": "ONESIDED_CLOCK_SKEW",
             "retention_seconds": "ONESIDED_RETENTION",
             "decrypt_processes": "ONESIDED_DECRYPT_PROCESSES",
+            "max_decode_cells": "ONESIDED_MAX_DECODE_CELLS",
+            "decode_processes": "ONESIDED_DECODE_PROCESSES",
         }
         for name, var in int_vars.items():
             if env.get(var):

@@ -20,6 +20,11 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--max-body-bytes", type=int, help="largest request body in bytes (default 16 MiB)")
     parser.add_argument("--decrypt-processes", type=int,
                         help="helper processes opening sealed reports of large batches (default 0; try 2 on SQLite)")
+    parser.add_argument("--decode-processes", type=int,
+                        help="helper processes running analysts' fits off the request threads (default 1; "
+                             "0: in the request thread)")
+    parser.add_argument("--max-decode-cells", type=int,
+                        help="most candidates x (cohort, bit) rows one estimate may decode (default 4000000)")
     parser.add_argument("--read-timeout", type=float,
                         help="seconds a client may stall while sending a request, per read and per body "
                              "(default 30); env ONESIDED_READ_TIMEOUT")
@@ -42,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         decrypt_processes=args.decrypt_processes,
         read_timeout_seconds=args.read_timeout,
+        decode_processes=args.decode_processes,
+        max_decode_cells=args.max_decode_cells,
         allow_shared_data_dir=args.allow_shared_data_dir,
     )
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,

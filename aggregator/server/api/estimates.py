@@ -57,7 +57,9 @@ CSV_HEADERS = ("metric", "window", "round", "level", "reports", "reason")
 
 def _service() -> DecodingService:
     state = app_state()
-    return DecodingService(state.storage, now=state.now())
+    return DecodingService(
+        state.storage, now=state.now(), max_cells=state.settings.max_decode_cells, offloader=state.offloader
+    )
 
 
 def _query_fields(allowed: Sequence[str]) -> dict[str, Any]:
@@ -156,6 +158,8 @@ _ERRORS = {
     "401": {"$ref": "#/components/responses/Unauthorized"},
     "403": {"$ref": "#/components/responses/Forbidden"},
     "404": {"$ref": "#/components/responses/NotFound"},
+    "422": {"description": "too_costly: candidates x (cohort, bit) rows over the setting max_decode_cells",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
 }
 
 
