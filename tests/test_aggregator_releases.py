@@ -44,9 +44,9 @@ from aggregator.server.services.releases import (
     ReleaseService,
     analyst_budget,
 )
-from protocol.central import MECHANISMS
 from protocol.encodings import DirectEncoding
 from protocol.errors import BudgetExceeded, ParameterError
+from protocol.mechanisms import mechanism_names
 from protocol.params import MetricParams
 
 DOMAIN = tuple(f"place-{i:02d}" for i in range(16))
@@ -435,7 +435,7 @@ def test_any_json_body_is_a_request_or_a_field_error(changes: dict[str, Any], dr
     except ParameterError as exc:
         assert exc.field in (*REQUEST_FIELDS, "body", "other") or exc.field.startswith(("places[", "analysts."))
         return
-    assert parsed.metric == body["metric"] and 0 <= parsed.window < 2**62 and parsed.mechanism in MECHANISMS
+    assert parsed.metric == body["metric"] and 0 <= parsed.window < 2**62 and parsed.mechanism in mechanism_names()
     assert (parsed.epsilon is None) != (parsed.analysts is None)
 
 

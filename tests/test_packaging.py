@@ -8,6 +8,7 @@ dependencies come from the package index (or pip's cache) like on an app develop
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -41,8 +42,13 @@ def test_importing_the_sdk_loads_no_server_or_research_module() -> None:
 def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv with the wheel of this checkout installed, no extras."""
     folder = tmp_path_factory.mktemp("wheel")
+    source = folder / "source"  # built from a copy: setuptools writes build/ and *.egg-info where it builds
+    for part in ("protocol", "client_sdk", "aggregator"):
+        shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(folder),
-                 str(ROOT)])
+                 str(source)])
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = folder.glob("onesided-*.whl")
     venv = folder / "venv"

@@ -83,3 +83,18 @@ def test_bloom_validator_accepts_exactly_the_domain(bits: int, hashes: int, coho
         with pytest.raises(ParameterError) as err:
             MetricParams.from_dict(doc)
         assert err.value.field in {"num_bits", "num_hashes", "num_cohorts"}
+
+
+def test_the_protocol_package_loads_its_modules_on_first_use() -> None:
+    # `import protocol.errors` (the CLI, the SDK's error classes) does not pay for numpy and the mechanisms;
+    # every public name still resolves from the package, and __all__ lists exactly them
+    import subprocess
+    import sys
+
+    import protocol
+
+    code = "import sys, protocol.errors; print('numpy' in sys.modules, 'protocol.mechanisms' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+    assert all(getattr(protocol, name) is not None for name in protocol.__all__)
+    assert set(protocol.__all__) == set(protocol._EXPORTS)
