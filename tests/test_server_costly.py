@@ -15,12 +15,19 @@ from pathlib import Path
 
 import pytest
 import requests
+from aggsupport import (
+    bearer,
+    database_url,
+    live_server,
+    make_reports,
+    post_reports,
+    serve_subprocess,
+)
 
 from aggregator.server.settings import DEFAULT_MAX_DECODE_CELLS, Settings
 from aggregator.server.storage import Storage
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
-from tests.aggsupport import bearer, database_url, live_server, make_reports, post_reports, serve_subprocess
 
 
 def bloom(num_bits: int, num_cohorts: int) -> MetricParams:
@@ -75,7 +82,7 @@ def test_health_answers_within_a_second_during_a_large_estimate(tmp_path: Path) 
         worker = threading.Thread(target=analyst)
         worker.start()
         time.sleep(0.2)
-        latencies = []
+        latencies: list[float] = []
         while worker.is_alive() and len(latencies) < 50:
             started = time.monotonic()
             assert requests.get(f"{url}/v1/health", timeout=5).status_code == 200

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 import requests
+from aggsupport import BACKENDS, LiveServer, bearer, database_url, live_server, make_params
 
 from aggregator.server.api.common import MAX_ROW_ID
 from aggregator.server.openapi import HTTP_METHODS
 from protocol.randomizers import MAX_LEVEL
 from protocol.wire import CONTENT_TYPE_BINARY, CONTENT_TYPE_JSON
-from tests.aggsupport import BACKENDS, LiveServer, bearer, database_url, live_server, make_params
 
 BODY_LIMIT = 4096
 

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aggsupport import make_params
 
 from aggregator import create_app
 from aggregator.cli.main import main
 from protocol.crypto import AggregatorKeys
 from protocol.errors import ParameterError
-from tests.aggsupport import make_params
 
 
 @contextlib.contextmanager

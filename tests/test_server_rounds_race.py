@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import requests
 import sqlalchemy as sa
+from aggsupport import BACKENDS, LiveServer, bearer, database_url, live_server, make_params
 
 from aggregator.server.storage import schema
-from tests.aggsupport import BACKENDS, LiveServer, bearer, database_url, live_server, make_params
 
 TRIALS = 100
 LEVELS = (5.0, 4.0, 3.0, 2.0)

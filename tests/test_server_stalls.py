@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from tests.aggsupport import serve_subprocess
+from aggsupport import serve_subprocess
 
 THREADS = 4
 READ_TIMEOUT = 0.4
