@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from statsupport import P_MIN, binomial_ok, chisquare_p, geometric_pmf
 
 from aggregator.research.bounds import (
     adp_epsilon_lower_bound,
@@ -51,36 +52,6 @@ from protocol.mechanisms import (
 from protocol.releases import Release, make_release, relax_release
 from protocol.rng import KeyedRandom, RandomSource, SeededRandom
 
-P_MIN = 1e-6  # each chi-square / binomial / KS test: false-failure rate 1e-6 under the null
-Z = 4.9  # two-sided normal quantile for 1e-6
-
-
-def _chisquare_p(observed: np.ndarray, probs: np.ndarray) -> float:
-    """Chi-square goodness of fit; cells with expectation < 5 are pooled into the last one."""
-    n = observed.sum()
-    expected = probs * n
-    keep = expected >= 5
-    obs = np.append(observed[keep], observed[~keep].sum())
-    exp = np.append(expected[keep], expected[~keep].sum())
-    if exp[-1] < 5:  # fold the small tail into the previous cell
-        obs[-2] += obs[-1]
-        exp[-2] += exp[-1]
-        obs, exp = obs[:-1], exp[:-1]
-    return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
-
-
-def _binomial_ok(successes: int, n: int, p: float) -> bool:
-    """Two-sided binomial test at 1e-6."""
-    return bool(stats.binomtest(int(successes), int(n), p).pvalue > P_MIN)
-
-
-def _geometric_pmf(rate: float, support: np.ndarray) -> np.ndarray:
-    q = math.exp(-rate)
-    probs = (1 - q) * q**support
-    probs[-1] = q ** support[-1]  # P(G >= last)
-    return probs
-
-
 # ---------------------------------------------------------------------------
 # exact integer sampling
 # ---------------------------------------------------------------------------
@@ -91,7 +62,7 @@ def test_exact_words_are_uniform_in_high_and_low_bits(source: RandomSource) -> N
     w = exact_uniform_words(source, 200_000)
     assert w.min() >= 0 and w.max() < 2**48
     for cells in (w >> 44, w & 15):  # top 4 bits and bottom 4 bits: 16 equiprobable cells
-        assert _chisquare_p(np.bincount(cells, minlength=16), np.full(16, 1 / 16)) > P_MIN
+        assert chisquare_p(np.bincount(cells, minlength=16), np.full(16, 1 / 16)) > P_MIN
 
 
 def test_exact_words_reject_a_source_outside_the_open_interval() -> None:
@@ -112,7 +83,7 @@ def test_uniform_below_is_uniform(n: int) -> None:
     idx = (x * cells) // n if n < 2**50 else x // (n // cells)
     counts = np.bincount(idx, minlength=cells)
     probs = np.array([len(range(math.ceil(i * n / cells), math.ceil((i + 1) * n / cells))) / n for i in range(cells)])
-    assert _chisquare_p(counts, probs) > P_MIN
+    assert chisquare_p(counts, probs) > P_MIN
 
 
 def test_uniform_below_validates_its_bound() -> None:
@@ -129,7 +100,7 @@ def test_bernoulli_exp_is_exact(gamma: float) -> None:
     if gamma == 0:
         assert hits == n
     else:
-        assert _binomial_ok(hits, n, math.exp(-float(gamma)))
+        assert binomial_ok(hits, n, math.exp(-float(gamma)))
 
 
 @pytest.mark.parametrize("rate", [1.0, 0.1, math.log(3), 2.5, Fraction(1, 3)])
@@ -139,7 +110,7 @@ def test_geometric_exact_matches_the_closed_form(rate: float) -> None:
     support = np.arange(top + 1)
     counts = np.bincount(np.minimum(g, top), minlength=top + 1)
     assert g.min() >= 0
-    assert _chisquare_p(counts, _geometric_pmf(float(rate), support)) > P_MIN
+    assert chisquare_p(counts, geometric_pmf(float(rate), support)) > P_MIN
 
 
 def test_two_sided_geometric_matches_the_closed_form() -> None:
@@ -151,7 +122,7 @@ def test_two_sided_geometric_matches_the_closed_form() -> None:
     probs[0] = q**25 / (1 + q)  # P(Z <= -25)
     probs[-1] = q**25 / (1 + q)  # P(Z >= 25)
     counts = np.bincount(np.clip(z, -25, 25) + 25, minlength=51)
-    assert _chisquare_p(counts, probs) > P_MIN
+    assert chisquare_p(counts, probs) > P_MIN
 
 
 def test_exact_samplers_are_reproducible_and_seed_dependent() -> None:
@@ -216,7 +187,7 @@ def _one_sided_check(
     assert not np.any(safe & (counts > threshold)), "a safe answer was wrong"
     for c in np.unique(counts[counts <= threshold]):
         sel = counts == c
-        assert _binomial_ok(int(safe[sel].sum()), int(sel.sum()), mech.safe_probability(int(c), threshold))
+        assert binomial_ok(int(safe[sel].sum()), int(sel.sum()), mech.safe_probability(int(c), threshold))
 
 
 def test_alap_safe_answers_are_never_wrong_and_beta_matches() -> None:
@@ -295,7 +266,7 @@ def test_ageo_output_law_is_def_viii_1() -> None:
         if c == 12:
             assert np.all(sample == 12)
         else:
-            assert _chisquare_p(observed[probs > 0], probs[probs > 0]) > P_MIN
+            assert chisquare_p(observed[probs > 0], probs[probs > 0]) > P_MIN
 
 
 @pytest.mark.parametrize("mono", ["decreasing", "increasing"])
@@ -318,7 +289,7 @@ def test_ageo_two_sided_case_is_the_geometric_mechanism() -> None:
     support = np.arange(-15, 16)
     probs = (1 - q) / (1 + q) * q ** np.abs(support)
     probs[0] = probs[-1] = q**15 / (1 + q)
-    assert _chisquare_p(np.bincount(np.clip(z, -15, 15) + 15, minlength=31), probs) > P_MIN
+    assert chisquare_p(np.bincount(np.clip(z, -15, 15) + 15, minlength=31), probs) > P_MIN
     assert GeometricMechanism(epsilon=0.7).guarantee().epsilon == 0.7
 
 
@@ -357,7 +328,7 @@ def test_salap_bottoms_are_never_wrong_and_the_prefix_law_matches() -> None:
         stops[r] = k
     prefix = mech.prefix_probability(counts, thresholds)
     for j in (1, 3, 8):
-        assert _binomial_ok(int((stops >= j).sum()), runs, float(prefix[j - 1]))
+        assert binomial_ok(int((stops >= j).sum()), runs, float(prefix[j - 1]))
 
 
 def test_salap_stops_at_a_count_above_threshold_and_validates() -> None:
@@ -444,7 +415,7 @@ def test_relaxed_ageo_noise_has_exactly_the_one_shot_law() -> None:
     assert np.all(g2 <= g1)  # lazy: noise only shrinks, so a safe answer stays safe
     top = 20
     counts = np.bincount(np.minimum(g2, top), minlength=top + 1)
-    assert _chisquare_p(counts, _geometric_pmf(0.9, np.arange(top + 1))) > P_MIN
+    assert chisquare_p(counts, geometric_pmf(0.9, np.arange(top + 1))) > P_MIN
 
 
 def test_alap_relaxation_keeps_safe_answers_safe() -> None:

@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from scipy import stats
+from statsupport import P_MIN
 
 from protocol.errors import ParameterError
 from protocol.exact import check_grid, default_grid, grid_epsilon, grid_step_rate
@@ -24,8 +25,6 @@ from protocol.mechanisms import AGeoMechanism, ALapMechanism, LaplaceMechanism, 
 from protocol.multianalyst import MechanismA, correlated_releases
 from protocol.releases import Release, make_release, relax_release
 from protocol.rng import SeededRandom
-
-P_MIN = 1e-6  # each chi-square test: false-failure rate 1e-6 under the null
 
 
 def _is_on_grid(values: np.ndarray, grid: float) -> bool:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 from scipy import integrate, stats
+from statsupport import P_MIN
 
 from aggregator.research.collusion import colluders_needed, collusion_experiment
 from protocol.errors import ParameterError
@@ -21,7 +22,6 @@ from protocol.multianalyst import (
 )
 from protocol.rng import SeededRandom
 
-P_MIN = 1e-6  # KS / binomial tests: false-failure rate 1e-6 under the null
 SIZES = [1, 4, 16, 64, 256]
 TRIALS = 4000
 # RMSE of an average of Laplace-like noise over TRIALS runs: the MSE has relative sd
