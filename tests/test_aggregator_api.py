@@ -160,8 +160,8 @@ def test_batches_in_both_forms_are_counted_exactly_once(server: LiveServer, admi
     # a retry of the same batch is accepted again and counted once
     assert results(post_reports(server.url, second)) == [("accepted", None)] * 50
     # the same ids with other envelopes (a replay, not a retry) are refused: same seed, so the same
-    # ephemeral keys and ids, but another payload (level), so other ciphertexts
-    resealed = make_reports(PARAMS, public, 120, seed=2, level=PARAMS.level + 1.0)
+    # ephemeral keys and ids, but other metadata (the previous window), so other ciphertexts
+    resealed = make_reports(PARAMS, public, 120, seed=2, window=current_window(PARAMS) - PARAMS.time_precision)
     assert [e.report_id for e in resealed.envelopes] == [e.report_id for e in reports.envelopes]
     assert resealed.envelopes[0].sealed != reports.envelopes[0].sealed
     replayed = results(post_reports(server.url, resealed.envelopes[:10], form="binary"))
