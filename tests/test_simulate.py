@@ -219,3 +219,16 @@ def test_equal_epsilon_randomizers_cost_the_same_per_bit() -> None:
         pair = equal_epsilon_randomizers(eps)
         for r in pair.values():
             assert bit_epsilon(r.mode, r.level) == pytest.approx(eps)
+
+
+def test_city_round_decodes_as_theory_and_certificates_are_one_sided(runs: dict[str, dict[str, Any]]) -> None:
+    f = runs["city"]["figures"]
+    assert (f["clients"], f["method"], f["engine"], f["places"]) == (20_000, "per-client", "local", 2_000)
+    assert sum(f["truth"]) == f["visits"] and f["clients"] * 0.93 < f["willing"] < f["clients"] * 0.97
+    assert f["epsilon_window"] == 4.0  # asymmetric: the window's chain costs the last level / 2
+    # 2,000 squared errors per MSE, unequal variances (relative sd ~3-4%): 20% is 5 sd, rate < 1e-6
+    for name in ("round0", "round"):
+        assert f[name]["ratio"] == pytest.approx(1.0, abs=0.2), f[name]
+    # one-sided: reported ones never below the holders; the alpha = 0 certificate is never wrong
+    assert all(o >= t for o, t in zip(f["ones_round"], f["round_truth"], strict=True))
+    assert f["certificates"]["alpha0"]["false_safe"] == 0 and f["certificates"]["threshold"] == 50

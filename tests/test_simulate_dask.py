@@ -1,0 +1,93 @@
+"""Per-client city simulations on Dask: identical to the local engine for the same seed.
+
+A LocalCluster of 2 workers runs in this process (threads). Blocks are
+seeded by ``SeedSequence.spawn`` children, so neither the engine nor the
+grouping of blocks into tasks changes a single count.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+from test_simulate import simulate  # noqa: E402
+
+from aggregator.research.engine import DaskEngine, LocalEngine, block_seeds, run_task  # noqa: E402
+from aggregator.research.scenarios import run_scenario  # noqa: E402
+from aggregator.research.scenarios.city import CITY_SETUPS, city, city_block  # noqa: E402
+from protocol.errors import ParameterError  # noqa: E402
+from protocol.rng import SeededRandom  # noqa: E402
+
+# 5 blocks of 1,000 clients and a last one of 500 over a 300-place city
+SETUP = replace(CITY_SETUPS["small"], clients=5_500, block=1_000, places=300, threshold=20)
+
+
+def _without_engine(figures: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in figures.items() if k != "engine"}
+
+
+def test_block_seeds_are_the_spawned_children_whatever_was_spawned_before() -> None:
+    root = np.random.SeedSequence(42)
+    expected = [s.generate_state(2).tolist() for s in np.random.SeedSequence(42).spawn(4)]
+    root.spawn(3)  # the root's own spawn counter does not shift the blocks' seeds
+    assert [s.generate_state(2).tolist() for s in block_seeds(root, 4)] == expected
+
+
+def test_task_grouping_changes_nothing() -> None:
+    seeds = block_seeds(np.random.SeedSequence(7), SETUP.blocks())
+    whole = run_task(city_block, SETUP, list(enumerate(seeds)))
+    parts = [run_task(city_block, SETUP, list(enumerate(seeds))[i : i + 2]) for i in range(0, len(seeds), 2)]
+    for key, value in whole.items():
+        assert np.array_equal(np.sum([p[key] for p in parts], axis=0), value), key
+    assert int(whole["clients"][0]) == 5_500
+
+
+@pytest.mark.parametrize("blocks_per_task", [1, 4])
+def test_dask_equals_local(blocks_per_task: int) -> None:
+    local = city(SETUP, SeededRandom(3), engine=LocalEngine())
+    dask = city(SETUP, SeededRandom(3), engine=DaskEngine(workers=2, processes=False, blocks_per_task=blocks_per_task))
+    assert (local["engine"], dask["engine"]) == ("local", "dask")
+    assert _without_engine(dask) == _without_engine(local)
+    assert city(SETUP, SeededRandom(4), engine=LocalEngine())["ones_round"] != local["ones_round"]
+
+
+def test_keyed_noise_on_dask_equals_local() -> None:
+    """Each client's memoized noise from its own secret (the SDK's derivation), 300 clients."""
+    keyed = replace(SETUP, clients=300, block=100, noise="keyed")
+    local = city(keyed, SeededRandom(5), engine=LocalEngine())
+    dask = city(keyed, SeededRandom(5), engine=DaskEngine(workers=2, processes=False, blocks_per_task=1))
+    assert _without_engine(dask) == _without_engine(local) and local["noise"] == "keyed"
+    seeded = city(replace(keyed, noise="seeded"), SeededRandom(5), engine=LocalEngine())
+    assert seeded["truth"] == local["truth"]  # the same people; only the noise source differs
+    assert seeded["ones_round0"] != local["ones_round0"]
+    # one-sided: every holder's bit is reported, so reported ones >= holders in both collections
+    assert all(o >= t for o, t in zip(local["ones_round0"], local["truth"], strict=True))
+    assert all(o >= t for o, t in zip(local["ones_round"], local["round_truth"], strict=True))
+
+
+def test_cli_engine_dask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DaskEngine, "__init__", _threaded_init(DaskEngine.__init__))
+    code, text = simulate(tmp_path, "city", "--clients", "4000", "--engine", "dask", "--json", "--seed", "9")
+    assert code == 0
+    doc = json.loads(text)
+    assert (doc["engine"], doc["clients"], doc["method"]) == ("dask", 4000, "per-client")
+    local = run_scenario("city", clients=4000, seed=9, engine=LocalEngine())
+    assert _without_engine(doc["figures"]) == _without_engine(local)
+    with pytest.raises(ParameterError) as err:
+        DaskEngine(workers=0)
+    assert err.value.field == "workers"
+
+
+def _threaded_init(init: Any) -> Any:
+    """The CLI's LocalCluster with threads (processes=False) inside the test process."""
+    def patched(self: DaskEngine, *args: Any, **kwargs: Any) -> None:
+        kwargs["processes"] = False
+        init(self, *args, **kwargs)
+    return patched
