@@ -20,6 +20,7 @@ from flask import Flask
 
 from aggregator.server.api.errors import register_error_handlers
 from aggregator.server.context import EXTENSION_KEY, AppState
+from aggregator.server.monitoring import instrument
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.routes import API_MODULES
@@ -83,6 +84,7 @@ def create_app(
         settings=settings, storage=storage, keys=keys, opener=opener, offloader=offloader
     )
     register_error_handlers(app)
+    instrument(app)
     for module in API_MODULES:
         app.register_blueprint(module.blueprint)
     return app

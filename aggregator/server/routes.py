@@ -13,11 +13,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from aggregator.server.api import (
+    association,
     config,
     dashboard,
     estimates,
     health,
     metrics,
+    monitoring,
     releases,
     reports,
     rounds,
@@ -25,5 +27,5 @@ from aggregator.server.api import (
 )
 
 API_MODULES: tuple[ModuleType, ...] = (
-    config, dashboard, estimates, health, metrics, releases, reports, rounds, spec,
+    association, config, dashboard, estimates, health, metrics, monitoring, releases, reports, rounds, spec,
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import logging.config
 import socket
 from typing import Any
 
@@ -26,6 +27,8 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from aggregator.server.app import create_app, load_keys
+from aggregator.server.logs import logging_config
+from aggregator.server.monitoring import worker_exited
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
@@ -139,9 +142,13 @@ class GunicornServer(BaseApplication):
         return create_app(self.settings)
 
 
+def _child_exit(_server: Any, worker: Any) -> None:
+    worker_exited(worker.pid)
+
+
 def gunicorn_options(
     *, host: str, port: int, workers: int, threads: int, read_timeout: float = 30.0,
-    timeout: int = 120, graceful_timeout: int = 20,
+    timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text",
 ) -> dict[str, Any]:
     """The gunicorn settings we use (threads let one worker overlap I/O and keep connections alive).
 
@@ -162,20 +169,23 @@ def gunicorn_options(
         "loglevel": "info",
         "proc_name": "onesided",
         "control_socket_disable": True,  # gunicorn >= 25 would share one socket in $HOME between servers
+        "logconfig_dict": logging_config(log_format),
+        "child_exit": _child_exit,  # a dead worker's live gauges leave /metrics
     }
 
 
 def serve(
     settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1, threads: int = 4,
-    timeout: int = 120, graceful_timeout: int = 20,
+    timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text",
 ) -> None:
     """Run until interrupted (SIGINT / SIGTERM stop gracefully)."""
+    logging.config.dictConfig(logging_config(log_format))
     check_workers(settings, workers)
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
         raise ParameterError("threads", f"must be an integer in [1, 256], got {threads!r}")
     prepare(settings)
     options = gunicorn_options(
         host=host, port=port, workers=workers, threads=threads, read_timeout=settings.read_timeout_seconds,
-        timeout=timeout, graceful_timeout=graceful_timeout,
+        timeout=timeout, graceful_timeout=graceful_timeout, log_format=log_format,
     )
     GunicornServer(settings, options).run()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
+import shutil
+import tempfile
 
 from aggregator.cli.options import Subparsers, add_storage_options, settings_from_args
 
@@ -34,10 +38,31 @@ def register(subparsers: Subparsers) -> None:
                         help="gunicorn: seconds a stopping worker may finish its requests (default 20)")
     parser.add_argument("--allow-shared-data-dir", action="store_true", default=None,
                         help="serve even if group or others may use the data directory (refused by default)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines as text (default) or one JSON object each")
     parser.set_defaults(func=run)
 
 
+def _metrics_dir() -> None:
+    """Give every process one fresh PROMETHEUS_MULTIPROC_DIR unless the operator set one.
+
+    Must run before prometheus_client is imported (it reads the variable then).
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    folder = tempfile.mkdtemp(prefix="onesided-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    master = os.getpid()
+
+    def remove() -> None:  # forked workers inherit this hook: only the master removes the folder
+        if os.getpid() == master:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+
+
 def run(args: argparse.Namespace) -> int:
+    _metrics_dir()
     from aggregator.server.serve import serve
 
     settings = settings_from_args(
@@ -52,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
         allow_shared_data_dir=args.allow_shared_data_dir,
     )
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,
-          timeout=args.timeout, graceful_timeout=args.graceful_timeout)
+          timeout=args.timeout, graceful_timeout=args.graceful_timeout, log_format=args.log_format)
     return 0

@@ -17,6 +17,7 @@ from werkzeug.exceptions import UnsupportedMediaType
 from aggregator.server.api.common import body_bytes, json_body
 from aggregator.server.context import app_state
 from aggregator.server.ingest import Ingestor
+from aggregator.server.monitoring import count_statuses
 from protocol.wire import (
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
@@ -49,7 +50,9 @@ def upload_reports() -> dict[str, Any]:
     state = app_state()
     envelopes = parse_request_batch(state.settings.max_reports)
     ingestor = Ingestor(storage=state.storage, opener=state.opener, settings=state.settings)
-    return upload_response(ingestor.ingest(envelopes, now=state.now()))
+    results = ingestor.ingest(envelopes, now=state.now())
+    count_statuses([r.status for r in results])
+    return upload_response(results)
 
 
 _BAD = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}

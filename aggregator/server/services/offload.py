@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from aggregator.server.monitoring import DECODE_PENDING
 from protocol.errors import ParameterError
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,15 @@ class Offloader:
         """
         if self.processes == 0:
             return function(*args, **kwargs)
+        DECODE_PENDING.inc()
         try:
             outcome = self._executor().submit(_call_in_helper, function, args, kwargs).result()
         except BrokenProcessPool:
             log.warning("a decode helper process died; restarting the helpers, this fit runs in place")
             self.close()
             return function(*args, **kwargs)
+        finally:
+            DECODE_PENDING.dec()
         if outcome[0] == "parameter":
             raise ParameterError(outcome[1], outcome[2])
         result: T = outcome[1]
