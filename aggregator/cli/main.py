@@ -20,13 +20,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from aggregator.cli.commands import (
-    association,
     audit,
     backup,
     client,
     decode,
     demo,
-    discover,
     keys,
     metrics,
     purge,
@@ -55,8 +53,6 @@ COMMANDS: tuple[Registrar, ...] = (
     purge.register,
     release.register,
     decode.register,
-    association.register,
-    discover.register,
     client.register,
     demo.register,
     rounds.register,
