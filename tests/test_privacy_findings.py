@@ -133,3 +133,18 @@ def test_round_decisions_do_not_depend_on_the_values(tmp_path: Path) -> None:
                 outcomes.append(type(exc).__name__)
         spent[name] = (client.ledger()["places"].spent, outcomes, len(client._state.queue))
     assert spent["same"] == spent["changing"] == (5.0, ["joined", "BudgetExceeded"], 5)
+
+
+def test_the_guarantee_names_the_neighbour_docs_privacy_states() -> None:
+    # MetricParams.guarantee() and docs/privacy.md say the same thing, mode by mode
+    text = (Path(__file__).resolve().parents[1] / "docs" / "privacy.md").read_text()
+    cases = [
+        MetricParams(name="s", encoding=BLOOM, mode="symmetric", level=1.0),
+        MetricParams(name="c", encoding=DOMAIN, mode="symmetric", level=1.0, value_kind="categorical"),
+        MetricParams(name="a", encoding=BLOOM, mode="asymmetric", level=1.0),
+        categorical(),
+    ]
+    for params in cases:
+        guarantee = params.guarantee()
+        assert guarantee.neighbour in text, guarantee.neighbour
+        assert guarantee.epsilon_longitudinal > 0 and guarantee.protects and guarantee.reveals
