@@ -13,6 +13,13 @@
 * :class:`DirectEncoding` (unary): one bit per item of a declared domain,
   one cohort.
 
+* :class:`PrefixEncoding` (unknown-dictionary discovery, PEM-style): cohort
+  ``c`` encodes only the first ``lengths[c]`` bytes of the value, followed
+  by an end byte ``0x00`` when the value is shorter (:func:`prefix_of`), as
+  an ``"mmh3"`` Bloom filter of cohort ``c``. A client's cohort is its
+  group: it reports one prefix, of its group's length
+  (docs/decoding.md, "Discovery").
+
 A *set* of values (the places visited today) is encoded as the OR of its
 members' vectors.
 
@@ -251,7 +258,92 @@ class DirectEncoding:
         return {"kind": "direct", "domain": list(self.domain)}
 
 
-Encoding = BloomEncoding | DirectEncoding
+PREFIX_END = b"\x00"  # appended to a value before cutting: a complete value's prefix ends with it
+
+
+def prefix_of(value: Value, length: int) -> bytes:
+    """The first ``length`` bytes of ``value + 0x00`` (UTF-8): what a prefix cohort encodes.
+
+    A value of fewer than ``length`` bytes keeps its end byte, so a complete
+    value is told apart from the prefix of a longer one.
+
+    >>> prefix_of("home", 2), prefix_of("home", 8)
+    (b'ho', b'home\\x00')
+
+    Raises:
+        ParameterError: the value holds the end byte (field ``value``).
+    """
+    data = value_bytes(value)
+    if PREFIX_END in data:
+        raise ParameterError("value", "must not contain the byte 0x00 (the prefix encoding's end marker)")
+    return (data + PREFIX_END)[:length]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixEncoding:
+    """Bloom filters of prefixes: cohort ``c`` encodes :func:`prefix_of` ``(value, lengths[c])``.
+
+    Bit ``i`` of prefix ``x`` in cohort ``c`` is ``murmur3_x86_32(x, seed=c * num_hashes + i)
+    mod num_bits`` (the ``"mmh3"`` derivation of :func:`bloom_bits`, on the prefix's bytes).
+    Several cohorts may share a length: their different hash seeds separate colliding prefixes.
+    """
+
+    num_bits: int
+    num_hashes: int
+    lengths: tuple[int, ...]
+    kind: str = field(default="prefix", init=False)
+
+    def __post_init__(self) -> None:
+        check_int("num_bits", self.num_bits, low=1, high=4096)
+        check_int("num_hashes", self.num_hashes, low=1, high=64)
+        if self.num_hashes > self.num_bits:
+            raise ParameterError("num_hashes", f"must be <= num_bits ({self.num_bits}), got {self.num_hashes}")
+        if not isinstance(self.lengths, tuple) or not 1 <= len(self.lengths) <= 2**16:
+            raise ParameterError("lengths", "must be a tuple of 1 to 65536 prefix lengths (one per cohort)")
+        for length in self.lengths:
+            check_int("lengths", length, low=1, high=1024)
+
+    @property
+    def num_cohorts(self) -> int:
+        return len(self.lengths)
+
+    def check_cohort(self, cohort: int) -> None:
+        check_int("cohort", cohort, low=0, high=self.num_cohorts - 1)
+
+    def prefix_bits(self, prefixes: Sequence[bytes], cohort: int) -> npt.NDArray[np.int64]:
+        """Bit indices of already-cut prefixes in ``cohort``: shape ``(len(prefixes), num_hashes)``."""
+        k, m, hash32 = self.num_hashes, self.num_bits, mmh3.hash
+        out = np.empty((len(prefixes), k), dtype=np.int64)
+        if prefixes:
+            out[:] = [[hash32(x, cohort * k + i, signed=False) % m for i in range(k)] for x in prefixes]
+        return out
+
+    def bits_of(self, value: Value, cohort: int) -> list[int]:
+        """Indices of one value's prefix in one cohort."""
+        self.check_cohort(cohort)
+        return [int(b) for b in self.prefix_bits([prefix_of(value, self.lengths[cohort])], cohort)[0]]
+
+    def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
+        """The OR of the members' prefix filters, as a bool vector of ``num_bits``."""
+        out = np.zeros(self.num_bits, dtype=bool)
+        for member in as_members(value_or_set):
+            out[self.bits_of(member, cohort)] = True
+        return out
+
+    def bit_table(self, values: Sequence[Value]) -> npt.NDArray[np.int64]:
+        """Indices of every value's prefix in every cohort: ``(num_cohorts, len(values), num_hashes)``."""
+        data = [value_bytes(v) for v in values]
+        table = np.empty((self.num_cohorts, len(data), self.num_hashes), dtype=np.int64)
+        for c, length in enumerate(self.lengths):
+            table[c] = self.prefix_bits([prefix_of(d, length) for d in data], c)
+        return table
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "prefix", "num_bits": self.num_bits, "num_hashes": self.num_hashes,
+                "lengths": list(self.lengths)}
+
+
+Encoding = BloomEncoding | DirectEncoding | PrefixEncoding
 
 
 def encoding_from_dict(data: dict[str, Any]) -> Encoding:
@@ -277,7 +369,21 @@ def encoding_from_dict(data: dict[str, Any]) -> Encoding:
         if not isinstance(domain, list):
             raise ParameterError("encoding.domain", "must be a list of strings")
         return DirectEncoding(domain=tuple(domain))
-    raise ParameterError("encoding.kind", f"must be 'bloom' or 'direct', got {kind!r}")
+    if kind == "prefix":
+        return _prefix_from_dict(data)
+    raise ParameterError("encoding.kind", f"must be 'bloom', 'direct' or 'prefix', got {kind!r}")
+
+
+def _prefix_from_dict(data: dict[str, Any]) -> PrefixEncoding:
+    extra = set(data) - {"kind", "num_bits", "num_hashes", "lengths"}
+    if extra:
+        raise ParameterError(f"encoding.{sorted(extra)[0]}", "is not a known field")
+    for name in ("num_bits", "num_hashes", "lengths"):
+        if name not in data:
+            raise ParameterError(f"encoding.{name}", "is required")
+    if not isinstance(data["lengths"], list):
+        raise ParameterError("encoding.lengths", "must be a list of prefix lengths (one per cohort)")
+    return PrefixEncoding(num_bits=data["num_bits"], num_hashes=data["num_hashes"], lengths=tuple(data["lengths"]))
 
 
 def encode_population(

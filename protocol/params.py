@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from .accounting import Guarantee, ValueKind, guarantee
-from .encodings import BloomEncoding, BoolArray, DirectEncoding, Encoding, Value, encoding_from_dict
+from .encodings import (
+    BloomEncoding,
+    BoolArray,
+    DirectEncoding,
+    Encoding,
+    PrefixEncoding,
+    Value,
+    encoding_from_dict,
+)
 from .errors import ParameterError, PolicyError
 from .randomizers import MODES, Mode, Randomizer
 from .validation import check_int
@@ -41,7 +49,7 @@ class MetricParams:
 
     Attributes:
         name: ``[a-z0-9][a-z0-9_.-]{0,63}``.
-        encoding: Bloom or direct.
+        encoding: Bloom, direct or prefix (discovery).
         mode: ``symmetric`` (Laplace), ``asymmetric`` (exponential, one-sided)
             or ``trusted`` (exact bits; central releases add the noise).
         level: the initial noise rate (``inf`` for trusted). Rounds raise it.
@@ -71,8 +79,8 @@ class MetricParams:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
             raise ParameterError("name", f"must match {NAME_PATTERN.pattern}, got {self.name!r}")
-        if not isinstance(self.encoding, BloomEncoding | DirectEncoding):
-            raise ParameterError("encoding", "must be a BloomEncoding or DirectEncoding")
+        if not isinstance(self.encoding, BloomEncoding | DirectEncoding | PrefixEncoding):
+            raise ParameterError("encoding", "must be a BloomEncoding, DirectEncoding or PrefixEncoding")
         if self.mode not in MODES:
             raise ParameterError("mode", f"must be one of {MODES}, got {self.mode!r}")
         if self.value_kind not in VALUE_KINDS:

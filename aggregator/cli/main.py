@@ -20,11 +20,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from aggregator.cli.commands import (
+    association,
     audit,
     backup,
     client,
     decode,
     demo,
+    discover,
     keys,
     metrics,
     purge,
@@ -53,6 +55,8 @@ COMMANDS: tuple[Registrar, ...] = (
     purge.register,
     release.register,
     decode.register,
+    association.register,
+    discover.register,
     client.register,
     demo.register,
     rounds.register,

@@ -218,12 +218,35 @@ def _at(f: Figures, key: str) -> float:
     return float(f["theory"][key][f["colluders"].index(f["paper_colluders"])])
 
 
+def _association_lines(f: Figures) -> list[str]:
+    out = [f"joint of {f['size_a']} x {f['size_b']} values from one pair metric; total variation (projection, EM)",
+           "encoding  mode         clients     eps     tv     tv_em  95% coverage"]
+    for r in f["rows"]:
+        out.append(f"{r['encoding']:8s}  {r['mode']:11s}  {r['clients']:>9,}  {r['epsilon']:<6g}  {r['tv']:.4f}  "
+                   f"{r['tv_em']:.4f}  {r['interval_coverage']:.3f}")
+    for r in f["split"]:
+        out.append(f"{r['encoding']}: {r['clients']:,} clients, eps {r['epsilon']:g}: tv {r['tv']:.4f}")
+    return out
+
+
+def _discovery_lines(f: Figures) -> list[str]:
+    out = [f"discovery of the {f['frequent_strings']} strings of share >= {f['min_share']:g} "
+           f"(Zipf {f['zipf_exponent']:g} over {f['universe']:,} strings)",
+           "layout                              mode         clients     eps     recall  precision"]
+    for r in f["rows"] + f["layouts"]:
+        out.append(f"{r['layout']:34s}  {r['mode']:11s}  {r['clients']:>9,}  {r['epsilon']:<6g}  "
+                   f"{r['recall']:.2f}    {r['precision']:.2f}")
+    return out
+
+
 SUMMARIES: dict[str, Callable[[Figures], list[str]]] = {
     "relaxation": _relaxation_lines,
     "asymmetric-advantage": _advantage_lines,
     "certificates": _certificate_lines,
     "city": _city_lines,
     "collusion": _collusion_lines,
+    "association": _association_lines,
+    "discovery": _discovery_lines,
 }
 
 
@@ -380,10 +403,45 @@ def _plot_city(f: Figures, path: Path, title: str) -> None:
     _save(fig, path, title)
 
 
+def _plot_association(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (kind, mode), marker in zip([(k, m) for k in ("direct", "bloom") for m in ("symmetric", "asymmetric")],
+                                    "osD^", strict=True):
+        for clients in sorted({r["clients"] for r in f["rows"]}):
+            rows = [r for r in f["rows"] if (r["encoding"], r["mode"], r["clients"]) == (kind, mode, clients)]
+            ax.plot([r["epsilon"] for r in rows], [r["tv"] for r in rows], marker=marker,
+                    label=f"{kind} {mode}, {clients:,}")
+    ax.axhline(0.05, color="grey", ls="--", lw=1)
+    ax.set_xlabel("epsilon per report (everything a client sends)")
+    ax.set_ylabel("total variation of the joint")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    _save(fig, path, title)
+
+
+def _plot_discovery(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, key in ((left, "recall"), (right, "precision")):
+        for mode in ("symmetric", "asymmetric"):
+            for clients in sorted({r["clients"] for r in f["rows"]}):
+                rows = [r for r in f["rows"] if r["mode"] == mode and r["clients"] == clients]
+                ax.plot([r["epsilon"] for r in rows], [r[key] for r in rows], marker="o",
+                        label=f"{mode}, {clients:,}")
+        ax.axhline(0.9, color="grey", ls="--", lw=1)
+        ax.set_xlabel("epsilon per client")
+        ax.set_ylabel(f"{key} (strings of share >= {f['min_share']:g})")
+    left.legend(fontsize=7)
+    _save(fig, path, title)
+
+
 PLOTS: dict[str, Callable[[Figures, Path, str], None]] = {
     "relaxation": _plot_relaxation,
     "asymmetric-advantage": _plot_advantage,
     "certificates": _plot_certificates,
     "city": _plot_city,
     "collusion": _plot_collusion,
+    "association": _plot_association,
+    "discovery": _plot_discovery,
 }

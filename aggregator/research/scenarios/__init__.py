@@ -90,6 +90,10 @@ SCENARIOS: dict[str, Scenario] = {
                  "city", "CITY_SETUPS", "city", "with_clients"),
         Scenario("collusion", "averaging attack vs colluders: independent, Mechanism A, correlated (multi-user)",
                  "collusion", "COLLUSION_SETUPS", "collusion"),
+        Scenario("association", "joint of two variables from one pair metric: TV vs epsilon and clients",
+                 "association", "ASSOCIATION_SETUPS", "association"),
+        Scenario("discovery", "frequent strings without a dictionary (prefix metric): recall and precision",
+                 "discovery", "DISCOVERY_SETUPS", "discovery"),
     )
 }
 

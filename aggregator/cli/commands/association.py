@@ -1,0 +1,59 @@
+"""``onesided association NAME --values-a a,b --values-b x,y``: the joint of a pair metric (HTTP API).
+
+Prints the answer of ``GET /v1/metrics/NAME/association`` (JSON), or with
+``--format csv`` one row per cell (``a,b,share,estimate,std_error``). A
+pair metric's value is ``a + "\\x1f" + b`` (docs/decoding.md 9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from typing import Any
+
+from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
+
+CSV_COLUMNS = ("a", "b", "share", "estimate", "std_error")
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser("association", help="joint distribution of a pair metric's two variables")
+    add_server_options(parser)
+    parser.add_argument("name", help="the pair metric")
+    parser.add_argument("--values-a", required=True, help="comma-separated candidates of the first variable")
+    parser.add_argument("--values-b", required=True, help="comma-separated candidates of the second variable")
+    parser.add_argument("--window", type=int, help="window start (default: the latest decodable window)")
+    parser.add_argument("--round", type=int, help="0 or a round id (default as for estimates)")
+    parser.add_argument("--method", choices=("projection", "em"), help="default projection")
+    parser.add_argument("--format", choices=("json", "csv"), default="json", help="output (default json)")
+    parser.set_defaults(func=run)
+
+
+def joint_csv(body: dict[str, Any]) -> str:
+    """The cells of an association answer as CSV (header only when no number was released)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for cell in (body.get("joint") or {}).get("cells", []):
+        writer.writerow([cell[c] if cell[c] is not None else "" for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def run(args: argparse.Namespace) -> int:
+    fields = {
+        "values_a": [v for v in args.values_a.split(",") if v],
+        "values_b": [v for v in args.values_b.split(",") if v],
+        "window": args.window, "round": args.round, "method": args.method,
+    }
+    body = client_from_args(args).post(
+        f"/v1/metrics/{args.name}/association", {k: v for k, v in fields.items() if v is not None}
+    )
+    if body.get("reason"):
+        print(f"note: {body['reason']}", file=sys.stderr)
+    if args.format == "csv":
+        sys.stdout.write(joint_csv(body))
+    else:
+        print_json(body)
+    return 0

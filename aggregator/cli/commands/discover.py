@@ -1,0 +1,58 @@
+"""``onesided discover NAME``: frequent strings of a prefix metric, found without candidates (HTTP API).
+
+Prints the answer of ``GET /v1/metrics/NAME/discovered`` (JSON), or with
+``--format csv`` the discovered strings (``string,estimate,std_error,proportion``),
+most frequent first (docs/decoding.md 8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from typing import Any
+
+from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
+
+CSV_COLUMNS = ("string", "estimate", "std_error", "proportion")
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser("discover", help="frequent strings of a prefix metric (no candidates needed)")
+    add_server_options(parser)
+    parser.add_argument("name", help="the prefix metric")
+    parser.add_argument("--window", type=int, help="window start (default: the latest decodable window)")
+    parser.add_argument("--round", type=int, help="0 or a round id (default as for estimates)")
+    parser.add_argument("--min-share", type=float, help="report strings at least this frequent (default 0.01)")
+    parser.add_argument("--alphabet", help="symbols tried at each position (default a-z0-9)")
+    parser.add_argument("--max-prefixes", type=int, help="prefixes kept per level (default 64)")
+    parser.add_argument("--alpha", type=float, help="family level of the tests (default 0.05)")
+    parser.add_argument("--format", choices=("json", "csv"), default="json", help="output (default json)")
+    parser.set_defaults(func=run)
+
+
+def discovered_csv(body: dict[str, Any]) -> str:
+    """The discovered strings of an answer as CSV."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in (body.get("discovery") or {}).get("rows", []):
+        if row["discovered"]:
+            writer.writerow([row["candidate"], row["estimate"], row["std_error"], row["proportion"]])
+    return buf.getvalue()
+
+
+def run(args: argparse.Namespace) -> int:
+    fields = {"window": args.window, "round": args.round, "min_share": args.min_share, "alphabet": args.alphabet,
+              "max_prefixes": args.max_prefixes, "alpha": args.alpha}
+    body = client_from_args(args).post(
+        f"/v1/metrics/{args.name}/discovered", {k: v for k, v in fields.items() if v is not None}
+    )
+    if body.get("reason"):
+        print(f"note: {body['reason']}", file=sys.stderr)
+    if args.format == "csv":
+        sys.stdout.write(discovered_csv(body))
+    else:
+        print_json(body)
+    return 0

@@ -1,0 +1,150 @@
+"""Joint distributions of pair metrics and strings discovered by prefix metrics (docs/decoding.md 8-9).
+
+* ``GET /v1/metrics/<name>/association?values_a=a,b&values_b=x,y&window=&round=&method=``:
+  the joint of a pair metric (its values are :func:`~aggregator.analysis.association.pair_value`
+  strings) over ``values_a x values_b``: shares on the simplex, per-cell unbiased counts with
+  standard errors, the marginals.
+* ``GET /v1/metrics/<name>/discovered?window=&round=&min_share=&alphabet=&max_prefixes=&alpha=``:
+  the frequent strings of a prefix metric, each with the candidate decoder's count and
+  standard error.
+* ``POST`` on both paths takes the same fields as a JSON object.
+
+Window and round default as for estimates; below ``min_batch_size`` the answer is 200 with
+``reason`` and no numbers. Trusted metrics are for admins (403, field ``metric``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, request
+
+from aggregator.server.api.common import json_body
+from aggregator.server.auth import ANALYST, current_token, require_role
+from aggregator.server.context import app_state
+from aggregator.server.errors import Forbidden
+from aggregator.server.services.discovery import (
+    ASSOCIATION_FIELDS,
+    DISCOVERY_FIELDS,
+    AssociationRequest,
+    DiscoveryRequest,
+    PairService,
+)
+from aggregator.server.storage import MetricRecord
+from protocol.errors import ParameterError
+
+blueprint = Blueprint("association", __name__)
+_LISTS = ("values_a", "values_b")
+
+
+def _fields(allowed: tuple[str, ...]) -> dict[str, Any]:
+    """The query string (lists split on commas) or the JSON body; unknown names refused."""
+    if request.method == "POST":
+        body = json_body()
+        if not isinstance(body, dict):
+            raise ParameterError("body", "must be a JSON object")
+        fields = body
+    else:
+        fields = {}
+        for name in request.args:
+            values = request.args.getlist(name)
+            if name in _LISTS:
+                fields[name] = [piece for value in values for piece in value.split(",") if piece]
+            elif len(values) > 1:
+                raise ParameterError(name, "is given more than once")
+            else:
+                fields[name] = values[0]
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise ParameterError(unknown[0], f"is not a known field (known: {', '.join(allowed)})")
+    return fields
+
+
+def _metric(name: str) -> MetricRecord:
+    metric = app_state().storage.require_metric(name)
+    if metric.params.mode == "trusted" and current_token().role != "admin":
+        raise Forbidden("metric", f"{name!r} is trusted: its exact counts reach analysts only as central releases")
+    return metric
+
+
+def _service() -> PairService:
+    state = app_state()
+    return PairService(state.storage, now=state.now())
+
+
+@blueprint.route("/v1/metrics/<name>/association", methods=["GET", "POST"])
+@require_role(*ANALYST)
+def association(name: str) -> Any:
+    request_ = AssociationRequest.from_mapping(_fields(ASSOCIATION_FIELDS))
+    return _service().association(_metric(name), request_)
+
+
+@blueprint.route("/v1/metrics/<name>/discovered", methods=["GET", "POST"])
+@require_role(*ANALYST)
+def discovered(name: str) -> Any:
+    request_ = DiscoveryRequest.from_mapping(_fields(DISCOVERY_FIELDS))
+    return _service().discovered(_metric(name), request_)
+
+
+# ==========================================================================
+# OpenAPI
+# ==========================================================================
+
+_JSON = "application/json"
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_ERRORS = {code: {"$ref": f"#/components/responses/{ref}"} for code, ref in
+           (("400", "BadRequest"), ("401", "Unauthorized"), ("403", "Forbidden"), ("404", "NotFound"))}
+
+
+def _query(name: str, schema: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "schema": schema, "description": description}
+
+
+_COLLECTION = [
+    _query("window", {"type": "integer", "minimum": 0}, "window start; default: the latest decodable window"),
+    _query("round", {"type": "integer", "minimum": 0}, "0 or a round id; default as for estimates"),
+]
+_ASSOCIATION_QUERY = [
+    _query("values_a", {"type": "array", "items": {"type": "string"}}, "candidates of the first variable",
+           required=True),
+    _query("values_b", {"type": "array", "items": {"type": "string"}}, "candidates of the second variable",
+           required=True),
+    _query("method", {"enum": ["projection", "em"]}, "how the joint is put on the simplex (default projection)"),
+]
+_DISCOVERY_QUERY = [
+    _query("min_share", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+           "report strings at least this frequent (default 0.01)"),
+    _query("alphabet", {"type": "string"}, "symbols tried at each position (default a-z0-9)"),
+    _query("max_prefixes", {"type": "integer", "minimum": 1}, "prefixes kept per level (default 64)"),
+    _query("alpha", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+           "family level of the tests (default 0.05)"),
+]
+
+
+def _operation(kind: str, method: str, query: list[dict[str, Any]]) -> dict[str, Any]:
+    schema = {"type": "object", "description": "the header (metric, window, round, level, reports, reason) "
+              "and, unless reason is set, the result"}
+    operation: dict[str, Any] = {
+        "summary": {"association": "Joint distribution of a pair metric's two variables",
+                    "discovered": "Frequent strings of a prefix metric, found without candidates"}[kind],
+        "operationId": f"{method}{kind.title()}",
+        "x-roles": list(ANALYST),
+        "parameters": [_NAME] if method == "post" else [_NAME, *_COLLECTION, *query],
+        "responses": {"200": {"description": "the result, or a reason and no numbers",
+                              "content": {_JSON: {"schema": schema}}}, **_ERRORS},
+    }
+    if method == "post":
+        operation["requestBody"] = {"required": True, "content": {_JSON: {"schema": {"type": "object"}}}}
+    return operation
+
+
+OPENAPI_PATHS: dict[str, Any] = {
+    "/v1/metrics/{name}/association": {
+        "get": _operation("association", "get", _ASSOCIATION_QUERY),
+        "post": _operation("association", "post", []),
+    },
+    "/v1/metrics/{name}/discovered": {
+        "get": _operation("discovered", "get", _DISCOVERY_QUERY),
+        "post": _operation("discovered", "post", []),
+    },
+}
