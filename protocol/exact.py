@@ -4,6 +4,9 @@ Integer arithmetic and exact Bernoulli(exp(-gamma)) trials for rational
 ``gamma`` (the construction of Canonne, Kamath and Steinke, "The Discrete
 Gaussian for Differential Privacy", 2020, Algorithms 1-2), fed with exact
 uniform integers cut from the injected :class:`~protocol.rng.RandomSource`.
+The same file holds the exact Bernoulli sampler of the simulation paths
+(:func:`bernoulli_choose`): random bytes compared with the binary expansion
+of the probability, so the bits' probability is the stated rational exactly.
 Used by the central mechanisms (:mod:`protocol.mechanisms`: AGeo, the
 two-sided geometric, and ALap, Laplace and SALap on a power-of-two output
 grid, :func:`default_grid`) and Mechanism A (:mod:`protocol.multianalyst`).
@@ -12,6 +15,7 @@ grid, :func:`default_grid`) and Mechanism A (:mod:`protocol.multianalyst`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -31,9 +35,12 @@ __all__ = [
     "MAX_RATE_DENOMINATOR",
     "MAX_UNIFORM_BOUND",
     "WORD_BITS",
+    "bernoulli_choose",
+    "bernoulli_exact",
     "bernoulli_exp",
     "check_grid",
     "default_grid",
+    "exact_probability",
     "exact_rate",
     "exact_uniform_words",
     "geometric_exact",
@@ -42,7 +49,6 @@ __all__ = [
     "two_sided_geometric_exact",
     "uniform_below",
 ]
-
 
 
 WORD_BITS = 48
@@ -124,6 +130,108 @@ def _bernoulli_exp_unit(rng: RandomSource, num: IntArray, den: int) -> BoolArray
         active = active[hit]
         k += 1
     return stop_at % 2 == 1
+
+
+# ==========================================================================
+# Exact Bernoulli bits from random bytes
+# ==========================================================================
+
+BERNOULLI_CHUNK = 1 << 20
+"""Elements per pass of :func:`bernoulli_choose`: memory stays flat whatever the size (part of the stream)."""
+
+
+def exact_probability(p: float | Fraction) -> Fraction:
+    """``p`` as the exact rational in ``[0, 1]`` that is sampled (a double is a dyadic rational).
+
+    Raises:
+        ParameterError: (field ``p``) not a number in ``[0, 1]``.
+    """
+    value = p if isinstance(p, Fraction) else Fraction(check_number("p", p))
+    if not 0 <= value <= 1:
+        raise ParameterError("p", f"must be in [0, 1], got {p}")
+    return value
+
+
+def _expansion_digit(p: Fraction, depth: int) -> int:
+    """Byte ``depth`` (0 = first) of the base-256 expansion of ``p``; ``1 = 0.FFFF...``."""
+    if p == 1:
+        return 255
+    return (p.numerator << (8 * (depth + 1))) // p.denominator % 256
+
+
+def _digits(probabilities: Sequence[Fraction], depth: int) -> npt.NDArray[np.uint8]:
+    return np.array([_expansion_digit(p, depth) for p in probabilities], dtype=np.uint8)
+
+
+def _select(digits: npt.NDArray[np.uint8], choice: npt.NDArray[np.uint8] | None) -> npt.NDArray[np.uint8] | np.uint8:
+    """``digits[choice]``; for two probabilities ``d0 + choice * (d1 - d0)`` mod 256 (a tenth of the time)."""
+    if choice is None:
+        return digits[0]
+    if digits.size == 2:
+        step = np.uint8((int(digits[1]) - int(digits[0])) % 256)
+        return choice * step + digits[0]  # uint8 arithmetic wraps mod 256
+    return np.take(digits, choice)
+
+
+def _bernoulli_pass(
+    rng: RandomSource, probabilities: Sequence[Fraction], choice: npt.NDArray[np.uint8] | None, out: BoolArray
+) -> None:
+    """One chunk: ``out[i] = [X_i < p]`` with ``X_i = 0.U_1 U_2 ...`` in bytes, read lazily.
+
+    The first byte decides unless it equals ``p``'s first digit (probability
+    1/256); only the ties draw a next byte, and so on. Digits of ``p`` past a
+    dyadic's end are 0, so a tie there never turns into a 1.
+    """
+    depth = 0
+    u = rng.random_bytes(out.size)
+    cuts = _select(_digits(probabilities, depth), choice)
+    np.less(u, cuts, out=out)
+    tied = np.flatnonzero(u == cuts)
+    while tied.size:
+        depth += 1
+        u = rng.random_bytes(tied.size)
+        cuts = _select(_digits(probabilities, depth), None if choice is None else choice[tied])
+        out[tied] = u < cuts
+        tied = tied[u == cuts]
+
+
+def bernoulli_choose(
+    rng: RandomSource | None, probabilities: Sequence[float | Fraction], choice: npt.ArrayLike
+) -> BoolArray:
+    """Independent bits, bit ``i`` True with probability ``probabilities[choice[i]]`` *exactly*.
+
+    A uniform ``X`` in [0, 1) is read byte by byte and compared with the base-256
+    expansion of ``p`` (exact: a double or any rational), ``[X < p]``: one byte
+    per bit with probability 255/256, ``256/255`` on average. Irrational or
+    non-dyadic ``p`` (a ratio of doubles) just has an infinite expansion, read
+    as far as a tie lasts. Works in chunks of :data:`BERNOULLI_CHUNK` elements.
+
+    Args:
+        rng: the source of bytes (:meth:`~protocol.rng.RandomSource.random_bytes`);
+            ``None`` is the secure default.
+        probabilities: at most 256 probabilities in [0, 1] (doubles or Fractions).
+        choice: integers (or booleans) indexing ``probabilities``; the output has its shape.
+    """
+    probs = [exact_probability(p) for p in probabilities]
+    if not 1 <= len(probs) <= 256:
+        raise ParameterError("probabilities", f"must hold 1 to 256 values, got {len(probs)}")
+    which = np.asarray(choice)
+    in_range = which.dtype == np.bool_ and len(probs) >= 2  # checked for free
+    if which.size and not in_range and (which.min() < 0 or which.max() >= len(probs)):
+        raise ParameterError("choice", f"must index the {len(probs)} probabilities")
+    source = as_rng(rng)
+    flat = np.ascontiguousarray(which).reshape(-1)
+    flat = flat.view(np.uint8) if flat.dtype == np.bool_ else flat.astype(np.uint8, copy=False)
+    out = np.empty(flat.size, dtype=bool)
+    for start in range(0, flat.size, BERNOULLI_CHUNK):
+        stop = min(start + BERNOULLI_CHUNK, flat.size)
+        _bernoulli_pass(source, probs, flat[start:stop] if len(probs) > 1 else None, out[start:stop])
+    return out.reshape(which.shape)
+
+
+def bernoulli_exact(rng: RandomSource | None, p: float | Fraction, shape: int | tuple[int, ...]) -> BoolArray:
+    """Independent bits True with probability ``p`` exactly (:func:`bernoulli_choose` with one ``p``)."""
+    return bernoulli_choose(rng, [p], np.zeros(shape, dtype=np.uint8))
 
 
 def exact_rate(rate: float | Fraction) -> Fraction:
