@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .errors import ParameterError
-from .relaxation import relax_exponential, relax_laplace
+from .exact import bernoulli_choose
+from .relaxation import relax_exponential, relax_exponential_bits, relax_laplace
 from .rng import FloatArray, RandomSource, as_rng
 from .validation import check_probability
 
@@ -136,6 +138,22 @@ class Randomizer:
             return (p0 + (1 - p0) * q, 1.0)
         return (p0 * q + (1 - p0) * p, p1 * q + (1 - p1) * p)
 
+    def exact_probabilities(self) -> tuple[Fraction, Fraction]:
+        """:meth:`probabilities` as the exact rationals :meth:`simulate` samples.
+
+        The composition, without rounding, of the doubles
+        :meth:`permanent_probabilities`, ``irr_p`` and ``irr_q``: the law of
+        ``report(bits, draw_noise(...))`` had its uniforms no grid.
+        """
+        p0, p1 = (Fraction(x) for x in self.permanent_probabilities())
+        if not self.has_irr:
+            return (p0, p1)
+        q = Fraction(self.irr_q)  # type: ignore[arg-type]
+        p = Fraction(0) if self.mode == "asymmetric" else Fraction(self.irr_p)  # type: ignore[arg-type]
+        if self.mode == "asymmetric":
+            return (p0 + (1 - p0) * q, Fraction(1))
+        return (p0 * q + (1 - p0) * p, p1 * q + (1 - p1) * p)
+
     # --- sampling -----------------------------------------------------
     def draw_noise(self, shape: int | tuple[int, ...], rng: RandomSource | None = None) -> FloatArray:
         """Fresh memoized noise ``V`` at this level (one uniform per bit)."""
@@ -196,11 +214,47 @@ class Randomizer:
     def simulate(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """Fresh noise, then the IRR: the one-shot path for simulations.
 
-        Uses :meth:`permanent_from_uniforms`, so the result equals
-        ``report(bits, draw_noise(shape, rng), rng)`` for the same stream.
+        Each report bit is independent given its true bit ``b``, True with
+        probability ``exact_probabilities()[b]`` *exactly*
+        (:func:`~protocol.exact.bernoulli_choose`: random bytes against the
+        binary expansion, about one byte per bit). That is the law of
+        ``report(bits, draw_noise(shape, rng), rng)`` with the stated doubles
+        as probabilities; it does not consume the stream the same way.
         """
         b = np.asarray(bits, dtype=bool)
-        source = as_rng(rng)
         if self.mode == "trusted":
             return b.copy()
-        return self.instantaneous(self.permanent_from_uniforms(b, source.uniform(b.shape)), source)
+        return bernoulli_choose(rng, self.exact_probabilities(), b)
+
+    def sample_permanent(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
+        """Fresh permanent bits for simulations: True w.p. ``permanent_probabilities()[b]`` exactly."""
+        b = np.asarray(bits, dtype=bool)
+        if self.mode == "trusted":
+            return b.copy()
+        return bernoulli_choose(rng, self.permanent_probabilities(), b)
+
+    def sample_instantaneous(self, permanent: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
+        """The IRR for simulations, with its probabilities exactly (:meth:`instantaneous` in law)."""
+        perm = np.asarray(permanent, dtype=bool)
+        if not self.has_irr:
+            return perm.copy()
+        q = float(self.irr_q)  # type: ignore[arg-type]
+        probs = (q, 1.0) if self.mode == "asymmetric" else (float(self.irr_p), q)  # type: ignore[arg-type]
+        return bernoulli_choose(rng, probs, perm)
+
+    def relax_permanent(
+        self, bits: npt.ArrayLike, permanent: npt.ArrayLike, level_to: float, rng: RandomSource | None = None
+    ) -> BoolArray:
+        """Permanent bits relaxed to ``level_to`` without their noise (simulations of rounds).
+
+        Asymmetric only (:func:`~protocol.relaxation.relax_exponential_bits`):
+        the exponential chain's bits are a Markov chain of their own. The
+        symmetric chain's are not (``V`` carries more than ``[b + V > 1/2]``):
+        relax its noise with :meth:`relax_noise`.
+
+        Raises:
+            ParameterError: (field ``mode``) a symmetric or trusted randomizer.
+        """
+        if self.mode != "asymmetric":
+            raise ParameterError("mode", f"bit-level relaxation is for the asymmetric mode, got {self.mode!r}")
+        return relax_exponential_bits(bits, permanent, self.level, level_to, rng)

@@ -17,15 +17,18 @@ exponential rate ``L``, the geometric rate with ``P(G >= n) = exp(-eps n)``.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
-from .errors import TighteningRefused
+from .errors import ParameterError, TighteningRefused
+from .exact import bernoulli_exact
 from .rng import FloatArray, RandomSource, as_rng
 from .validation import check_integer_array, check_number
 
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 
 def _check_levels(low: float, high: float, low_name: str, high_name: str) -> None:
@@ -115,6 +118,32 @@ def relax_exponential(
         return x.copy()
     fresh = -np.log(u) / (level_to - level_from)
     return np.minimum(x, fresh)
+
+
+def relax_exponential_bits(
+    bits: npt.ArrayLike, permanent: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
+) -> BoolArray:
+    """The asymmetric randomizer's permanent bits ``[b + V > 1/2]`` relaxed, without the noise.
+
+    With ``V2 = min(V1, E)`` (:func:`relax_exponential`), for ``b = 0``:
+    ``[V2 > 1/2] = [V1 > 1/2] and [E > 1/2]``; for ``b = 1`` the bit stays 1.
+    So a 1 that came from the noise is kept with probability
+    ``q_to / q_from``, ``q = exp(-level/2)`` as the doubles the randomizer
+    states, sampled exactly (:func:`~protocol.exact.bernoulli_exact` on the
+    rational ratio): bits drawn at exactly ``q_from`` come out at exactly
+    ``q_to``, the pair with the law of the noise chain's, and the chain
+    stays Markov (steps compose). About one random byte per bit.
+    """
+    b = np.asarray(bits, dtype=bool)
+    perm = np.asarray(permanent, dtype=bool)
+    if b.shape != perm.shape:
+        raise ParameterError("permanent", f"must have the shape of bits {b.shape}, got {perm.shape}")
+    _check_levels(level_from, level_to, "level_from", "level_to")
+    q_from = Fraction(math.exp(-level_from / 2.0))
+    q_to = Fraction(0) if math.isinf(level_to) else Fraction(math.exp(-level_to / 2.0))
+    keep = bernoulli_exact(rng, q_to / q_from, b.shape)  # drawn for every bit: cheaper than a scatter
+    out: BoolArray = perm & (b | keep)
+    return out
 
 
 def tighten_exponential(

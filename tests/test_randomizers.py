@@ -49,15 +49,71 @@ def test_asymmetric_never_turns_a_one_into_zero() -> None:
     assert out.all()
 
 
-def test_single_client_path_equals_vectorized_path() -> None:
+@pytest.mark.parametrize(
+    "r",
+    [
+        Randomizer(mode="symmetric", level=1.0, irr_p=0.2, irr_q=0.8),
+        Randomizer(mode="asymmetric", level=3.0, irr_q=0.15),
+        Randomizer(mode="symmetric", level=2.5),
+    ],
+)
+def test_simulate_has_the_law_of_report_of_draw_noise(r: Randomizer) -> None:
+    # simulate no longer consumes the stream as report(bits, draw_noise(...)) does; it samples the
+    # same law exactly. Its probabilities are the exact composition of the stated doubles ...
+    p_star, q_star = r.probabilities()
+    exact = r.exact_probabilities()
+    assert math.isclose(float(exact[0]), p_star, rel_tol=1e-15)
+    assert math.isclose(float(exact[1]), q_star, rel_tol=1e-15)
+    # ... and the single-report path agrees in law: per b, a two-proportion z-test |z| < 4.9
+    # (false-failure rate 1e-6 each; fixed seeds, deterministic).
+    n = 300_000
+    for b in (False, True):
+        bits = np.full((n // 100, 100), b)
+        fast = r.simulate(bits, SeededRandom(30 + b)).mean()
+        slow = r.report(bits, r.draw_noise(bits.shape, SeededRandom(40 + b)), SeededRandom(50 + b)).mean()
+        p = float(exact[int(b)])
+        if p == 1.0:
+            assert fast == slow == 1.0
+            continue
+        assert abs(fast - slow) <= 4.9 * math.sqrt(2 * p * (1 - p) / n)
+
+
+def test_simulate_twins_and_shape() -> None:
     r = Randomizer(mode="symmetric", level=1.0, irr_p=0.2, irr_q=0.8)
-    bits = np.zeros((3, 16), dtype=bool)
-    bits[:, [1, 5]] = True
-    batch = r.simulate(bits, SeededRandom(9))
-    # The same stream consumed row by row gives the same reports: noise first, then IRR.
-    rng = SeededRandom(9)
-    noise = r.draw_noise(bits.shape, rng)
-    assert np.array_equal(batch, r.report(bits, noise, rng))
+    bits = SeededRandom(1).bernoulli(0.3, (50, 33))
+    a = r.simulate(bits, SeededRandom(9))
+    assert a.shape == bits.shape and a.dtype == np.bool_
+    assert np.array_equal(a, r.simulate(bits, SeededRandom(9)))
+    assert not np.array_equal(a, r.simulate(bits, SeededRandom(10)))
+
+
+@pytest.mark.parametrize(
+    "r",
+    [Randomizer(mode="symmetric", level=1.3, irr_p=0.25, irr_q=0.75), Randomizer(mode="asymmetric", level=1.0, irr_q=0.1)],
+)
+def test_two_stage_sampling_matches_the_one_shot_law(r: Randomizer) -> None:
+    # sample_permanent then sample_instantaneous: binomial 6-sigma bands (false failure < 2e-9 each).
+    for b in (False, True):
+        bits = np.full((N // 100, 100), b)
+        perm = r.sample_permanent(bits, SeededRandom(60 + b))
+        assert abs(perm.mean() - r.permanent_probabilities()[b]) <= _six_sigma(r.permanent_probabilities()[b], N)
+        out = r.sample_instantaneous(perm, SeededRandom(70 + b)).mean()
+        target = float(r.exact_probabilities()[b])
+        assert abs(out - target) <= _six_sigma(target, N)
+
+
+def test_relax_permanent_is_asymmetric_only_and_reaches_the_new_level() -> None:
+    r = Randomizer(mode="asymmetric", level=1.0)
+    bits = np.zeros((N // 100, 100), dtype=bool)
+    bits[:, 0] = True
+    perm = r.sample_permanent(bits, SeededRandom(80))
+    relaxed = r.relax_permanent(bits, perm, 3.0, SeededRandom(81))
+    assert np.all(relaxed <= perm) and np.all(relaxed[bits])
+    q = math.exp(-1.5)  # binomial 6 sigma on the zeros
+    assert abs(relaxed[~bits].mean() - q) <= _six_sigma(q, int((~bits).sum()))
+    with pytest.raises(ParameterError) as err:
+        Randomizer(mode="symmetric", level=1.0).relax_permanent(bits, perm, 3.0)
+    assert err.value.field == "mode"
 
 
 def test_trusted_mode_is_exact() -> None:

@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
-from statsupport import geometric_fits
+from statsupport import P_MIN, binomial_ok, chisquare_p, geometric_fits
 
 from protocol import (
+    Randomizer,
     relax_exponential,
     relax_geometric,
     relax_laplace,
@@ -21,6 +22,7 @@ from protocol import (
     tighten_laplace,
 )
 from protocol.errors import ParameterError, TighteningRefused
+from protocol.relaxation import relax_exponential_bits
 from protocol.rng import KeyedRandom, SeededRandom
 
 N = 300_000
@@ -129,3 +131,36 @@ def test_keyed_relaxation_is_reproducible() -> None:
     a = relax_laplace(v1, 1.0, 2.0, KeyedRandom.for_value(secret, "m", b"v", 1))
     b = relax_laplace(v1, 1.0, 2.0, KeyedRandom.for_value(secret, "m", b"v", 1))
     assert np.array_equal(a, b)
+
+
+def test_exponential_bit_relaxation_has_the_noise_chains_joint_law() -> None:
+    # (B1, B2, B3) for b = 0 through the bits vs through the noise: the chain is Markov on bits, so the
+    # 4 reachable patterns (B3 <= B2 <= B1) match; chi-square on the bit chain's counts against the
+    # closed form q3, q2 - q3, q1 - q2, 1 - q1 at P_MIN = 1e-6, and a binomial check of the noise chain.
+    levels = (0.5, 1.5, 4.0)
+    zeros = np.zeros(N, dtype=bool)
+    r = Randomizer(mode="asymmetric", level=levels[0])
+    b1 = r.sample_permanent(zeros, SeededRandom(110))
+    b2 = relax_exponential_bits(zeros, b1, levels[0], levels[1], SeededRandom(111))
+    b3 = relax_exponential_bits(zeros, b2, levels[1], levels[2], SeededRandom(112))
+    assert np.all(b3 <= b2) and np.all(b2 <= b1)
+    q1, q2, q3 = (math.exp(-lv / 2) for lv in levels)
+    observed = np.array([b3.sum(), (b2 & ~b3).sum(), (b1 & ~b2).sum(), (~b1).sum()])
+    assert chisquare_p(observed, np.array([q3, q2 - q3, q1 - q2, 1 - q1])) > P_MIN
+    rng = SeededRandom(113)
+    v1 = rng.exponential(levels[0], N)
+    v3 = relax_exponential(relax_exponential(v1, levels[0], levels[1], rng), levels[1], levels[2], rng)
+    assert binomial_ok(int(((v3 > 0.5) & (v1 > 0.5)).sum()), N, q3)
+
+
+def test_exponential_bit_relaxation_keeps_true_ones_and_checks_shapes() -> None:
+    bits = np.array([True, False, True, False])
+    perm = np.array([True, True, True, False])
+    out = relax_exponential_bits(bits, perm, 1.0, math.inf, SeededRandom(1))
+    assert out.tolist() == [True, False, True, False]  # level inf: the truth
+    assert np.array_equal(relax_exponential_bits(bits, perm, 1.0, 1.0, SeededRandom(1)), perm)
+    with pytest.raises(ParameterError) as err:
+        relax_exponential_bits(bits, perm[:3], 1.0, 2.0)
+    assert err.value.field == "permanent"
+    with pytest.raises(TighteningRefused):
+        relax_exponential_bits(bits, perm, 2.0, 1.0)
