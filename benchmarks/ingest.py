@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python benchmarks/ingest.py [--reports 100000] [--batch 1000] [--uploaders 2]
          [--backend sqlite|postgresql|both] [--form binary|json] [--pg-workers 2] [--decrypt-processes 2]
+     .venv/bin/python benchmarks/ingest.py --table [--reports 20000]   (JSON and binary x batches 10/100/1000)
 
 What it does:
 
@@ -225,7 +226,13 @@ def main() -> None:
     parser.add_argument("--decrypt-processes", type=int, default=2,
                         help="SQLite is also run with this many decrypt helper processes (0: only without)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--table", action="store_true",
+                        help="SQLite, 1 worker + --decrypt-processes helpers: reports/s for JSON and binary "
+                             "batches of 10, 100 and 1,000 (the table of benchmarks/RESULTS.md)")
     args = parser.parse_args()
+    if args.table:
+        table(args)
+        return
 
     folder = Path(tempfile.mkdtemp(prefix="onesided-bench-"))
     keys = AggregatorKeys.generate()
@@ -270,6 +277,31 @@ def main() -> None:
     for run in runs:
         print(f"{run['backend']:<26} {run['reports_per_second']:>8} reports/s  ({run['seconds']} s, "
               f"{args.uploaders} uploaders, retries {run['retries']})  zero loss: {run['zero_loss']}")
+
+
+def table(args: argparse.Namespace) -> None:
+    """Reports/s per (form, batch size) on SQLite with one worker and the decrypt helpers."""
+    folder = Path(tempfile.mkdtemp(prefix="onesided-bench-"))
+    folder.chmod(0o700)
+    keys = AggregatorKeys.generate()
+    keys.save(folder / "keys")
+    window = int(time.time() // PARAMS.time_precision) * PARAMS.time_precision
+    envelopes, ones, totals = generate(keys.seal_public_raw, args.reports, window)
+    rows = []
+    for form in ("json", "binary"):
+        for size in (10, 100, 1000):
+            bodies, content_type = encode([envelopes[i : i + size] for i in range(0, len(envelopes), size)], form)
+            data_dir = folder / f"sqlite-{form}-{size}"
+            serve_args = ["--data-dir", str(data_dir), "--decrypt-processes", str(args.decrypt_processes),
+                          "--key-dir", str(folder / "keys"), "--threads", str(args.threads), "--max-reports", "1000"]
+            run = run_backend(f"{form} {size}", Settings(data_dir=data_dir).database_url, serve_args, bodies,
+                              content_type, args.reports, (ones, totals), args.uploaders)
+            rows.append((form, size, run["reports_per_second"], run["zero_loss"]))
+    print(f"SQLite, 1 worker, {args.decrypt_processes} decrypt helpers, {args.uploaders} uploaders, "
+          f"{args.reports} reports, {os.cpu_count()} cores")
+    print("| form | batch | reports/s | zero loss |\n|---|---|---|---|")
+    for form, size, rate, lossless in rows:
+        print(f"| {form} | {size} | {rate:,} | {lossless} |")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ from aggregator.server.errors import Forbidden
 from aggregator.server.services.estimates import (
     CERTIFICATE_FIELDS,
     ESTIMATE_FIELDS,
+    MAX_CANDIDATES,
+    MAX_INTEGER,
     CertifyRequest,
     DecodeRequest,
     DecodingService,
@@ -145,9 +147,9 @@ def _query(name: str, schema: dict[str, Any], description: str, required: bool =
 
 
 _COLLECTION_QUERY = [
-    _query("window", {"type": "integer", "minimum": 0},
+    _query("window", {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER},
            "window start; default: the latest window with a decodable collection"),
-    _query("round", {"type": "integer", "minimum": 0},
+    _query("round", {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER},
            "0 (base collection) or a round id; default: the latest finished round with enough reports, else 0"),
     _query("candidates", {"type": "array", "items": {"type": "string"}},
            "comma-separated or repeated; required for Bloom metrics, default the whole domain of a direct one"),
@@ -198,7 +200,7 @@ _ESTIMATE_QUERY = [
     _query("method", {"enum": ["auto", "ols", "nnls", "lasso"]}, "Bloom fit (default auto)"),
 ]
 _CERTIFICATE_QUERY = [
-    _query("threshold", {"type": "integer", "minimum": 0}, "safe means count <= threshold", required=True),
+    _query("threshold", {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER}, "safe means count <= threshold", required=True),
     _query("alpha", {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
            "P(safe and count > threshold) <= alpha per candidate; 0: never wrong", required=True),
 ]
@@ -227,9 +229,10 @@ _HEADER_PROPERTIES: dict[str, Any] = {
     "candidates": {"type": "integer", "description": "how many candidates were asked for"},
 }
 _COLLECTION_BODY: dict[str, Any] = {
-    "window": {"type": ["integer", "null"], "minimum": 0},
-    "round": {"type": ["integer", "null"], "minimum": 0},
-    "candidates": {"type": ["array", "null"], "items": {"type": "string", "minLength": 1}},
+    "window": {"type": ["integer", "null"], "minimum": 0, "exclusiveMaximum": MAX_INTEGER},
+    "round": {"type": ["integer", "null"], "minimum": 0, "exclusiveMaximum": MAX_INTEGER},
+    "candidates": {"type": ["array", "null"], "minItems": 1, "maxItems": MAX_CANDIDATES, "uniqueItems": True,
+                   "items": {"type": "string", "minLength": 1}},
     "format": {"enum": list(FORMATS)},
 }
 _NUMBER_OR_NULL = {"type": ["number", "null"]}
@@ -289,6 +292,6 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["threshold", "alpha"],
-        "properties": {**_COLLECTION_BODY, "threshold": {"type": "integer", "minimum": 0}, "alpha": {"type": "number"}},
+        "properties": {**_COLLECTION_BODY, "threshold": {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER}, "alpha": {"type": "number"}},
     },
 }
