@@ -24,6 +24,7 @@ anything is sent; relaxing never lowers a level.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,17 @@ def _float_of_json(value: float | None) -> float:
 
 def window_cost(params: MetricParams, levels: Sequence[float]) -> tuple[float, bool]:
     """Cost of one window: a report of the window's value at each of ``levels`` (its noise chain).
+
+    A pure function of the parameters and the levels, remembered (a report
+    checks and closes a window on every call; the exact accounting behind it
+    takes tens of microseconds). See :func:`_window_cost` for the derivation.
+    """
+    return _window_cost(params, tuple(levels))
+
+
+@functools.lru_cache(maxsize=1024)
+def _window_cost(params: MetricParams, levels: tuple[float, ...]) -> tuple[float, bool]:
+    """:func:`window_cost`, computed.
 
     Without IRR: ``bits_changed * sequence_bit_epsilon(mode, levels)`` (the
     released permanent bits; exact for the asymmetric mode and up to three
