@@ -5,7 +5,7 @@ Usage (``docs/client.md``)::
     client = Client("https://telemetry.example", "/var/lib/app/onesided.state",
                     server_public_keys=["<base64url Ed25519 key>"], max_epsilon=4.0)
     client.sync()                              # signed config, verified against the pinned key
-    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, seal, queue
+    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, queue (sealed by the sender)
     client.flush(deadline=10)                  # batch upload with retries; never raises
     client.ledger()["places"].remaining
 
@@ -16,26 +16,37 @@ sender (``background=True`` or :meth:`start`) never raise: errors go to
 secrets, values, bits or noise.
 
 Storage: the state (ledger, secret, config; :mod:`client_sdk.state`) is
-rewritten atomically on each change; the queue of sealed reports is an
-append-only file of its own (:mod:`client_sdk.queue`). The state is always
-saved *before* a report is appended to the queue, so the ledger on disk
-covers everything that can leave the device.
+rewritten atomically on each change; the queue of reports is an
+append-only encrypted file of its own (:mod:`client_sdk.queue`). The state
+is always saved *before* a report is appended to the queue, so the ledger on
+disk covers everything that can leave the device.
+
+Sealing is off the caller's thread: :meth:`Client.report` queues the packed
+report with its own ephemeral X25519 key (taken from a pool the sender
+fills ahead of time) and returns the report's final id, derived from that
+key; the sender seals it when it builds a batch (the same bytes on every
+attempt).
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import itertools
 import logging
 import math
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.crypto import b64d, b64e, key_id
+import numpy as np
+
+from protocol.crypto import b64d, b64e, ephemeral_keypair, key_id
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import (
     OnesidedError,
@@ -46,7 +57,7 @@ from protocol.errors import (
 )
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL
-from protocol.rng import RandomSource, SecureRandom, as_rng
+from protocol.rng import FloatArray, RandomSource, SecureRandom, Shape, as_rng
 from protocol.wire import (
     STATUS_ACCEPTED,
     STATUS_REPLAYED,
@@ -55,7 +66,8 @@ from protocol.wire import (
     ReportEnvelope,
     ReportResult,
     RoundAnnouncement,
-    build_report,
+    pack_payload_mask,
+    sealed_report_id,
     verify_config,
     window_start,
 )
@@ -71,8 +83,8 @@ from .ledger import (
     check_relaxation,
     ledger_entry,
 )
-from .memo import report_bits, value_fingerprint
-from .queue import QueueDamage, ReportQueue
+from .memo import prepare_level, report_mask, value_fingerprint
+from .queue import Item, QueueDamage, ReportQueue, envelope_of, pending_item
 from .state import ClientState, StateCorrupted, StateStore
 from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport, TransportError
 
@@ -83,6 +95,94 @@ CORRUPT_POLICIES = ("raise", "reset")
 # Whole-batch answers after which resending the same batch cannot help: the batch is dropped.
 _POISON_STATUSES = frozenset({400, 415, 422})
 _DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
+# Randomness made ahead of time, off the caller's thread (by sync(), flush() and the sender), so that
+# report() neither generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms through numpy
+# (~4 us) per call. Apps report a few values a day; a burst beyond the pool makes its keys inline
+# (slower, the same reports). Both are memory only, each item is handed out once, and both are emptied
+# in a forked child (which must never reuse its parent's keys or uniforms).
+EPHEMERAL_POOL = 32
+IRR_PREFETCH = 4096
+_AHEAD: weakref.WeakSet[EphemeralPool | PrefetchedUniforms] = weakref.WeakSet()
+
+
+def _empty_after_fork() -> None:
+    for held in list(_AHEAD):
+        held.clear()
+
+
+os.register_at_fork(after_in_child=_empty_after_fork)
+
+
+class EphemeralPool:
+    """Fresh X25519 key pairs for sealing, made ahead of time; each is handed out once.
+
+    Kept in memory only (never written: a pool lost in a crash costs
+    nothing). ``take()`` never waits: an empty pool makes a key on the spot.
+    Thread-safe (``deque`` appends and pops are atomic).
+    """
+
+    def __init__(self, size: int = EPHEMERAL_POOL) -> None:
+        self.size = size
+        self._keys: collections.deque[tuple[bytes, bytes]] = collections.deque()
+        _AHEAD.add(self)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def take(self) -> tuple[bytes, bytes]:
+        """``(private, public)`` raw bytes, never handed out before."""
+        try:
+            return self._keys.popleft()
+        except IndexError:
+            return ephemeral_keypair()
+
+    def refill(self) -> None:
+        while len(self._keys) < self.size:
+            self._keys.append(ephemeral_keypair())
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+class PrefetchedUniforms(RandomSource):
+    """The uniforms of ``source``, drawn ``chunk`` at a time; each is handed out once, in order.
+
+    The IRR of one report takes ``num_bits`` uniforms: one call to the OS
+    CSPRNG per 4096 of them instead of one per report. Same source, same
+    law; only the moment of drawing moves. Thread-safe.
+    """
+
+    def __init__(self, source: RandomSource, chunk: int = IRR_PREFETCH) -> None:
+        self.source = source
+        self.chunk = chunk
+        self._lock = threading.Lock()
+        self._buffer: FloatArray = source.uniform(0)
+        self._at = 0
+        _AHEAD.add(self)
+
+    def uniform(self, shape: Shape) -> FloatArray:
+        count = shape if isinstance(shape, int) else math.prod(shape)
+        with self._lock:
+            if self._at + count > len(self._buffer):
+                self._fill(count)
+            out = self._buffer[self._at:self._at + count]
+            self._at += count
+        return out.reshape(shape)
+
+    def top_up(self) -> None:
+        """Draw the next chunk now if less than half of one is left."""
+        with self._lock:
+            if len(self._buffer) - self._at < self.chunk // 2:
+                self._fill(self.chunk // 2)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buffer, self._at = self._buffer[:0], 0
+
+    def _fill(self, count: int) -> None:
+        kept = self._buffer[self._at:]
+        self._buffer = np.concatenate([kept, self.source.uniform(max(self.chunk, count))])
+        self._at = 0
 
 
 class ReportsDropped(OnesidedError):
@@ -268,6 +368,8 @@ class Client:
         self._exit_hook = False
         self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
         self._queue = ReportQueue(self._store.queue_path, self._store.key)
+        self._ephemeral = EphemeralPool()
+        self._irr = PrefetchedUniforms(self._rng)
         self._dirty = False
         self._state = self._open_state(on_corrupt)
         self._config = self._stored_config()
@@ -407,9 +509,27 @@ class Client:
                         self._event("params_changed", name, detail)
             self._commit()
             applied = self._apply_rounds(config)
+        self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
                  applied)
         return config
+
+    def _prepare(self) -> None:
+        """Work done ahead of reports, off their path: ephemeral keys, each metric's cuts at its level.
+
+        Never raises (it runs after a flush and in the sender): a failure only
+        leaves ``report()`` to do the work itself.
+        """
+        try:
+            self._ephemeral.refill()
+            self._irr.top_up()
+            config = self._config
+            for entry in () if config is None else config.metrics:
+                record = self._state.metrics.get(entry.params.name)
+                if record is None or record.digest == entry.digest:
+                    prepare_level(entry.params, entry.params.level if record is None else record.levels[-1])
+        except Exception:  # work ahead of time only; report() redoes what is missing
+            log.exception("preparing reports ahead of time failed")
 
     def _apply_rounds(self, config: ConfigPayload) -> int:
         """Apply the latest open round of each metric this client reports (DESIGN 9, step 2).
@@ -496,7 +616,7 @@ class Client:
     # --- reporting ----------------------------------------------------------------
 
     def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str:
-        """Encode, randomize (memoized noise, fresh IRR), seal and queue one report.
+        """Encode, randomize (memoized noise, fresh IRR) and queue one report; the sender seals it.
 
         A metric takes one value per window (its ``time_precision``): the
         first report of a window fixes it. Reporting the same value again in
@@ -504,12 +624,20 @@ class Client:
         value raises :class:`AlreadyReported`. A round opened in the window
         re-sends the window's value at the new level (:meth:`relax`).
 
+        On return the report is charged in the ledger and queued with its
+        own ephemeral key; with ``autosave`` (the default) both are on disk
+        (state first, then the encrypted queue file), so a crash loses
+        nothing that was returned. It is sealed to the aggregator's key
+        before upload, by the sender.
+
         Args:
             metric: a metric of the signed config.
             value_or_set: a value, or a set of values (e.g. the places visited today).
 
         Returns:
-            The report id (base64url).
+            The report id (base64url): the id the aggregator will see,
+            ``SHA-256("onesided/report-id/v1" || pkE)[:16]`` of the report's
+            ephemeral key (docs/wire.md 1.3).
 
         Raises:
             BudgetExceeded: a new window's report would pass the ceiling (nothing is queued).
@@ -535,18 +663,19 @@ class Client:
                 return self._repeat(record, window, fingerprint)
             self._check(lambda: check_new_window(record, params, self._ceiling.for_metric(metric),
                                                  self._prior(metric)), metric)
-            envelope = self._seal(entry, record, value_or_set, window, record.step)
+            item = self._pending(entry, record, value_or_set, window, record.step, value_key)
             record.close_window(params)
+            report_id: str = item["report_id"]
             record.current = WindowRelease(
                 window=window, value=b64e(value_key), fingerprint=fingerprint, first_step=record.step,
-                last_step=record.step, report_id=envelope.report_id_text,
+                last_step=record.step, report_id=report_id,
             )
-            self._enqueue(envelope)
+            self._enqueue(item)
             self._dirty = True
             if self.autosave:
                 self.save()
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
-        return envelope.report_id_text
+        return report_id
 
     def _repeat(self, record: MetricRecord, window: int, fingerprint: str) -> str:
         """A second report in the metric's latest window: the same value is a no-op, another is refused."""
@@ -565,26 +694,28 @@ class Client:
             f"{window + int(record.params['time_precision'])})",
         )
 
-    def _seal(
-        self, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value], window: int, first_step: int
-    ) -> ReportEnvelope:
-        """The window's chain through the current level, fresh IRR, sealed to the config's X25519 key."""
+    def _pending(
+        self, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value], window: int, first_step: int,
+        value_key: bytes | None = None,
+    ) -> Item:
+        """The window's chain through the current level and fresh IRR, packed, with its ephemeral key.
+
+        The queue item the sender seals to the config's X25519 key (:func:`client_sdk.queue.envelope_of`);
+        its id is already the sealed report's.
+        """
         params = entry.params
         config = self._config
         if config is None:  # pragma: no cover - _entry checked it under the same lock
             raise ParameterError("metric", "no verified config yet: call sync() first")
-        bits = report_bits(
+        mask = report_mask(
             self._state.secret, params, value, cohort=record.cohort, window=window,
-            levels=record.levels[first_step:], rng=self._rng,
+            levels=record.levels[first_step:], rng=self._irr, value_key=value_key,
         )
-        return build_report(
-            params_digest=entry.digest,
-            metric=params.name,
-            round=record.round,
-            window=window,
-            cohort=record.cohort,
-            level=record.levels[-1],
-            bits=bits,
+        payload = pack_payload_mask(cohort=record.cohort, level=record.levels[-1], mask=mask, num_bits=params.num_bits)
+        private, public = self._ephemeral.take()
+        return pending_item(
+            report_id=b64e(sealed_report_id(public)), metric=params.name, round=record.round, window=window,
+            params_digest=entry.digest, payload=payload, ephemeral_private=private,
             seal_public=config.aggregator.seal_public,
         )
 
@@ -603,9 +734,9 @@ class Client:
             self._event("refused", metric, str(exc))
             raise
 
-    def _enqueue(self, envelope: ReportEnvelope) -> None:
+    def _enqueue(self, item: Item) -> None:
         """Queue in memory; the file gets it at the next :meth:`save`, after the state."""
-        self._queue.append(envelope.to_json())
+        self._queue.append(item)
         overflow = len(self._queue) - self.max_queue
         if overflow > 0:
             self._drop(self._queue.oldest(overflow), f"queue full ({self.max_queue})",
@@ -651,19 +782,19 @@ class Client:
                 ceiling = self._ceiling.for_metric(metric)
                 self._check(lambda: check_relaxation(record, params, float(level_to), ceiling,
                                                      self._prior(metric)), metric)
-                envelope = self._resend(entry, record, float(level_to), round_id)
+                item = self._resend(entry, record, float(level_to), round_id)
                 record.levels.append(float(level_to))
                 record.rounds.append(round_id)
-                if envelope is not None and record.current is not None:
+                if item is not None and record.current is not None:
                     record.current.last_step = record.step
-                    record.current.report_id = envelope.report_id_text
-                    self._enqueue(envelope)
+                    record.current.report_id = item["report_id"]
+                    self._enqueue(item)
                 self._event("relax", metric, f"level {record.levels[-2]:.6g} -> {level_to:.6g} (round {round_id})")
                 self._commit()
                 log.info("metric %s relaxed to level %.6g for round %d", metric, level_to, round_id)
             return self._ledger_entry(metric, record)
 
-    def _resend(self, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int) -> ReportEnvelope | None:
+    def _resend(self, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int) -> Item | None:
         """The current window's value relaxed to ``level_to`` for round ``round_id`` (``None``: no window)."""
         current = record.current
         if current is None:
@@ -674,7 +805,7 @@ class Client:
             params=record.params, digest=record.digest, cohort=record.cohort,
             levels=[*record.levels, level_to], rounds=[*record.rounds, round_id],
         )
-        return self._seal(entry, relaxed, value, current.window, current.first_step)
+        return self._pending(entry, relaxed, value, current.window, current.first_step)
 
     # --- sending ----------------------------------------------------------------
 
@@ -697,7 +828,9 @@ class Client:
         except ParameterError as exc:
             self._notify(exc)
             return FlushResult(remaining=len(self._queue), error=exc)
-        return self._flush(until, wait=True)
+        result = self._flush(until, wait=True)
+        self._prepare()
+        return result
 
     def _flush(self, until: float | None, *, wait: bool) -> FlushResult:
         """:meth:`flush` by the monotonic instant ``until``; ``wait=False``: skip if a flush is running."""
@@ -734,20 +867,24 @@ class Client:
         )
 
     def _next_batch(self, pending: set[str]) -> list[ReportEnvelope]:
-        """Up to ``batch_size`` of the reports in ``pending``, oldest first; a malformed one is dropped."""
+        """Up to ``batch_size`` of the reports in ``pending``, oldest first, sealed; a malformed one is dropped.
+
+        Sealing happens outside the client's lock, so ``report()`` never waits for it.
+        """
         with self._lock:
             items = list(itertools.islice((r for r in self._queue if r.get("report_id") in pending), self.batch_size))
-            batch, malformed = [], []
-            for item in items:
-                try:
-                    batch.append(ReportEnvelope.from_json(item))
-                except (ReportRejected, ValueError, KeyError, TypeError):
-                    malformed.append(str(item.get("report_id")))
-            if malformed:
-                pending.difference_update(malformed)
+        batch, malformed = [], []
+        for item in items:
+            try:
+                batch.append(envelope_of(item))
+            except (ReportRejected, ValueError, KeyError, TypeError):
+                malformed.append(str(item.get("report_id")))
+        if malformed:
+            pending.difference_update(malformed)
+            with self._lock:
                 self._drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
                 self.save()
-            return batch
+        return batch
 
     def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
         """Handle a whole-batch failure; returns how many reports were dropped."""
@@ -798,10 +935,15 @@ class Client:
         self._register_exit()
 
     def _send_loop(self, interval: float) -> None:
-        """The background sender: never raises, never waits on a flush the app is running."""
+        """The background sender: seals and sends; never raises, never waits on a flush the app is running."""
+        try:
+            self._prepare()
+        except Exception:  # pragma: no cover - a last guard for the thread
+            log.exception("preparing ephemeral keys failed")
         while not self._stop.wait(interval):
             try:
                 self._flush(None, wait=False)
+                self._prepare()
             except Exception:  # pragma: no cover - _flush catches; a last guard for the thread
                 log.exception("background flush failed")
 

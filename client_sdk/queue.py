@@ -1,4 +1,4 @@
-"""The outgoing queue: sealed reports in their own append-only, encrypted file.
+"""The outgoing queue: reports in their own append-only, encrypted file, sealed before upload.
 
 Why a file of its own: the state (ledger, secret, config) is rewritten
 atomically on every change; with the queue inside it, every ``report()``
@@ -12,11 +12,23 @@ File layout (``<state_path>.queue``, mode 0600)::
     record  = 0xA5 || kind || u32be length || nonce (12) || AES-GCM(key, nonce, json, aad)
     aad     = "onesided/client-queue/v1" || file_id || kind
 
-``kind`` is ``R`` (a report: ``{"gen": g, "report": <envelope JSON>}``) or
-``T`` (a tombstone: ``{"ids": [report ids]}``). The key is the state's key;
-each record has its own random nonce; the AAD binds a record to this file
-and to its kind, so a record cannot be moved to another queue or turned
-from a report into a tombstone.
+``kind`` is ``R`` (a report: ``{"gen": g, "report": <item>}``) or ``T`` (a
+tombstone: ``{"ids": [report ids]}``). The key is the state's key; each
+record has its own random nonce; the AAD binds a record to this file and to
+its kind, so a record cannot be moved to another queue or turned from a
+report into a tombstone.
+
+An item is a report's clear metadata (``report_id``, ``metric``, ``round``,
+``window``, ``params_digest``) and either ``sealed`` (the envelope, as in a
+batch; files written before sealing moved to the sender) or ``pending``:
+base64url of ``skE (32) || pkR (32) || payload``, the report's own
+ephemeral X25519 private key, the aggregator key it is sealed to and the
+packed payload (docs/wire.md 4). ``report()`` queues the pending form (its
+id is already ``sealed_report_id`` of that key's public half); the sender
+seals it when it builds a batch (:func:`envelope_of`). Sealing is
+deterministic given the key, so a resent batch is byte-identical. A
+pending item holds what the envelope would hide, so it never leaves this
+encrypted file; it is deleted (tombstoned) once delivered, like any report.
 
 * ``gen`` is the state generation saved *before* the record was appended
   (:class:`~client_sdk.state.StateStore`): the ledger of that state already
@@ -45,9 +57,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from protocol.crypto import decrypt_blob, encrypt_blob, write_private_file
+from protocol.crypto import (
+    PUBLIC_KEY_BYTES,
+    b64d,
+    b64e,
+    decrypt_blob,
+    encrypt_blob,
+    write_private_file,
+)
 from protocol.errors import DecryptError, ReportRejected
-from protocol.wire import ReportEnvelope
+from protocol.wire import ReportEnvelope, seal_report
 
 QUEUE_MAGIC = b"ONSQ"
 QUEUE_VERSION = 1
@@ -79,7 +98,7 @@ class QueueDamage:
 
 
 class ReportQueue(Sequence[Item]):
-    """The queue of sealed reports (envelope JSON objects), oldest first.
+    """The queue of reports (items: sealed or pending, see the module docstring), oldest first.
 
     Args:
         path: the queue file.
@@ -125,7 +144,7 @@ class ReportQueue(Sequence[Item]):
     # --- changing (in memory, then :meth:`persist`) ----------------------------------
 
     def append(self, item: Item) -> None:
-        """Queue one envelope (``ReportEnvelope.to_json()``); charged by the next state save."""
+        """Queue one item (:func:`pending_item`, or ``ReportEnvelope.to_json()``); charged by the next state save."""
         rid = str(item["report_id"])
         self._items[rid] = (UNSAVED, item)
         self._pending.append((KIND_REPORT, [rid]))
@@ -262,12 +281,66 @@ class ReportQueue(Sequence[Item]):
                     uncovered += 1
                 else:
                     item = body["report"]
-                    ReportEnvelope.from_json(item)  # a report that cannot be sent is dropped here
+                    check_item(item)  # a report that cannot be sent is dropped here
                     self._items[str(item["report_id"])] = (int(body["gen"]), item)
             except (DecryptError, ReportRejected, ValueError, KeyError, TypeError):
                 unreadable += kind == KIND_REPORT
             offset = end
         return unreadable, uncovered, offset
+
+
+def pending_item(
+    *,
+    report_id: str,
+    metric: str,
+    round: int,
+    window: int,
+    params_digest: str,
+    payload: bytes,
+    ephemeral_private: bytes,
+    seal_public: bytes,
+) -> Item:
+    """A report queued before sealing (module docstring); ``report_id`` is the id of the key's public half."""
+    return {
+        "report_id": report_id, "metric": metric, "round": round, "window": window, "params_digest": params_digest,
+        "pending": b64e(ephemeral_private + seal_public + payload),
+    }
+
+
+def _pending_parts(item: Item) -> tuple[ReportEnvelope, bytes, bytes]:
+    """A pending item's metadata and payload (checked as a plain envelope), its key and the recipient's key."""
+    raw = b64d(item["pending"], "pending")
+    keys = 2 * PUBLIC_KEY_BYTES
+    if len(raw) <= keys:
+        raise ReportRejected("pending", f"must be longer than {keys} bytes")
+    meta = {k: v for k, v in item.items() if k != "pending"}
+    plain = ReportEnvelope.from_json(meta | {"plain": b64e(raw[keys:])})
+    return plain, raw[:PUBLIC_KEY_BYTES], raw[PUBLIC_KEY_BYTES:keys]
+
+
+def check_item(item: Item) -> None:
+    """Raise unless ``item`` is a report that can be sent (sealing is left for :func:`envelope_of`)."""
+    if isinstance(item, dict) and "pending" in item:
+        _pending_parts(item)
+    else:
+        ReportEnvelope.from_json(item)
+
+
+def envelope_of(item: Item) -> ReportEnvelope:
+    """The envelope to upload: a sealed item as it is, a pending one sealed now (same bytes every time).
+
+    Raises:
+        ReportRejected, ValueError, KeyError, TypeError: a malformed item, or a
+            pending item whose key does not give its report id.
+    """
+    if not (isinstance(item, dict) and "pending" in item):
+        return ReportEnvelope.from_json(item)
+    plain, ephemeral, seal_public = _pending_parts(item)
+    return seal_report(
+        payload=plain.body, metric=plain.metric, round=plain.round, window=plain.window,
+        params_digest=plain.params_digest, seal_public=seal_public, ephemeral_private=ephemeral,
+        report_id=plain.report_id,
+    )
 
 
 def _is_torn(tail: bytes) -> bool:
@@ -282,4 +355,4 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-__all__ = ["COMPACT_MIN", "QueueDamage", "ReportQueue"]
+__all__ = ["COMPACT_MIN", "QueueDamage", "ReportQueue", "check_item", "envelope_of", "pending_item"]

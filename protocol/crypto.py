@@ -100,6 +100,16 @@ def _x25519_private(key: X25519PrivateKey | bytes, field: str) -> X25519PrivateK
     raise ParameterError(field, "must be an X25519 private key or its 32 raw bytes")
 
 
+def ephemeral_keypair() -> tuple[bytes, bytes]:
+    """A fresh X25519 key pair for one sealed report: ``(private, public)``, 32 raw bytes each.
+
+    :func:`seal` with ``ephemeral_private=private`` produces an envelope that
+    starts with ``public``, so a report's id can be fixed before it is sealed.
+    """
+    private = X25519PrivateKey.generate()
+    return private.private_bytes_raw(), private.public_key().public_bytes_raw()
+
+
 def seal(
     recipient_public: bytes,
     plaintext: bytes,
@@ -377,6 +387,7 @@ __all__ = [
     "b64d",
     "b64e",
     "decrypt_blob",
+    "ephemeral_keypair",
     "encrypt_blob",
     "key_id",
     "open_sealed",

@@ -184,10 +184,15 @@ class ReportPayload:
     bits: BoolArray
 
     def __post_init__(self) -> None:
-        _int(self.cohort, "payload.cohort", 0, MAX_COHORT)
-        if not _number(self.level, "payload.level") > 0:
-            raise ReportRejected("payload.level", f"must be > 0, got {self.level}")
+        self.check_header(self.cohort, self.level)
         object.__setattr__(self, "bits", _as_bits(self.bits))
+
+    @staticmethod
+    def check_header(cohort: int, level: float) -> None:
+        """The cohort is a u16, the level a number > 0 (``inf`` allowed, NaN not)."""
+        _int(cohort, "payload.cohort", 0, MAX_COHORT)
+        if not _number(level, "payload.level") > 0:
+            raise ReportRejected("payload.level", f"must be > 0, got {level}")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReportPayload):
@@ -210,6 +215,18 @@ def pack_payload(payload: ReportPayload) -> bytes:
     """``u8 1 || u16be cohort || f64be level || bits packed LSB-first`` (docs/wire.md 4)."""
     packed = np.packbits(payload.bits, bitorder="little").tobytes()
     return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, payload.cohort, payload.level) + packed
+
+
+def pack_payload_mask(*, cohort: int, level: float, mask: int, num_bits: int) -> bytes:
+    """:func:`pack_payload` of bits given as an int (bit ``i`` of ``mask`` is bit ``i``): the same bytes.
+
+    Packing LSB first is the little-endian bytes of the mask. For the
+    client's one-report path, which never builds a bit array.
+    """
+    if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0 or mask >> num_bits:
+        raise ParameterError("bits", f"must be a mask of {num_bits} bits")
+    ReportPayload.check_header(cohort, level)
+    return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, cohort, level) + mask.to_bytes((num_bits + 7) // 8, "little")
 
 
 def unpack_payload(data: bytes, *, num_bits: int, num_cohorts: int) -> ReportPayload:
@@ -521,11 +538,42 @@ def build_report(
         )
     if report_id is not None:
         raise ParameterError("report_id", "a sealed report's id is derived from its ephemeral key; do not pass one")
+    return seal_report(payload=payload, metric=metric, round=round, window=window, params_digest=params_digest,
+                       seal_public=seal_public, ephemeral_private=ephemeral_private)
+
+
+def seal_report(
+    *,
+    payload: bytes,
+    metric: str,
+    round: int,
+    window: int,
+    params_digest: str,
+    seal_public: bytes,
+    ephemeral_private: X25519PrivateKey | bytes | None = None,
+    report_id: bytes | None = None,
+) -> ReportEnvelope:
+    """The seal step of :func:`build_report`: a packed payload sealed, its id taken from the ephemeral key.
+
+    Sealing is a function of its inputs: the same payload, metadata and
+    ephemeral key give the same envelope byte for byte (the nonce comes from
+    the key schedule), so a report can be queued with its key and sealed later.
+
+    Args:
+        ephemeral_private: the report's ephemeral X25519 key (``None``: a fresh one).
+        report_id: the id the caller fixed from the key's public half
+            (:func:`sealed_report_id`); checked, never trusted.
+
+    Raises:
+        ParameterError: ``report_id`` is not the id of ``ephemeral_private`` (field ``report_id``).
+    """
     ephemeral = ephemeral_private if ephemeral_private is not None else X25519PrivateKey.generate()
     if isinstance(ephemeral, bytes):
         ephemeral = X25519PrivateKey.from_private_bytes(ephemeral)
     enc = ephemeral.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     rid = sealed_report_id(enc)
+    if report_id is not None and report_id != rid:
+        raise ParameterError("report_id", "is not the id of this ephemeral key")
     aad = report_aad(report_id=rid, metric=metric, params_digest=params_digest, round=round, window=window)
     envelope = seal(seal_public, payload, aad, ephemeral_private=ephemeral)
     return ReportEnvelope(report_id=rid, metric=metric, round=round, window=window, params_digest=params_digest,
@@ -902,10 +950,13 @@ __all__ = [
     "encode_batch_json",
     "open_report",
     "pack_payload",
+    "pack_payload_mask",
     "parse_batch_binary",
     "parse_batch_json",
     "parse_upload_response",
     "report_aad",
+    "seal_report",
+    "sealed_report_id",
     "unpack_payload",
     "upload_response",
     "validate_config_payload",

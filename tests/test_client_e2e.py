@@ -1,8 +1,9 @@
 """End to end: the real aggregator on loopback, 1,000 clients with their own state files.
 
 The aggregator's bit counts must equal the sum of what the clients sent,
-where "what was sent" is read back by opening each client's queued,
-sealed reports with the aggregator's key before they are uploaded.
+where "what was sent" is read back by sealing each client's queued reports
+as its sender does and opening them with the aggregator's key before they
+are uploaded.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from aggsupport import LiveServer, live_server
 from aggregator.cli.commands.client import register
 from client_sdk import Client, RetryPolicy
 from client_sdk.client import AlreadyReported
+from client_sdk.queue import envelope_of
 from protocol.crypto import AggregatorKeys, b64e
 from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.rng import SeededRandom
-from protocol.wire import ReportEnvelope, open_report
+from protocol.wire import open_report
 
 PLACES = MetricParams(
     name="places", encoding=BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=16), mode="asymmetric",
@@ -55,7 +57,7 @@ def sent_payloads(client: Client, keys: AggregatorKeys) -> list[tuple[int, np.nd
     """Open this client's queued reports (only a test holding the aggregator's key can)."""
     out = []
     for item in client._state.queue:
-        envelope = ReportEnvelope.from_json(item)
+        envelope = envelope_of(item)  # sealed as the sender seals it: the same bytes it uploads
         payload = open_report(envelope, seal_private=keys.seal_private, num_bits=PLACES.num_bits,
                               num_cohorts=PLACES.num_cohorts, allow_plain=False)
         out.append((payload.cohort, payload.bits))
