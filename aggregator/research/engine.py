@@ -122,7 +122,7 @@ class DaskEngine:
         tasks = _tasks(seeds, self.blocks_per_task)
         if self.scheduler is None:
             cluster: Any = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=self.processes,
-                                        dashboard_address=None)
+                                        dashboard_address=":0")  # any free port: no clash, no warning
         else:
             cluster = self.scheduler
         try:
