@@ -15,9 +15,10 @@ one ``print >>`` line); none of its code is in this repository. Get it with
 Without it the benchmark times :class:`RapporReimplementation`, a
 pure-Python reimplementation of the same published algorithm, and says so.
 
-Each iteration times, in turn: RAPPOR's ``encode``, ``report()`` with
-``autosave=False`` and ``report()`` with ``autosave=True`` (state write and
-queue append, fsync'ed). Every report is in a new window (an injected clock
+Two alternating series in one process: RAPPOR's ``encode`` then
+``report()`` with ``autosave=False``, repeated; then RAPPOR's ``encode``
+then ``report()`` with ``autosave=True`` (state write and queue append,
+fsync'ed), repeated. Every report is in a new window (an injected clock
 advances one ``time_precision`` per report), so each is a full report, never
 a repeat. The ceiling is finite (1e9), so the ledger check runs for real.
 Between timed calls, untimed, every ``--flush-every`` reports, each client
@@ -166,31 +167,26 @@ def main() -> None:
         clocks = {"off": Clock(), "on": Clock()}
         clients = {k: make_client(Path(tmp) / k, fake, clocks[k], autosave=k == "on") for k in clocks}
         encoder, label = rappor_encoder(args.rappor_dir, args.bits, 7, os.urandom(32))
-        times: dict[str, list[int]] = {"rappor": [], "off": [], "on": []}
+        print(f"Bloom m={args.bits}, k=2, md5, f={F}, p={P}, q={Q}; {args.reports} reports a pair, timed alternately")
         returned: list[str] = []
-        for i in range(args.reports):
-            word = words[i % len(words)]
-            raw = word.encode()
-            timed(lambda: encoder.encode(raw), times["rappor"])  # noqa: B023 - called at once
-            for key, client in clients.items():
+        for key, what in (("off", "autosave off"), ("on", "autosave on (fsync'ed)")):
+            times: dict[str, list[int]] = {"rappor": [], key: []}
+            client = clients[key]
+            for i in range(args.reports):
+                word = words[i % len(words)]
+                raw = word.encode()
+                timed(lambda: encoder.encode(raw), times["rappor"])  # noqa: B023 - called at once
                 clocks[key].now += 1
                 t0 = time.perf_counter_ns()
-                rid = client.report("word", word)
+                returned.append(client.report("word", word))
                 times[key].append(time.perf_counter_ns() - t0)
-                if key == "off":
-                    returned.append(rid)
-            if (i + 1) % args.flush_every == 0:
-                for client in clients.values():
-                    client.flush()
-        for client in clients.values():
+                if (i + 1) % args.flush_every == 0:
+                    client.flush()  # untimed: the sender's work
             client.flush()
+            print(f"  {label}: {stats(times['rappor'])}")
+            print(f"  Client.report(), {what}: {stats(times[key])}")
         received = {rid for metric, rid in fake.stored if metric == "word"}
         assert set(returned) <= received, "a returned id was not delivered"  # noqa: S101 - a benchmark's check
-
-        print(f"Bloom m={args.bits}, k=2, md5, f={F}, p={P}, q={Q}; {args.reports} reports, timed alternately")
-        print(f"  {label}: {stats(times['rappor'])}")
-        print(f"  Client.report(), autosave off:            {stats(times['off'])}")
-        print(f"  Client.report(), autosave on (fsync'ed):  {stats(times['on'])}")
         sender_and_fallback(clients["off"], clocks["off"], words, min(args.reports, 1000))
         for client in clients.values():
             client.close()
