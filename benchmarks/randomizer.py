@@ -1,21 +1,63 @@
-"""Benchmark: the vectorized randomizer (1M clients x 128 bits) and one report's randomization.
+"""Benchmark: per-client randomization, the same work as the peers, in one run.
 
-Run: .venv/bin/python benchmarks/randomizer.py [--clients N] [--bits M]
-Prints one line per measurement; numbers go to benchmarks/RESULTS.md.
+The work: ``--users`` users x ``--items`` items, unary encoding (one true bit per
+user), symmetric randomized response at epsilon 2 (SUE / basic one-time RAPPOR:
+``P(1 | 0) = 1 / (e + 1)``, ``P(1 | 1) = e / (e + 1)``). Rows:
+
+* plain NumPy: ``random(float32)`` then ``where`` (seeded PCG64), always;
+* onesided ``Randomizer.simulate``: seeded and the secure default (``rng=None``),
+  and the previous uniform path (``permanent_from_uniforms`` + ``instantaneous``);
+* bit-level relaxation of the asymmetric mode (``relax_permanent``) and the
+  noise-level steps (``relax_exponential``, ``relax_laplace``), seeded and secure;
+* multi-freq-ldpy (``UE_Client``) and pure-ldp (``UEClient``), installed from
+  PyPI into a venv under a temporary folder; they loop per user in Python, so
+  they run on ``--peer-users`` users and the time is scaled to ``--users``
+  (marked "scaled"). Skipped with a printed note when they cannot be installed.
+
+Every row works in chunks of ``--chunk`` users (memory stays flat) and is the
+best of ``--repeat`` runs. Run: .venv/bin/python benchmarks/randomizer.py
+Numbers go to benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from protocol import BloomEncoding, KeyedRandom, Randomizer, SeededRandom, canonical_value
-from protocol.rng import SecureRandom
+from protocol.relaxation import relax_exponential, relax_laplace
+from protocol.rng import RandomSource, SecureRandom, as_rng
+
+EPSILON = 2.0
+# PyPI name -> (what to install: pure-ldp imports scikit-learn and statsmodels undeclared, the module the benchmark imports)
+PEERS = {"multi-freq-ldpy": (["multi-freq-ldpy"], "multi_freq_ldpy.pure_frequency_oracles.UE"), "pure-ldp": (["pure-ldp", "scikit-learn", "statsmodels"], "pure_ldp.frequency_oracles.unary_encoding")}
+PEER_SCRIPT = """
+import sys, time, numpy as np
+which, users, items, eps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+values = np.random.default_rng(1).integers(items, size=users)
+if which == "multi-freq-ldpy":
+    from multi_freq_ldpy.pure_frequency_oracles.UE import UE_Client
+    run = lambda: [UE_Client(int(v), items, eps, optimal=False) for v in values]
+else:
+    from pure_ldp.frequency_oracles.unary_encoding import UEClient
+    client = UEClient(epsilon=eps, d=items, use_oue=False, index_mapper=lambda x: x)
+    run = lambda: [client.privatise(int(v)) for v in values]
+t0 = time.perf_counter()
+reports = run()
+assert len(reports) == users and len(reports[0]) == items
+print(time.perf_counter() - t0)
+"""
 
 
-def best_of(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+def best_of(fn: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -24,43 +66,124 @@ def best_of(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
     return min(times)
 
 
+def sue_randomizer() -> Randomizer:
+    """Symmetric randomizer with flip probability ``1 / (e^{eps/2} + 1)``: SUE at ``EPSILON``."""
+    flip = 1.0 / (math.exp(EPSILON / 2) + 1.0)
+    return Randomizer(mode="symmetric", level=-2.0 * math.log(2.0 * flip))
+
+
+def old_simulate(r: Randomizer, bits: np.ndarray, rng: RandomSource | None) -> np.ndarray:
+    """The previous ``simulate``: one double uniform per bit for the noise, one for the IRR."""
+    source = as_rng(rng)
+    return r.instantaneous(r.permanent_from_uniforms(bits, source.uniform(bits.shape)), source)
+
+
+def peer_seconds(name: str, users: int, items: int, venv: Path) -> float | str:
+    """Seconds for ``users`` users in the peer's own venv, or why it was skipped."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        if made.returncode:
+            return f"skipped: no venv ({made.stderr.strip()[-200:]})"
+    packages, module = PEERS[name]
+    if subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode:
+        pip = subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], capture_output=True, text=True)
+        if pip.returncode:
+            return f"skipped: pip install {name} failed ({pip.stderr.strip()[-200:]})"
+    run = subprocess.run(
+        [str(python), "-c", PEER_SCRIPT, name, str(users), str(items), str(EPSILON)], capture_output=True, text=True
+    )
+    if run.returncode:
+        return f"skipped: {name} failed ({run.stderr.strip()[-200:]})"
+    return float(run.stdout.strip().splitlines()[-1])
+
+
+def chunked(work: Callable[[np.ndarray], object], bits: np.ndarray, chunks: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(chunks):
+            work(bits)
+
+    return run
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--clients", type=int, default=1_000_000)
-    ap.add_argument("--bits", type=int, default=128)
-    ap.add_argument("--chunk", type=int, default=250_000)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--users", type=int, default=100_000)
+    ap.add_argument("--items", type=int, default=1_000)
+    ap.add_argument("--chunk", type=int, default=10_000, help="users per chunk")
+    ap.add_argument("--peer-users", type=int, default=2_000, help="users the Python-loop peers run on")
+    ap.add_argument("--peer-venv", type=Path, default=None, help="reuse this venv for the peers")
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    n, m = args.clients, args.bits
-    rng = SeededRandom(1)
+    n, m, chunks = args.users, args.items, max(1, args.users // args.chunk)
     bits = np.zeros((args.chunk, m), dtype=bool)
-    bits[:, :2] = True
-    for r in (
-        Randomizer(mode="asymmetric", level=2.0, irr_q=0.1),
-        Randomizer(mode="symmetric", level=2.0, irr_p=0.25, irr_q=0.75),
-    ):
-        def run(r: Randomizer = r) -> None:
-            for _ in range(n // args.chunk):
-                r.simulate(bits, rng)
+    bits[np.arange(args.chunk), np.random.default_rng(0).integers(m, size=args.chunk)] = True
+    r = sue_randomizer()
+    p0, p1 = r.permanent_probabilities()
+    numpy_rng = np.random.Generator(np.random.PCG64(1))
 
-        t = best_of(run, 3)
-        print(f"vectorized {r.mode:10s} PRR+IRR, {n:,} clients x {m} bits: {t:.3f} s "
-              f"= {n / t / 1e6:.2f} M client-reports/s")
+    def plain_numpy(b: np.ndarray) -> np.ndarray:
+        u = numpy_rng.random(b.shape, dtype=np.float32)
+        return np.where(b, u < p1, u < p0)
 
-    enc = BloomEncoding(num_bits=m, num_hashes=2, num_cohorts=64)
-    r = Randomizer(mode="asymmetric", level=2.0, irr_q=0.1)
-    secret = bytes(32)
+    asym = Randomizer(mode="asymmetric", level=2.0)
+    perm = asym.sample_permanent(bits, SeededRandom(2))
+    noise = asym.draw_noise(bits.shape, SeededRandom(3))
+    lap = r.draw_noise(bits.shape, SeededRandom(4))
+    seeded = SeededRandom(5)
+    rows: list[tuple[str, float | str]] = [
+        ("plain numpy random(float32) + where", best_of(chunked(plain_numpy, bits, chunks), args.repeat)),
+        ("simulate, seeded", best_of(chunked(lambda b: r.simulate(b, seeded), bits, chunks), args.repeat)),
+        ("simulate, secure default", best_of(chunked(lambda b: r.simulate(b), bits, chunks), args.repeat)),
+        ("previous simulate (uniforms), seeded", best_of(chunked(lambda b: old_simulate(r, b, seeded), bits, chunks), 1)),
+        ("previous simulate (uniforms), secure", best_of(chunked(lambda b: old_simulate(r, b, None), bits, chunks), 1)),
+        ("relax_permanent (asym bits), seeded", best_of(
+            chunked(lambda b: asym.relax_permanent(b, perm, 3.0, seeded), bits, chunks), args.repeat)),
+        ("relax_permanent (asym bits), secure", best_of(
+            chunked(lambda b: asym.relax_permanent(b, perm, 3.0), bits, chunks), args.repeat)),
+        ("relax_exponential (noise), seeded", best_of(
+            chunked(lambda b: relax_exponential(noise, 2.0, 3.0, seeded), bits, chunks), 1)),
+        ("relax_exponential (noise), secure", best_of(
+            chunked(lambda b: relax_exponential(noise, 2.0, 3.0), bits, chunks), 1)),
+        ("relax_laplace (noise), seeded", best_of(chunked(lambda b: relax_laplace(lap, r.level, 3.0, seeded), bits, chunks), 1)),
+        ("relax_laplace (noise), secure", best_of(chunked(lambda b: relax_laplace(lap, r.level, 3.0), bits, chunks), 1)),
+    ]
+    with tempfile.TemporaryDirectory(prefix="onesided-peers-") as tmp:
+        venv = args.peer_venv or Path(tmp) / "venv"
+        for name in PEERS:
+            got = peer_seconds(name, args.peer_users, m, venv)
+            rows.append((f"{name} UE client (scaled from {args.peer_users:,} users)",
+                         got * n / args.peer_users if isinstance(got, float) else got))
+
+    base = rows[0][1]
+    print(f"{n:,} users x {m:,} items (SUE, eps {EPSILON:g}), chunks of {args.chunk:,} users, best of {args.repeat}")
+    print(f"| {'path':58s} | {'seconds':>8s} | {'vs numpy':>8s} |")
+    print(f"|{'-' * 60}|{'-' * 10}:|{'-' * 10}:|")
+    for name, value in rows:
+        if isinstance(value, str):
+            print(f"| {name:58s} | {value}")
+            continue
+        ratio = f"{base / value:.2f}x" if isinstance(base, float) else "-"
+        print(f"| {name:58s} | {value:8.3f} | {ratio:>8s} |")
+
+    enc = BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=64)
+    one = Randomizer(mode="asymmetric", level=2.0, irr_q=0.1)
     secure = SecureRandom()
 
     def one_report() -> None:
         value = ["cafe-17", "park-3"]
         b = enc.encode(value, 5)
-        noise = r.draw_noise(m, KeyedRandom.for_value(secret, "places", canonical_value(value), 0))
-        r.report(b, noise, secure)
+        v = one.draw_noise(128, KeyedRandom.for_value(bytes(32), "places", canonical_value(value), 0))
+        one.report(b, v, secure)
 
     reps = 20_000
-    t = best_of(lambda: [one_report() for _ in range(reps)], 3)
-    print(f"one report (Bloom m={m}, k=2, asymmetric + IRR, keyed noise, no sealing): "
-          f"{t / reps * 1e6:.1f} us")
+
+    def many_reports() -> None:
+        for _ in range(reps):
+            one_report()
+
+    t = best_of(many_reports, 3)
+    print(f"one report (Bloom m=128, k=2, asymmetric + IRR, keyed noise, no sealing): {t / reps * 1e6:.1f} us")
 
 
 if __name__ == "__main__":
