@@ -7,8 +7,9 @@ that parse lines. Logs never carry report contents, tokens or keys.
 
 >>> import logging
 >>> record = logging.LogRecord("onesided", logging.WARNING, __file__, 1, "disk %s", ("full",), None)
->>> JsonFormatter().format(record)[:60]
-'{"level": "WARNING", "logger": "onesided", "message": "disk f'
+>>> entry = json.loads(JsonFormatter().format(record))
+>>> entry["level"], entry["logger"], entry["message"]
+('WARNING', 'onesided', 'disk full')
 """
 
 from __future__ import annotations

@@ -18,17 +18,18 @@ import contextlib
 import errno
 import logging
 import logging.config
+import os
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
-from flask import Flask
 from gunicorn import util
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from aggregator.server.app import create_app, load_keys
 from aggregator.server.logs import logging_config
-from aggregator.server.monitoring import worker_exited
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
@@ -67,6 +68,8 @@ def prepare(settings: Settings) -> AggregatorKeys:
         keys = AggregatorKeys.generate()
         keys.save(settings.key_path)
         log.warning("created new aggregator keys in %s", settings.key_path)
+    from aggregator.server.app import load_keys  # imports prometheus_client: after metrics_dir()
+
     keys = load_keys(settings)
     storage = Storage.open(settings.database_url, attempts=settings.db_retries)
     storage.close()
@@ -138,11 +141,15 @@ class GunicornServer(BaseApplication):
             if key in self.cfg.settings:  # settings newer than the installed gunicorn are skipped
                 self.cfg.set(key, value)
 
-    def load(self) -> Flask:
+    def load(self) -> Any:
+        from aggregator.server.app import create_app
+
         return create_app(self.settings)
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
+    from aggregator.server.monitoring import worker_exited
+
     worker_exited(worker.pid)
 
 
@@ -174,6 +181,31 @@ def gunicorn_options(
     }
 
 
+@contextlib.contextmanager
+def metrics_dir() -> Iterator[None]:
+    """A fresh private ``PROMETHEUS_MULTIPROC_DIR`` for this server's processes, unless one is set.
+
+    prometheus_client picks its multiprocess mode when it is imported, so
+    this module imports the app (and with it prometheus_client) only inside
+    this block: the master after the variable is set, the workers after the
+    fork. The folder and the variable are removed when the server stops (by
+    the master only: forked workers inherit the block but leave through
+    ``os._exit``-like paths of gunicorn, and are checked by pid anyway).
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="onesided-metrics-")
+    master = os.getpid()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    try:
+        yield
+    finally:
+        if os.getpid() == master:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def serve(
     settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1, threads: int = 4,
     timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text",
@@ -183,9 +215,10 @@ def serve(
     check_workers(settings, workers)
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
         raise ParameterError("threads", f"must be an integer in [1, 256], got {threads!r}")
-    prepare(settings)
     options = gunicorn_options(
         host=host, port=port, workers=workers, threads=threads, read_timeout=settings.read_timeout_seconds,
         timeout=timeout, graceful_timeout=graceful_timeout, log_format=log_format,
     )
-    GunicornServer(settings, options).run()
+    with metrics_dir():
+        prepare(settings)
+        GunicornServer(settings, options).run()

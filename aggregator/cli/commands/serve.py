@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
-import shutil
-import tempfile
 
 from aggregator.cli.options import Subparsers, add_storage_options, settings_from_args
 
@@ -43,26 +39,7 @@ def register(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _metrics_dir() -> None:
-    """Give every process one fresh PROMETHEUS_MULTIPROC_DIR unless the operator set one.
-
-    Must run before prometheus_client is imported (it reads the variable then).
-    """
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return
-    folder = tempfile.mkdtemp(prefix="onesided-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
-    master = os.getpid()
-
-    def remove() -> None:  # forked workers inherit this hook: only the master removes the folder
-        if os.getpid() == master:
-            shutil.rmtree(folder, ignore_errors=True)
-
-    atexit.register(remove)
-
-
 def run(args: argparse.Namespace) -> int:
-    _metrics_dir()
     from aggregator.server.serve import serve
 
     settings = settings_from_args(

@@ -20,7 +20,7 @@ concurrent openings cannot lower a level or leave two rounds open.
 >>> from aggregator.server.storage.records import MetricRecord
 >>> from protocol.params import MetricParams
 >>> from protocol.encodings import DirectEncoding
->>> params = MetricParams(name="m", encoding=DirectEncoding(domain=("a", "b")), level=2.0)
+>>> params = MetricParams(name="m", encoding=DirectEncoding(domain=("a", "b")), mode="asymmetric", level=2.0)
 >>> metric = MetricRecord(id=1, params=params, digest="0" * 64, created_at=0, updated_at=0)
 >>> current_level(metric, [])
 (0, 2.0)
