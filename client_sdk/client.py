@@ -58,6 +58,7 @@ from protocol.errors import (
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL
 from protocol.rng import FloatArray, RandomSource, SecureRandom, Shape, as_rng
+from protocol.validation import check_int, check_number
 from protocol.wire import (
     STATUS_ACCEPTED,
     STATUS_REPLAYED,
@@ -250,9 +251,7 @@ def _secure_or_testing(rng: RandomSource | int | None, allowed: bool) -> RandomS
 
 def _seconds(name: str, value: object) -> float:
     """A finite duration >= 0, for deadlines and intervals."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise ParameterError(name, f"must be a finite number of seconds >= 0, got {value!r}")
-    return float(value)
+    return check_number(name, value, nonnegative=True)
 
 
 class AlreadyReported(PolicyError):
@@ -340,8 +339,7 @@ class Client:
         if on_corrupt not in CORRUPT_POLICIES:
             raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {on_corrupt!r}")
         for name, value in (("max_queue", max_queue), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ParameterError(name, f"must be an integer >= 1, got {value!r}")
+            check_int(name, value, low=1)
         self.exit_deadline = _seconds("exit_deadline", exit_deadline)
         if not _seconds("send_interval", send_interval) > 0:
             raise ParameterError("send_interval", f"must be > 0, got {send_interval!r}")
@@ -767,10 +765,8 @@ class Client:
             BudgetExceeded: the relaxation would pass the ceiling.
             ParameterError: bad ``round_id``, unknown metric, trusted mode.
         """
-        if isinstance(round_id, bool) or not isinstance(round_id, int) or not 1 <= round_id < 2**32:
-            raise ParameterError("round_id", f"must be an integer in [1, 2^32), got {round_id!r}")
-        if isinstance(level_to, bool) or not isinstance(level_to, int | float) or not 0 < level_to <= MAX_LEVEL:
-            raise ParameterError("level_to", f"must be > 0 and <= {MAX_LEVEL:g} (MAX_LEVEL), got {level_to!r}")
+        check_int("round_id", round_id, low=1, high=2**32 - 1)
+        check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
         with self._lock:
             entry = self._entry(metric)
             params = entry.params
@@ -922,8 +918,7 @@ class Client:
         a call after :meth:`close` (or after the thread died) starts a new
         one. Also registers the flush at interpreter exit (``exit_deadline``).
         """
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 < interval < math.inf:
-            raise ParameterError("interval", f"must be > 0, got {interval!r}")
+        check_number("interval", interval, positive=True)
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return

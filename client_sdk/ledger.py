@@ -31,16 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.accounting import from_micro, round_up, sequence_bit_epsilon, to_micro
-from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.errors import BudgetExceeded, TighteningRefused
 from protocol.params import MetricParams
+from protocol.validation import check_number
 
 DEFAULT_KEY = "*"
 
 
 def _check_epsilon(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value < 0:
-        raise ParameterError(name, f"must be a number >= 0, got {value!r}")
-    return float(value)
+    return check_number(name, value, nonnegative=True, finite=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,6 +57,7 @@ from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
 from protocol.rng import FloatArray, KeyedRandom, RandomSource, Shape, noise_seed, words_to_uniforms
+from protocol.validation import check_int
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -87,8 +88,7 @@ def noise_key(window: int, value_key: bytes) -> bytes:
         window: the window's start in seconds (:func:`protocol.wire.window_start`).
         value_key: :func:`protocol.encodings.canonical_value` of the value or set.
     """
-    if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window < 2**64:
-        raise ParameterError("window", f"must be an integer in [0, 2^64), got {window!r}")
+    check_int("window", window, low=0, high=2**64 - 1)
     return b"W" + struct.pack(">Q", window) + value_key
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ import requests
 
 from protocol.errors import OnesidedError, ParameterError, ReportRejected
 from protocol.rng import RandomSource, as_rng
+from protocol.validation import check_int, check_number
 from protocol.wire import (
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
@@ -116,12 +116,10 @@ class RetryPolicy:
     timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ParameterError("max_attempts", f"must be an integer >= 1, got {self.max_attempts!r}")
+        check_int("max_attempts", self.max_attempts, low=1)
         for name in ("base_delay", "max_delay", "max_retry_after", "timeout"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-                raise ParameterError(name, f"must be a finite number >= 0, got {value!r}")
+            check_number(name, value, nonnegative=True)
         if self.timeout <= 0:
             raise ParameterError("timeout", f"must be > 0, got {self.timeout}")
         if self.max_delay < self.base_delay:
@@ -169,9 +167,7 @@ def _error_body(status: int, body: bytes | None) -> tuple[str | None, str | None
 
 
 def _check_limit(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ParameterError(name, f"must be an integer >= 1 (bytes), got {value!r}")
-    return value
+    return check_int(name, value, low=1)
 
 
 class Transport:

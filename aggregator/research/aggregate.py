@@ -41,6 +41,7 @@ from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError
 from protocol.randomizers import Randomizer
 from protocol.rng import FloatArray, RandomSource
+from protocol.validation import check_int
 
 IntArray = npt.NDArray[np.int64]
 
@@ -202,8 +203,7 @@ def place_holders(city: SyntheticCity, clients: int, gen: np.random.Generator) -
     at least one. ``num_places`` multinomial draws of ``max_places + 1``
     categories: exact, whatever ``clients``.
     """
-    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 0:
-        raise ParameterError("clients", f"must be an integer >= 0, got {clients!r}")
+    check_int("clients", clients, low=0)
     pop = city.popularity()
     tail = np.cumsum(pop[::-1])[::-1]
     k = city.max_places

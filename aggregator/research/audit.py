@@ -65,6 +65,7 @@ from protocol.mechanisms import AGeoMechanism, ALapMechanism, SALapMechanism
 from protocol.params import MetricParams
 from protocol.randomizers import Mode, Randomizer
 from protocol.rng import FloatArray, RandomSource, SeededRandom
+from protocol.validation import check_int, check_number
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -166,8 +167,7 @@ class AuditTarget:
         if not isinstance(self.name, str) or not self.name:
             raise ParameterError("name", f"must be a non-empty string, got {self.name!r}")
         claimed = self.claimed
-        if isinstance(claimed, bool) or not isinstance(claimed, int | float) or not claimed >= 0:
-            raise ParameterError("claimed", f"must be a number >= 0, got {claimed!r}")
+        check_number("claimed", claimed, nonnegative=True, finite=False)
         for field in ("sample_a", "sample_b"):
             if not callable(getattr(self, field)):
                 raise ParameterError(field, "must be callable")
@@ -498,8 +498,7 @@ def audit(
         ParameterError: bad ``samples`` or ``confidence``, or a sampler
             returning the wrong shape.
     """
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 4:
-        raise ParameterError("samples", f"must be an integer >= 4, got {samples!r}")
+    check_int("samples", samples, low=4)
     if isinstance(confidence, bool) or not isinstance(confidence, float | int) or not 0 < confidence < 1:
         raise ParameterError("confidence", f"must be in (0, 1), got {confidence!r}")
     alpha = 1.0 - float(confidence)

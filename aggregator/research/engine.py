@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import ParameterError
+from protocol.validation import check_int
 
 IntArray = npt.NDArray[np.int64]
 BlockCounts = dict[str, IntArray]
@@ -112,8 +113,7 @@ class DaskEngine:
     def __post_init__(self) -> None:
         for field in ("workers", "blocks_per_task"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ParameterError(field, f"must be an integer >= 1, got {value!r}")
+            check_int(field, value, low=1)
 
     def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
             progress: Callable[[str], None]) -> BlockCounts:

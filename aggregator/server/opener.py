@@ -27,7 +27,8 @@ from concurrent.futures.process import BrokenProcessPool
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from protocol.crypto import AggregatorKeys, open_sealed
-from protocol.errors import DecryptError, ParameterError
+from protocol.errors import DecryptError
+from protocol.validation import check_int
 
 log = logging.getLogger(__name__)
 MIN_POOLED_BATCH = 64  # smaller batches are opened in place: the round trip to a helper costs more
@@ -73,8 +74,7 @@ class EnvelopeOpener:
     """
 
     def __init__(self, keys: AggregatorKeys, *, processes: int = 0) -> None:
-        if isinstance(processes, bool) or not isinstance(processes, int) or not 0 <= processes <= 64:
-            raise ParameterError("decrypt_processes", f"must be an integer in [0, 64], got {processes!r}")
+        check_int("decrypt_processes", processes, low=0, high=64)
         self.private = keys.seal_private
         self.processes = processes
         self._pool: ProcessPoolExecutor | None = None

@@ -35,6 +35,7 @@ from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
 from protocol.crypto import AggregatorKeys
 from protocol.errors import ParameterError
+from protocol.validation import check_int
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,7 @@ def check_workers(settings: Settings, workers: int) -> None:
     Raises:
         ParameterError: field ``workers``.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ParameterError("workers", f"must be an integer >= 1, got {workers!r}")
+    check_int("workers", workers, low=1)
     if settings.dialect == "sqlite" and workers > 1:
         raise ParameterError(
             "workers",
@@ -213,8 +213,7 @@ def serve(
     """Run until interrupted (SIGINT / SIGTERM stop gracefully)."""
     logging.config.dictConfig(logging_config(log_format))
     check_workers(settings, workers)
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
-        raise ParameterError("threads", f"must be an integer in [1, 256], got {threads!r}")
+    check_int("threads", threads, low=1, high=256)
     options = gunicorn_options(
         host=host, port=port, workers=workers, threads=threads, read_timeout=settings.read_timeout_seconds,
         timeout=timeout, graceful_timeout=graceful_timeout, log_format=log_format,

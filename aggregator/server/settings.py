@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.errors import ParameterError
+from protocol.validation import check_int
 
 DEFAULT_DATA_DIR = "onesided-data"
 DB_FILE = "onesided.db"
@@ -31,8 +32,7 @@ DEFAULT_MAX_DECODE_CELLS = 4_000_000  # ~1 s of OLS at 2,048 rows (m=128, 16 coh
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ParameterError(name, f"must be an integer in [{low}, {high}], got {value!r}")
+    check_int(name, value, low=low, high=high)
 
 
 def _check_seconds(name: str, value: Any, low: float, high: float) -> None:

@@ -50,6 +50,7 @@ from protocol.encodings import DirectEncoding, canonical_value
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.rng import RandomSource, SeededRandom
+from protocol.validation import check_int
 
 NOISES: tuple[str, ...] = ("seeded", "keyed")
 
@@ -89,8 +90,7 @@ class CitySetup:
             raise ParameterError("level_to", f"need 0 < level_from < level_to, got {self.level_from}, {self.level_to}")
         if not 0.0 <= self.refusing_share < 1.0:
             raise ParameterError("refusing_share", f"must be in [0, 1), got {self.refusing_share}")
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or self.threshold < 0:
-            raise ParameterError("threshold", f"must be an integer >= 0, got {self.threshold!r}")
+        check_int("threshold", self.threshold, low=0)
         if not 0.0 < self.alpha < 1.0:
             raise ParameterError("alpha", f"must be in (0, 1), got {self.alpha}")
         if self.noise not in NOISES:

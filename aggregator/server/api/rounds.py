@@ -18,7 +18,6 @@ to relax (400, field ``metric``).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from flask import Blueprint
@@ -33,6 +32,7 @@ from aggregator.server.services.rounds import DEFAULT_ROUND_SECONDS, MAX_ROUND_S
 from aggregator.server.storage import RoundRecord
 from protocol.errors import ParameterError
 from protocol.randomizers import MAX_LEVEL
+from protocol.validation import check_int, check_number
 
 blueprint = Blueprint("rounds", __name__)
 use_row_ids(blueprint)
@@ -40,9 +40,7 @@ use_row_ids(blueprint)
 
 def _number(body: dict[str, Any], field: str) -> float:
     value = body.get(field)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ParameterError(field, f"must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check_number(field, value, positive=True)
 
 
 def _cohorts(body: dict[str, Any], num_cohorts: int) -> tuple[int, ...] | None:
@@ -52,8 +50,7 @@ def _cohorts(body: dict[str, Any], num_cohorts: int) -> tuple[int, ...] | None:
     if not isinstance(cohorts, list) or not cohorts:
         raise ParameterError("cohorts", "must be null or a non-empty list of cohort numbers")
     for i, c in enumerate(cohorts):
-        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_cohorts:
-            raise ParameterError(f"cohorts[{i}]", f"must be an integer in [0, {num_cohorts}), got {c!r}")
+        check_int(f"cohorts[{i}]", c, low=0, high=num_cohorts - 1)
     if len(set(cohorts)) != len(cohorts):
         raise ParameterError("cohorts", "must not repeat a cohort")
     return tuple(sorted(cohorts))
