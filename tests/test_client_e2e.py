@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import requests
 from aggsupport import LiveServer, live_server
+from clocks import Clock
 
 from aggregator.cli.commands.client import register
 from client_sdk import Client, RetryPolicy
@@ -43,14 +44,6 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
     with live_server(f"sqlite:///{tmp_path / 'agg.db'}", tmp_path / "agg") as srv:
         srv.storage.put_metric(PLACES)
         yield srv
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def sent_payloads(client: Client, keys: AggregatorKeys) -> list[tuple[int, np.ndarray]]:

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+from clocks import Clock
 
 from client_sdk import Ceiling, Client
 from client_sdk.client import AlreadyReported
@@ -30,19 +31,7 @@ SYM_IRR = MetricParams(name="urls-irr", encoding=BLOOM, mode="symmetric", level=
 
 
 DAY = 86400.0
-
-
-class Clock:
-    """A settable clock: tests move it by whole windows (``time_precision`` is a day)."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def next_window(self) -> None:
-        self.now += DAY
+T0 = 1_700_000_000.0
 
 
 def make_client(
@@ -51,7 +40,7 @@ def make_client(
     fake = FakeAggregator(metrics or [ASYM, SYM, CAT, TRUSTED, SYM_IRR])
     client = Client("http://agg.test", tmp_path / "state", server_public_keys=fake.sign_public,
                     max_epsilon=max_epsilon, session=fake, rng=3, insecure_rng_for_testing=True,  # type: ignore[arg-type]
-                    clock=clock or Clock())
+                    clock=clock or Clock(T0))
     client.sync()
     return client
 
@@ -82,7 +71,7 @@ def test_with_irr_one_report_costs_eps_1_and_a_chain_the_smaller_bound() -> None
 
 
 def test_one_value_per_window(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     client = make_client(tmp_path, 10.0, clock=clock)
     first = client.report("places", {"a", "b"})
     assert client.report("places", ["b", "a", "a"]) == first  # the same value again: nothing new is sent
@@ -90,7 +79,7 @@ def test_one_value_per_window(tmp_path: Path) -> None:
         client.report("places", {"a"})
     assert info.value.field == "value"
     assert len(client._state.queue) == 1 and client.ledger()["places"].spent == 1.0
-    clock.next_window()
+    clock.advance(DAY)
     assert client.report("places", {"a"}) != first
     assert client.ledger()["places"].windows == 2
     clock.now -= 2 * DAY
@@ -100,11 +89,11 @@ def test_one_value_per_window(tmp_path: Path) -> None:
 
 
 def test_windows_add_up_and_the_ceiling_is_enforced(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     client = make_client(tmp_path, 3.0, clock=clock)
     for value in ("a", "a", "b"):  # equal values in different windows cost each window: independent noise
         client.report("places", value)
-        clock.next_window()
+        clock.advance(DAY)
     entry = client.ledger()["places"]
     assert (entry.spent, entry.remaining, entry.windows) == (3.0, 0.0, 3)
     with pytest.raises(BudgetExceeded) as info:
@@ -124,10 +113,10 @@ def test_ceiling_boundary_is_tight(tmp_path: Path) -> None:
 
 
 def test_relaxation_resends_the_window_checks_the_ceiling_and_refuses_tightening(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     client = make_client(tmp_path, 5.0, clock=clock)
     client.report("places", "a")
-    clock.next_window()
+    clock.advance(DAY)
     client.report("places", "b")  # spent 2: two windows at k * 1 / 2
     with pytest.raises(BudgetExceeded) as info:
         client.relax("places", 4.5, round_id=1)  # window 1 final (1) + window 2 chain 1 -> 4.5 (4.5) = 5.5
@@ -143,18 +132,18 @@ def test_relaxation_resends_the_window_checks_the_ceiling_and_refuses_tightening
     assert (tight.value.current, tight.value.requested) == (4.0, 2.0)
     assert client.relax("places", 4.0, round_id=1).levels == (1.0, 4.0)  # the same round again: no-op
     assert len(client._state.queue) == 3
-    clock.next_window()
+    clock.advance(DAY)
     with pytest.raises(BudgetExceeded):  # a new window now costs the current level
         client.report("places", "c")
 
 
 def test_relax_after_the_window_passed_is_free_and_later_windows_pay_the_new_level(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     client = make_client(tmp_path, 10.0, clock=clock)
     assert client.relax("places", 4.0, round_id=3).spent == 0.0
     client.report("places", "a")
     assert client.ledger()["places"].spent == 4.0  # k * 4 / 2
-    clock.next_window()
+    clock.advance(DAY)
     entry = client.relax("places", 5.0, round_id=4)  # the window of "a" is over: nothing is re-sent
     assert entry.spent == 4.0 and len(client._state.queue) == 1
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clocks import Clock
 from scipy import stats
 
 from client_sdk import Client
@@ -32,17 +33,9 @@ WINDOW = 1_699_920_000
 DAY = 86400
 
 
-class Clock:
-    def __init__(self, now: float = WINDOW + 3600.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("max_epsilon", 100.0)
-    kwargs.setdefault("clock", Clock())
+    kwargs.setdefault("clock", Clock(WINDOW + 3600.0))
     return Client("http://agg.test", path, server_public_keys=[fake.sign_public], session=fake,
                   rng=kwargs.pop("rng", 1), insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
@@ -114,7 +107,7 @@ def test_any_iterable_is_a_set(tmp_path: Path) -> None:
 def test_a_window_survives_restarts_and_the_next_window_draws_new_noise(tmp_path: Path) -> None:
     # asymmetric without IRR: what is sent IS the permanent bits
     fake = FakeAggregator([ASYM])
-    path, clock = tmp_path / "state", Clock()
+    path, clock = tmp_path / "state", Clock(WINDOW + 3600.0)
     ids = []
     for run in range(3):
         client = make_client(fake, path, rng=run, clock=clock)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clocks import Clock
 
 from client_sdk import Client, ReportsDropped, RetryPolicy, TransportError
 from client_sdk.testing import FakeAggregator
@@ -25,16 +26,6 @@ POLICY = RetryPolicy(max_attempts=5, base_delay=0.5, max_delay=4.0, max_retry_af
 DAY = 86400.0
 
 
-class Clock:
-    """A settable clock. A metric takes one value per window, so queued reports sit a window apart."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Sleeps(list[float]):
     def __call__(self, seconds: float) -> None:
         self.append(seconds)
@@ -43,7 +34,7 @@ class Sleeps(list[float]):
 def make_client(fake: FakeAggregator, path: Path, sleeps: Sleeps, **kwargs: object) -> Client:
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("retry", POLICY)
-    kwargs.setdefault("clock", Clock())
+    kwargs.setdefault("clock", Clock(1_000_000.0))
     return Client("http://agg.test/", path, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
                   rng=11, insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
@@ -121,7 +112,7 @@ def test_retries_spent_keeps_the_queue_and_reports_the_error(fake: FakeAggregato
 
 def test_retry_after_is_honoured(fake: FakeAggregator, tmp_path: Path) -> None:
     sleeps = Sleeps()
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     client = make_client(fake, tmp_path / "s", sleeps, clock=clock)
     queue_reports(client, 3)
     clock.now = 1_000_000.0
