@@ -8,8 +8,6 @@ pair metric's value is ``a + "\\x1f" + b`` (docs/decoding.md 9).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from typing import Any
 
@@ -33,12 +31,9 @@ def register(subparsers: Subparsers) -> None:
 
 def joint_csv(body: dict[str, Any]) -> str:
     """The cells of an association answer as CSV (header only when no number was released)."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for cell in (body.get("joint") or {}).get("cells", []):
-        writer.writerow([cell[c] if cell[c] is not None else "" for c in CSV_COLUMNS])
-    return buf.getvalue()
+    from aggregator.analysis.tables import rows_to_csv
+
+    return rows_to_csv((body.get("joint") or {}).get("cells", []), CSV_COLUMNS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,8 +8,6 @@ most frequent first (docs/decoding.md 8).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from typing import Any
 
@@ -34,13 +32,10 @@ def register(subparsers: Subparsers) -> None:
 
 def discovered_csv(body: dict[str, Any]) -> str:
     """The discovered strings of an answer as CSV."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for row in (body.get("discovery") or {}).get("rows", []):
-        if row["discovered"]:
-            writer.writerow([row["candidate"], row["estimate"], row["std_error"], row["proportion"]])
-    return buf.getvalue()
+    from aggregator.analysis.tables import rows_to_csv
+
+    rows = (body.get("discovery") or {}).get("rows", [])
+    return rows_to_csv(({**row, "string": row["candidate"]} for row in rows if row["discovered"]), CSV_COLUMNS)
 
 
 def run(args: argparse.Namespace) -> int:
