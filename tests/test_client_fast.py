@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_client_memo import Clock
+from clocks import Clock
 
 from client_sdk import Client
 from client_sdk.client import EphemeralPool, PrefetchedUniforms, ReportsDropped, _empty_after_fork
@@ -144,7 +144,7 @@ ASYM_IRR = MetricParams(name="places", encoding=BloomEncoding(num_bits=128, num_
 
 
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
-    kwargs.setdefault("clock", Clock())
+    kwargs.setdefault("clock", Clock(WINDOW + 3600.0))
     return Client("http://agg.test", path, server_public_keys=[fake.sign_public], session=fake,
                   max_epsilon=100.0, **kwargs)  # type: ignore[arg-type]
 
@@ -166,7 +166,7 @@ def test_report_returns_the_id_the_aggregator_sees_and_queues_it_unsealed(tmp_pa
 
 def test_a_crash_after_report_returns_loses_nothing(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM_IRR])
-    clock = Clock()
+    clock = Clock(WINDOW + 3600.0)
     client = make_client(fake, tmp_path / "s", clock=clock)  # autosave: on disk when report() returns
     client.sync()
     rid = client.report("places", {"home", "cafe"})
