@@ -243,8 +243,7 @@ def mechanism_a_accuracy_bound(
     ``alpha >= |mu|``; the bound solves it for ``beta``. It lies in that
     range whenever ``beta <= 1/2``, which is required.
     """
-    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta <= 0.5:
-        raise ParameterError("beta", f"must be in (0, 1/2] (Lemma 1 needs alpha >= |mu|), got {beta!r}")
+    check_number("beta", beta, positive=True, high=0.5)  # Lemma 1 needs alpha >= |mu|: beta <= 1/2
     b = check_int("queries", queries, low=1) * check_number("sensitivity", sensitivity, positive=True) / check_level(
         "epsilon", epsilon
     )

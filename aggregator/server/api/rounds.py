@@ -58,9 +58,7 @@ def _cohorts(body: dict[str, Any], num_cohorts: int) -> tuple[int, ...] | None:
 
 def _expiry(body: dict[str, Any], now: int) -> int:
     seconds = body.get("expires_in", DEFAULT_ROUND_SECONDS)
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= MAX_ROUND_SECONDS:
-        raise ParameterError("expires_in", f"must be an integer number of seconds in [1, {MAX_ROUND_SECONDS}]")
-    return now + seconds
+    return now + check_int("expires_in", seconds, low=1, high=MAX_ROUND_SECONDS)
 
 
 @blueprint.post("/v1/metrics/<name>/rounds")

@@ -53,6 +53,7 @@ from protocol.multianalyst import correlated_releases
 from protocol.params import MetricParams
 from protocol.releases import Release, make_release, relax_release
 from protocol.rng import RandomSource, as_rng
+from protocol.validation import check_int, check_number
 
 DEFAULT_ANALYST_BUDGET = 10.0
 BUDGET_ENV = "ONESIDED_ANALYST_BUDGET"
@@ -95,9 +96,10 @@ def analyst_budget(environ: Mapping[str, str] | None = None) -> float:
 
 
 def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= MAX_NUMBER:
-        raise ParameterError(field, f"must be a finite number, got {value!r}")
-    return float(value)
+    number = check_number(field, value, high=MAX_NUMBER)
+    if number < -MAX_NUMBER:
+        raise ParameterError(field, f"must be >= {-MAX_NUMBER:g}, got {number}")
+    return number
 
 
 def check_epsilon(field: str, value: Any) -> float:
@@ -157,8 +159,7 @@ class ReleaseRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
             raise ParameterError("metric", f"must be a metric name, got {self.metric!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or not 0 <= self.window < MAX_WINDOW:
-            raise ParameterError("window", f"must be an integer in [0, 2**62) (a window start), got {self.window!r}")
+        check_int("window", self.window, low=0, high=MAX_WINDOW - 1)  # a window start
         mechanism_class(self.mechanism)  # a registered name (field "mechanism")
         _number("threshold", self.threshold)
         if (self.epsilon is None) == (self.analysts is None):
