@@ -43,7 +43,7 @@ import numpy.typing as npt
 from aggregator.analysis.decoding.counts import BitCounts, check_probabilities
 from aggregator.analysis.decoding.design import candidate_bit_table, incidence
 from aggregator.analysis.decoding.fit import check_candidates, fit_candidates
-from protocol.encodings import DirectEncoding
+from protocol.encodings import DirectEncoding, PrefixEncoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.validation import check_int
@@ -199,10 +199,13 @@ def estimate_joint(
 
     Raises:
         ParameterError: bad candidates (``values_a``, ``values_b``, or a pair outside a direct
-            domain: ``candidates``), ``method``, counts (``counts``).
+            domain: ``candidates``), ``method``, counts (``counts``), a prefix metric (``metric``).
     """
     if method not in JOINT_METHODS:
         raise ParameterError("method", f"must be one of {JOINT_METHODS}, got {method!r}")
+    if isinstance(params.encoding, PrefixEncoding):
+        raise ParameterError("metric", f"{params.name!r} is a prefix metric: its short-prefix cohorts do not hold "
+                             "the pairs whole; a pair metric needs a direct or Bloom encoding")
     cells = pair_domain(values_a, values_b)
     a, b = tuple(values_a), tuple(values_b)
     counts.check_shape(params.num_cohorts, params.num_bits)

@@ -49,8 +49,8 @@ import numpy.typing as npt
 from scipy import special
 
 from aggregator.analysis.decoding.counts import BitCounts, bit_estimates
-from aggregator.analysis.decoding.fit import CandidateFit, fit_bit_table
-from protocol.encodings import PREFIX_END, PrefixEncoding
+from aggregator.analysis.decoding.fit import CandidateFit, check_candidates, fit_bit_table
+from protocol.encodings import PREFIX_END, PrefixEncoding, prefix_of
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.validation import check_int, check_probability
@@ -225,22 +225,81 @@ def _name(prefix: bytes) -> str:
     return prefix.rstrip(PREFIX_END).decode("utf-8", errors="replace")
 
 
-def _final_fit(
+def _scaled_fit(
     counts: BitCounts, params: MetricParams, encoding: PrefixEncoding, level: float | None, cohorts: list[int],
-    survivors: list[bytes], settings: DiscoverySettings,
+    prefixes: Sequence[bytes], names: Sequence[str], **settings: Any,
 ) -> CandidateFit:
-    """The candidate decoder on the last level's cohorts, counts scaled to all reports (step 4)."""
+    """The candidate decoder on ``cohorts`` alone, counts scaled to all reports (``N / N_cohorts``)."""
     sub = BitCounts(ones=counts.ones[cohorts], totals=counts.totals[cohorts])
-    table = np.stack([encoding.prefix_bits(survivors, c) for c in cohorts])
-    fit = fit_bit_table(
-        sub, params.randomizer(level).probabilities(), table, [_name(p) for p in survivors],
-        alpha=settings.alpha, method="auto",
-    )
+    table = np.stack([encoding.prefix_bits(prefixes, c) for c in cohorts])
+    fit = fit_bit_table(sub, params.randomizer(level).probabilities(), table, names, **settings)
     scale = counts.num_reports / sub.num_reports
     return replace(
         fit, estimates=fit.estimates * scale, std_errors=fit.std_errors * scale, lower=fit.lower * scale,
         upper=fit.upper * scale, num_reports=counts.num_reports,
     )
+
+
+def _final_fit(
+    counts: BitCounts, params: MetricParams, encoding: PrefixEncoding, level: float | None, cohorts: list[int],
+    survivors: list[bytes], settings: DiscoverySettings,
+) -> CandidateFit:
+    """The candidate decoder on the last level's cohorts, counts scaled to all reports (step 4)."""
+    return _scaled_fit(counts, params, encoding, level, cohorts, survivors, [_name(p) for p in survivors],
+                       alpha=settings.alpha, method="auto")
+
+
+def whole_prefixes(encoding: Any, candidates: Sequence[str]) -> list[bytes]:
+    """Each candidate whole with its end byte, as the longest cohorts encode it.
+
+    Raises:
+        ParameterError: not a prefix encoding (``encoding``); a candidate of at least the
+            longest length in bytes, or holding 0x00 (``candidates``).
+    """
+    if not isinstance(encoding, PrefixEncoding):
+        raise ParameterError("encoding", f"needs a prefix metric, got {getattr(encoding, 'kind', encoding)!r}")
+    longest = max(encoding.lengths)
+    for name in candidates:
+        size = len(name.encode("utf-8"))
+        if "\x00" in name or size >= longest:
+            raise ParameterError(
+                "candidates", f"{name!r}: a candidate of a prefix metric must be shorter than its longest prefix "
+                f"({longest} bytes with the end byte) and hold no 0x00, got {size} bytes; longer strings share "
+                "their reports with every string of the same first bytes (use /discovered)")
+    return [prefix_of(name, longest) for name in candidates]
+
+
+def fit_prefix_candidates(
+    counts: BitCounts, params: MetricParams, level: float | None, candidates: Sequence[str], *,
+    alpha: float = 0.05, correction: str = "bonferroni", confidence: float = 0.95, method: str = "auto",
+) -> CandidateFit:
+    """Counts of whole strings ``candidates`` of a prefix metric (what ``/estimates`` answers).
+
+    The ordinary decoder over every cohort would be biased: a short-prefix
+    cohort encodes ``"ho"`` for both ``"home"`` and ``"house"``. Here only the
+    cohorts whose length exceeds the longest candidate's byte length are used:
+    there every candidate is encoded whole with its end byte
+    (:func:`~protocol.encodings.prefix_of`), so the fit is the ordinary
+    candidate decoder on a uniform sample of the clients (cohorts are drawn
+    uniformly); counts, standard errors and intervals are scaled to all
+    reports (``N / N_used``), as in discovery's last step.
+
+    Raises:
+        ParameterError: not a prefix metric (``encoding``); a candidate of at
+            least the longest length in bytes (``candidates``: no cohort holds it
+            whole); no report in the cohorts that do (``counts``); bad settings (named).
+    """
+    encoding = params.encoding
+    counts.check_shape(params.num_cohorts, params.num_bits)
+    names = check_candidates(candidates)
+    prefixes = whole_prefixes(encoding, names)
+    assert isinstance(encoding, PrefixEncoding)  # whole_prefixes refused any other encoding
+    need = max(len(p) for p in prefixes)
+    cohorts = [c for c, length in enumerate(encoding.lengths) if length >= need and counts.totals[c] > 0]
+    if not cohorts:
+        raise ParameterError("counts", f"no report in the cohorts of length >= {need} that hold the candidates whole")
+    return _scaled_fit(counts, params, encoding, level, cohorts, prefixes, names, alpha=alpha,
+                       correction=correction, confidence=confidence, method=method)
 
 
 def discover(
@@ -303,5 +362,5 @@ def levels_for(max_length: int, step: int, first: int | None = None) -> list[int
     return [*out, last] if not out or out[-1] != last else out
 
 
-__all__ = ["DEFAULT_ALPHABET", "Discovery", "DiscoverySettings", "discover", "extend", "levels_for",
-           "recall_precision", "score_prefixes"]
+__all__ = ["DEFAULT_ALPHABET", "Discovery", "DiscoverySettings", "discover", "extend", "fit_prefix_candidates",
+           "levels_for", "recall_precision", "score_prefixes", "whole_prefixes"]

@@ -44,12 +44,13 @@ from aggregator.analysis.decoding import (
     fit_candidates,
 )
 from aggregator.analysis.decoding.fit import METHODS
+from aggregator.analysis.discovery import fit_prefix_candidates, whole_prefixes
 from aggregator.server.errors import NotFound, TooCostly
 from aggregator.server.services.offload import Offloader
 from aggregator.server.settings import DEFAULT_MAX_DECODE_CELLS
 from aggregator.server.storage import Collection, MetricRecord, RoundRecord, Storage
 from aggregator.server.storage.records import level_to_json
-from protocol.encodings import DirectEncoding
+from protocol.encodings import DirectEncoding, PrefixEncoding
 from protocol.errors import ParameterError
 
 MAX_CANDIDATES = 10_000
@@ -408,13 +409,18 @@ class DecodingService:
             The header (metric, window, round, level, reports, ``reason``)
             and, unless ``reason`` is set, ``method``, ``detected`` (how many)
             and ``rows`` (``CandidateFit.rows()``, largest first); otherwise
-            ``rows`` is ``None``.
+            ``rows`` is ``None``. A prefix metric's candidates are decoded on the
+            cohorts that encode them whole (:func:`~aggregator.analysis.discovery.fit_prefix_candidates`;
+            strings as long as the longest prefix are refused, field ``candidates``).
 
         Raises:
             ParameterError: bad candidates or settings (named); NotFound: no such round.
             TooCostly: too many candidates for ``max_cells``.
         """
         candidates = _check_candidates(metric, request.candidates)
+        prefix = isinstance(metric.params.encoding, PrefixEncoding)
+        if prefix:
+            whole_prefixes(metric.params.encoding, candidates)  # refuses what no cohort holds whole (candidates)
         check_cost(metric, len(candidates), self.max_cells)
         chosen = self.choose(metric, request.window, request.round)
         body, counts = self._decodable(metric, chosen)
@@ -423,7 +429,7 @@ class DecodingService:
                      "method": None, "detected": None, "rows": None})
         if counts is not None:
             fit = self.offloader.run(
-                fit_candidates, counts, metric.params, chosen.level, candidates, alpha=request.alpha,
+                fit_prefix_candidates if prefix else fit_candidates, counts, metric.params, chosen.level, candidates, alpha=request.alpha,
                 correction=request.correction, confidence=request.confidence, method=request.method,
             )
             rows = fit.rows()
