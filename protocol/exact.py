@@ -164,17 +164,58 @@ def _digits(probabilities: Sequence[Fraction], depth: int) -> npt.NDArray[np.uin
 
 
 def _select(digits: npt.NDArray[np.uint8], choice: npt.NDArray[np.uint8] | None) -> npt.NDArray[np.uint8] | np.uint8:
-    """``digits[choice]``; for two probabilities ``d0 + choice * (d1 - d0)`` mod 256 (a tenth of the time)."""
+    """``digits[choice]``, with wrapping uint8 arithmetic for up to 4 digits (a gather costs 2-10x more).
+
+    Two digits: ``d0 + choice * (d1 - d0)`` mod 256; three or four: that
+    select on the low bit of ``choice`` within each pair, then on the high
+    bit between the pairs. More: a gather.
+    """
     if choice is None:
         return digits[0]
-    if digits.size == 2:
-        step = np.uint8((int(digits[1]) - int(digits[0])) % 256)
-        return choice * step + digits[0]  # uint8 arithmetic wraps mod 256
-    return np.take(digits, choice)
+    d = [int(x) for x in digits]
+    if len(d) == 2:
+        return choice * np.uint8((d[1] - d[0]) % 256) + np.uint8(d[0])  # uint8 arithmetic wraps mod 256
+    if len(d) > 4:
+        return np.take(digits, choice)
+    d += [0] * (4 - len(d))  # padding is never chosen
+    low_bit = choice & np.uint8(1)
+    pair0 = low_bit * np.uint8((d[1] - d[0]) % 256)
+    pair0 += np.uint8(d[0])
+    pair1 = low_bit * np.uint8((d[3] - d[2]) % 256)
+    pair1 += np.uint8(d[2])
+    pair1 -= pair0
+    pair1 *= choice >> np.uint8(1)  # choice < 4: the high bit
+    pair1 += pair0
+    return pair1
+
+
+def _cuts(
+    probabilities: Sequence[Fraction],
+    depth: int,
+    choice: npt.NDArray[np.uint8] | None,
+    upper: npt.NDArray[np.uint8] | None,
+) -> npt.NDArray[np.uint8] | np.uint8:
+    """Digit ``depth`` of each element's probability: ``probabilities[choice + upper * half]``."""
+    digits = _digits(probabilities, depth)
+    if upper is None:
+        return _select(digits, choice)
+    half = digits.size // 2
+    low = _select(digits[:half], choice if half > 1 else None)
+    high = _select(digits[half:], choice if half > 1 else None)
+    if isinstance(high, np.ndarray):
+        high -= low  # uint8 arithmetic wraps mod 256
+        high *= upper
+        high += low
+        return high
+    return upper * np.uint8((int(high) - int(low)) % 256) + low
 
 
 def _bernoulli_pass(
-    rng: RandomSource, probabilities: Sequence[Fraction], choice: npt.NDArray[np.uint8] | None, out: BoolArray
+    rng: RandomSource,
+    probabilities: Sequence[Fraction],
+    choice: npt.NDArray[np.uint8] | None,
+    upper: npt.NDArray[np.uint8] | None,
+    out: BoolArray,
 ) -> None:
     """One chunk: ``out[i] = [X_i < p]`` with ``X_i = 0.U_1 U_2 ...`` in bytes, read lazily.
 
@@ -184,19 +225,24 @@ def _bernoulli_pass(
     """
     depth = 0
     u = rng.random_bytes(out.size)
-    cuts = _select(_digits(probabilities, depth), choice)
+    cuts = _cuts(probabilities, depth, choice, upper)
     np.less(u, cuts, out=out)
     tied = np.flatnonzero(u == cuts)
     while tied.size:
         depth += 1
         u = rng.random_bytes(tied.size)
-        cuts = _select(_digits(probabilities, depth), None if choice is None else choice[tied])
+        cuts = _cuts(probabilities, depth, None if choice is None else choice[tied],
+                     None if upper is None else upper[tied])
         out[tied] = u < cuts
         tied = tied[u == cuts]
 
 
 def bernoulli_choose(
-    rng: RandomSource | None, probabilities: Sequence[float | Fraction], choice: npt.ArrayLike
+    rng: RandomSource | None,
+    probabilities: Sequence[float | Fraction],
+    choice: npt.ArrayLike,
+    *,
+    upper: npt.ArrayLike | None = None,
 ) -> BoolArray:
     """Independent bits, bit ``i`` True with probability ``probabilities[choice[i]]`` *exactly*.
 
@@ -211,21 +257,33 @@ def bernoulli_choose(
             ``None`` is the secure default.
         probabilities: at most 256 probabilities in [0, 1] (doubles or Fractions).
         choice: integers (or booleans) indexing ``probabilities``; the output has its shape.
+        upper: booleans of ``choice``'s shape, or ``None``: the probability is
+            then ``probabilities[choice + upper * len(probabilities) // 2]`` (an
+            even number of probabilities, ``choice`` indexing the first half):
+            one table per true bit, selected without an index array (cheaper).
     """
     probs = [exact_probability(p) for p in probabilities]
     if not 1 <= len(probs) <= 256:
         raise ParameterError("probabilities", f"must hold 1 to 256 values, got {len(probs)}")
     which = np.asarray(choice)
-    in_range = which.dtype == np.bool_ and len(probs) >= 2  # checked for free
-    if which.size and not in_range and (which.min() < 0 or which.max() >= len(probs)):
-        raise ParameterError("choice", f"must index the {len(probs)} probabilities")
+    half = len(probs)
+    high = None
+    if upper is not None:
+        high = np.ascontiguousarray(np.asarray(upper, dtype=bool)).reshape(-1).view(np.uint8)
+        if len(probs) % 2 or high.size != which.size:
+            raise ParameterError("upper", "needs an even number of probabilities and the shape of choice")
+        half = len(probs) // 2
+    in_range = which.dtype == np.bool_ and half >= 2  # checked for free
+    if which.size and not in_range and (which.min() < 0 or which.max() >= half):
+        raise ParameterError("choice", f"must index the {half} probabilities")
     source = as_rng(rng)
     flat = np.ascontiguousarray(which).reshape(-1)
     flat = flat.view(np.uint8) if flat.dtype == np.bool_ else flat.astype(np.uint8, copy=False)
     out = np.empty(flat.size, dtype=bool)
     for start in range(0, flat.size, BERNOULLI_CHUNK):
         stop = min(start + BERNOULLI_CHUNK, flat.size)
-        _bernoulli_pass(source, probs, flat[start:stop] if len(probs) > 1 else None, out[start:stop])
+        index = flat[start:stop] if half > 1 else None
+        _bernoulli_pass(source, probs, index, None if high is None else high[start:stop], out[start:stop])
     return out.reshape(which.shape)
 
 

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from .errors import ParameterError
 from .exact import bernoulli_choose
-from .relaxation import relax_exponential, relax_exponential_bits, relax_laplace
+from .relaxation import relax_exponential, relax_exponential_bits, relax_laplace, relax_laplace_bits
 from .rng import FloatArray, RandomSource, as_rng
 from .validation import check_probability
 
@@ -245,16 +245,26 @@ class Randomizer:
     def relax_permanent(
         self, bits: npt.ArrayLike, permanent: npt.ArrayLike, level_to: float, rng: RandomSource | None = None
     ) -> BoolArray:
-        """Permanent bits relaxed to ``level_to`` without their noise (simulations of rounds).
+        """Permanent bits at this level relaxed to ``level_to`` without their noise (simulations of rounds).
 
-        Asymmetric only (:func:`~protocol.relaxation.relax_exponential_bits`):
-        the exponential chain's bits are a Markov chain of their own. The
-        symmetric chain's are not (``V`` carries more than ``[b + V > 1/2]``):
-        relax its noise with :meth:`relax_noise`.
+        The law of ``permanent(bits, relax_noise(V, level_to))`` jointly with
+        ``permanent(bits, V)``, sampled from the bits alone, about one random
+        byte per bit; the relaxed bits are at exactly the stated
+        ``permanent_probabilities()`` of ``level_to``:
+
+        * asymmetric: :func:`~protocol.relaxation.relax_exponential_bits` (the
+          exponential chain's bits are a Markov chain of their own; steps compose);
+        * symmetric: :func:`~protocol.relaxation.relax_laplace_bits` with the
+          permanent bits as the history (one round after the first release).
+          The Laplace chain's bits are not Markov: a second round needs the
+          whole pattern of earlier releases (``relax_laplace_bits`` with a
+          history, :func:`~protocol.relaxation.extend_pattern`).
 
         Raises:
-            ParameterError: (field ``mode``) a symmetric or trusted randomizer.
+            ParameterError: (field ``mode``) a trusted randomizer.
         """
-        if self.mode != "asymmetric":
-            raise ParameterError("mode", f"bit-level relaxation is for the asymmetric mode, got {self.mode!r}")
-        return relax_exponential_bits(bits, permanent, self.level, level_to, rng)
+        if self.mode == "asymmetric":
+            return relax_exponential_bits(bits, permanent, self.level, level_to, rng)
+        if self.mode == "symmetric":
+            return relax_laplace_bits(bits, permanent, (self.level,), level_to, rng)
+        raise ParameterError("mode", "the trusted mode has no noise to relax")

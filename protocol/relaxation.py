@@ -16,6 +16,7 @@ exponential rate ``L``, the geometric rate with ``P(G >= n) = exp(-eps n)``.
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -23,12 +24,16 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import ParameterError, TighteningRefused
-from .exact import bernoulli_exact
+from .exact import bernoulli_choose, bernoulli_exact
 from .rng import FloatArray, RandomSource, as_rng
 from .validation import check_integer_array, check_number
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+PatternArray = npt.NDArray[np.uint8]
+
+MAX_BIT_CHAIN_LEVELS = 3
+"""Longest symmetric chain :func:`relax_laplace_bits` samples (the exact accounting's quadrature limit)."""
 
 
 def _check_levels(low: float, high: float, low_name: str, high_name: str) -> None:
@@ -143,6 +148,166 @@ def relax_exponential_bits(
     q_to = Fraction(0) if math.isinf(level_to) else Fraction(math.exp(-level_to / 2.0))
     keep = bernoulli_exact(rng, q_to / q_from, b.shape)  # drawn for every bit: cheaper than a scatter
     out: BoolArray = perm & (b | keep)
+    return out
+
+
+# --------------------------------------------------------------------------
+# The symmetric (Laplace) chain's permanent bits, without the noise
+# --------------------------------------------------------------------------
+
+
+def _stated_permanent(level: float) -> tuple[Fraction, Fraction]:
+    """``Randomizer(mode="symmetric", level=level).permanent_probabilities()`` as exact rationals."""
+    from .randomizers import Randomizer  # randomizers imports this module
+
+    p0, p1 = Randomizer(mode="symmetric", level=level).permanent_probabilities()
+    return Fraction(p0), Fraction(p1)
+
+
+def _check_chain(levels: tuple[float, ...]) -> tuple[float, ...]:
+    seq = tuple(float(v) for v in levels)
+    if not 1 <= len(seq) <= MAX_BIT_CHAIN_LEVELS:
+        raise ParameterError("levels", f"must hold 1 to {MAX_BIT_CHAIN_LEVELS} levels, got {len(seq)}")
+    for i, lv in enumerate(seq):
+        check_number(f"levels[{i}]", lv, positive=True)
+    if any(b <= a for a, b in zip(seq, seq[1:], strict=False)):
+        raise ParameterError("levels", f"must be strictly increasing, got {list(seq)}")
+    return seq
+
+
+@functools.lru_cache(maxsize=128)
+def laplace_bit_law(levels: tuple[float, ...]) -> tuple[tuple[Fraction, ...], tuple[Fraction, ...]]:
+    """The exact law :func:`relax_laplace_bits` samples: ``law[b][h]``, the probability of pattern ``h``.
+
+    A pattern of a bit released at ``levels`` is the integer
+    ``h = sum_i y_i 2**i`` (``y_i`` the permanent bit at ``levels[i]``).
+    The first release is the stated one-shot law (``sample_permanent``);
+    each later one is :func:`laplace_bit_conditionals`. Every marginal is
+    the stated ``permanent_probabilities()`` at its level, exactly.
+    """
+    seq = _check_chain(levels)
+    if len(seq) == 1:
+        p0, p1 = _stated_permanent(seq[0])
+        return (1 - p0, p0), (1 - p1, p1)
+    prev = laplace_bit_law(seq[:-1])
+    cond = laplace_bit_conditionals(seq)
+    out = tuple(
+        tuple(q * (1 - c) for q, c in zip(prev[b], cond[b], strict=True))
+        + tuple(q * c for q, c in zip(prev[b], cond[b], strict=True))
+        for b in (0, 1)
+    )
+    return out[0], out[1]
+
+
+@functools.lru_cache(maxsize=128)
+def laplace_bit_conditionals(levels: tuple[float, ...]) -> tuple[tuple[Fraction, ...], tuple[Fraction, ...]]:
+    """``cond[b][h] = P(y = 1 | b, pattern h at levels[:-1])`` for the release at ``levels[-1]``, exact rationals.
+
+    From the Laplace chain's joint pattern law
+    (:func:`protocol.accounting.sequence_pattern_probabilities`, quadrature,
+    ``P(y | 1) = P0(not y)``), each conditional rounded to a double, except
+    one per ``b``: the history of the largest probability, whose conditional
+    is solved in exact rationals so that the mixture over the histories'
+    sampled law (:func:`laplace_bit_law`) is the stated marginal at
+    ``levels[-1]`` exactly. That correction is of the order of the
+    quadrature error (docs/simulation.md measures it).
+
+    Raises:
+        ParameterError: (field ``levels``) fewer than 2 or more than
+            :data:`MAX_BIT_CHAIN_LEVELS` levels, not strictly increasing.
+    """
+    # accounting imports randomizers, which imports this module
+    from .accounting import sequence_pattern_probabilities
+
+    seq = _check_chain(levels)
+    if len(seq) < 2:
+        raise ParameterError("levels", "a relaxation needs at least 2 levels")
+    k = len(seq) - 1
+    joint = sequence_pattern_probabilities(seq)
+    prev = laplace_bit_law(seq[:-1])
+    target = _stated_permanent(seq[-1])
+    tables = []
+    for b in (0, 1):
+        cond = []
+        for h in range(1 << k):
+            # b = 1 mirrors b = 0: P(y | 1) = P0(not y)
+            pattern = tuple(((h >> i) & 1) ^ b for i in range(k))
+            one, zero = joint[(*pattern, 1 - b)], joint[(*pattern, b)]
+            cond.append(Fraction(one / (one + zero)))
+        law = prev[b]
+        star = max(range(1 << k), key=law.__getitem__)
+        rest = sum((law[h] * cond[h] for h in range(1 << k) if h != star), Fraction(0))
+        cond[star] = (target[b] - rest) / law[star]
+        if not 0 < cond[star] < 1:
+            raise ParameterError("levels", f"the chain at {list(seq)} cannot be matched to its marginal")
+        tables.append(tuple(cond))
+    return tables[0], tables[1]
+
+
+def relax_laplace_bits(
+    bits: npt.ArrayLike,
+    history: npt.ArrayLike,
+    levels: tuple[float, ...] | list[float],
+    level_to: float,
+    rng: RandomSource | None = None,
+) -> BoolArray:
+    """The symmetric randomizer's permanent bits relaxed to ``level_to``, without the noise.
+
+    The thresholded Laplace chain's bits are not Markov by themselves, but
+    the next bit's law given the true bit and *every* earlier release is
+    fixed: ``history`` carries, per bit, the pattern ``h = sum_i y_i 2**i``
+    of its releases at ``levels`` (for one earlier level, the permanent bits
+    themselves; :func:`extend_pattern` appends a release). The new bit is
+    drawn exactly at :func:`laplace_bit_conditionals` (``bernoulli_choose``
+    on ``(b, h)``, about one random byte per bit): the chain's joint law up
+    to the quadrature of its pattern probabilities, each level's marginal
+    exactly the stated ``permanent_probabilities()``. At most
+    :data:`MAX_BIT_CHAIN_LEVELS` levels in all; longer chains relax the
+    noise (:func:`relax_laplace`).
+
+    Returns:
+        the permanent bits at ``level_to`` (``level_to = inf``: the true bits).
+
+    Raises:
+        ParameterError: ``history`` not of the shape of ``bits`` or not below
+            ``2**len(levels)``; bad ``levels`` (field ``levels``).
+        TighteningRefused: ``level_to`` below the last level.
+    """
+    b = np.asarray(bits, dtype=bool)
+    seq = _check_chain(tuple(levels))
+    k = len(seq)
+    h = _pattern_array(history, b.shape, k)
+    _check_levels(seq[-1], level_to, f"levels[{k - 1}]", "level_to")
+    if math.isinf(level_to):
+        return b.copy()
+    if level_to == seq[-1]:
+        last: BoolArray = ((h >> np.uint8(k - 1)) & np.uint8(1)).view(np.bool_)
+        return last
+    cond = laplace_bit_conditionals((*seq, float(level_to)))
+    return bernoulli_choose(rng, cond[0] + cond[1], h, upper=b)
+
+
+def extend_pattern(history: npt.ArrayLike, permanent: npt.ArrayLike, releases: int) -> PatternArray:
+    """The pattern of ``releases`` earlier releases with one more: ``history | permanent << releases``."""
+    new = np.asarray(permanent, dtype=bool)
+    h = _pattern_array(history, new.shape, releases)
+    pattern: PatternArray = new.view(np.uint8) << np.uint8(releases)
+    pattern |= h
+    return pattern
+
+
+def _pattern_array(history: npt.ArrayLike, shape: tuple[int, ...], k: int) -> PatternArray:
+    """``history`` as uint8 patterns of ``k`` bits (booleans are viewed, not copied)."""
+    h = np.asarray(history)
+    if h.shape != shape:
+        raise ParameterError("history", f"must have the shape of bits {shape}, got {h.shape}")
+    if not 1 <= k < 8:
+        raise ParameterError("levels", f"a pattern holds 1 to 7 releases, got {k}")
+    if h.dtype == np.bool_:
+        return h.view(np.uint8)
+    if h.size and (h.min() < 0 or h.max() >= 1 << k):
+        raise ParameterError("history", f"must hold patterns of {k} bits (0 to {(1 << k) - 1})")
+    out: PatternArray = h.astype(np.uint8, copy=False)
     return out
 
 

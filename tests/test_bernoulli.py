@@ -162,3 +162,44 @@ def test_default_bytes_are_the_top_48_bits_of_each_uniform() -> None:
 def test_seeded_bytes_are_the_raw_pcg64_stream() -> None:
     raw = np.random.Generator(np.random.PCG64(9)).bit_generator.random_raw(2)
     assert np.array_equal(SeededRandom(9).random_bytes(13), raw.astype("<u8").view(np.uint8)[:13])
+
+
+@pytest.mark.parametrize("size", range(2, 10))
+def test_arithmetic_select_equals_a_gather(size: int) -> None:
+    # The wrapping uint8 select (up to 4 digits) and the gather must pick the same digit; deterministic.
+    from protocol.exact import _select
+
+    gen = np.random.default_rng(size)
+    for _ in range(50):
+        digits = gen.integers(0, 256, size).astype(np.uint8)
+        choice = gen.integers(0, size, 5_000).astype(np.uint8)
+        assert np.array_equal(_select(digits, choice), digits[choice])
+
+
+@pytest.mark.parametrize("half", [1, 2, 3, 4])
+def test_every_byte_sequence_gives_exactly_p_through_upper(half: int) -> None:
+    # Each entry of a table of 2 * half dyadic probabilities of 2 digits, chosen through (choice, upper):
+    # among the 256**2 byte sequences exactly p * 256**2 give True (no statistics).
+    table = [Fraction((0x1234 + 0x2F11 * i) % 256**2, 256**2) for i in range(2 * half)]
+    for i, p in enumerate(table):
+        choice = np.full(256**2, i % half, dtype=np.uint8)
+        upper = np.full(256**2, i >= half)
+        for terminal in ([1], [0, 7]):
+            got = bernoulli_choose(Odometer(2, list(terminal)), table, choice, upper=upper)
+            assert int(got.sum()) == p * 256**2, (half, i)
+
+
+def test_upper_is_the_index_of_the_second_half() -> None:
+    # Same stream, same bits as the explicit index choice + upper * half; checks of its arguments.
+    gen = np.random.default_rng(3)
+    table = (0.1, 0.7, Fraction(1, 3), 0.9)
+    choice = gen.integers(0, 2, 3 * BERNOULLI_CHUNK // 2).astype(np.uint8)
+    upper = gen.random(choice.size) < 0.5
+    got = bernoulli_choose(SeededRandom(8), table, choice, upper=upper)
+    assert np.array_equal(got, bernoulli_choose(SeededRandom(8), table, choice + 2 * upper))
+    with pytest.raises(ParameterError) as err:
+        bernoulli_choose(SeededRandom(1), (0.1, 0.2, 0.3), choice, upper=upper)
+    assert err.value.field == "upper"
+    with pytest.raises(ParameterError) as err:
+        bernoulli_choose(SeededRandom(1), table, np.full(choice.size, 2), upper=upper)
+    assert err.value.field == "choice"

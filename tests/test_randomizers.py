@@ -102,7 +102,7 @@ def test_two_stage_sampling_matches_the_one_shot_law(r: Randomizer) -> None:
         assert abs(out - target) <= _six_sigma(target, N)
 
 
-def test_relax_permanent_is_asymmetric_only_and_reaches_the_new_level() -> None:
+def test_relax_permanent_reaches_the_new_level_and_refuses_the_trusted_mode() -> None:
     r = Randomizer(mode="asymmetric", level=1.0)
     bits = np.zeros((N // 100, 100), dtype=bool)
     bits[:, 0] = True
@@ -111,8 +111,13 @@ def test_relax_permanent_is_asymmetric_only_and_reaches_the_new_level() -> None:
     assert np.all(relaxed <= perm) and np.all(relaxed[bits])
     q = math.exp(-1.5)  # binomial 6 sigma on the zeros
     assert abs(relaxed[~bits].mean() - q) <= _six_sigma(q, int((~bits).sum()))
+    sym = Randomizer(mode="symmetric", level=1.0)  # the Laplace chain's bits: tests/test_laplace_bits.py
+    relaxed = sym.relax_permanent(bits, sym.sample_permanent(bits, SeededRandom(82)), 3.0, SeededRandom(83))
+    half_f = math.exp(-1.5) / 2  # the stated marginal at 3.0, binomial 6 sigma for each true bit
+    assert abs(relaxed[~bits].mean() - half_f) <= _six_sigma(half_f, int((~bits).sum()))
+    assert abs(relaxed[bits].mean() - (1 - half_f)) <= _six_sigma(half_f, int(bits.sum()))
     with pytest.raises(ParameterError) as err:
-        Randomizer(mode="symmetric", level=1.0).relax_permanent(bits, perm, 3.0)
+        Randomizer(mode="trusted", level=math.inf).relax_permanent(bits, perm, 3.0)
     assert err.value.field == "mode"
 
 
