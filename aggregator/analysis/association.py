@@ -33,7 +33,7 @@ empirical information.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,18 +147,95 @@ def project_simplex(x: npt.ArrayLike) -> FloatArray:
     return out
 
 
-def em_bit_counts(
+@dataclass(frozen=True, kw_only=True, eq=False)
+class EMRun:
+    """How an EM ended.
+
+    Attributes:
+        shares: the estimate on the simplex.
+        iterations: EM steps taken (evaluations of the EM map, extrapolations included).
+        converged: ``gap <= tolerance``.
+        gap: the Frank-Wolfe duality gap ``max_i g_i - g . pi`` of the (concave) log-likelihood
+            at ``shares``: an upper bound, in nats, on how far the log-likelihood is below its
+            maximum over the simplex.
+    """
+
+    shares: FloatArray
+    iterations: int
+    converged: bool
+    gap: float
+
+
+def check_em_settings(max_iterations: int, tolerance: float) -> None:
+    """Raises ParameterError naming ``max_iterations`` (>= 1) or ``tolerance`` (> 0)."""
+    check_int("max_iterations", max_iterations, low=1)
+    if not (isinstance(tolerance, int | float) and tolerance > 0.0):
+        raise ParameterError("tolerance", f"must be a number > 0 (nats), got {tolerance!r}")
+
+
+def accelerated_em(
+    step: Callable[[FloatArray], FloatArray], objective: Callable[[FloatArray], float],
+    gradient: Callable[[FloatArray], FloatArray], start: FloatArray, *, max_iterations: int, tolerance: float,
+    accelerate: bool = True,
+) -> EMRun:
+    """Run the EM map ``step`` from ``start`` until the duality gap is at most ``tolerance`` nats.
+
+    With ``accelerate``, each cycle is SQUAREM (Varadhan and Roland, 2008, scheme S3): two EM
+    steps ``r = F(p) - p``, ``v = F(F(p)) - F(p) - r``, the extrapolation ``p - 2 a r + a^2 v``
+    with ``a = -|r| / |v|`` (at most -1), moved halfway towards ``a = -1`` (which is ``F(F(p))``)
+    until every share is positive (else ``F(F(p))``), then one EM step from there; kept only if the log-likelihood
+    ``objective`` did not fall below ``F(F(p))``'s, so every cycle raises it as the EM does.
+    The stopping rule is certified: the log-likelihood is concave over the simplex, so
+    ``max_i g_i - g . pi`` (``g`` the ``gradient``) bounds the distance to its maximum.
+    """
+    pi, used = start, 0
+    grad = gradient(pi)
+    gap = float(np.max(grad) - grad @ pi)
+    while gap > tolerance and used < max_iterations:
+        first = step(pi)
+        used += 1
+        if not accelerate or used + 2 > max_iterations:
+            pi = first
+        else:
+            second = step(first)
+            used += 1
+            r, v = first - pi, second - 2.0 * first + pi
+            norm_v = float(np.linalg.norm(v))
+            alpha = min(-float(np.linalg.norm(r)) / norm_v, -1.0) if norm_v > 0.0 else -1.0
+            jump: FloatArray | None = None
+            while alpha < -1.01:  # alpha = -1 is second itself; closer than -1.01 is not worth a step
+                trial = pi - 2.0 * alpha * r + alpha * alpha * v
+                if np.all(trial[pi > 0.0] > 0.0) and np.all(trial >= 0.0):
+                    jump = trial / trial.sum()
+                    break
+                alpha = (alpha - 1.0) / 2.0
+            pi = second
+            if jump is not None and used < max_iterations:
+                stepped = step(jump)
+                used += 1
+                if objective(stepped) >= objective(second):
+                    pi = stepped
+        grad = gradient(pi)
+        gap = float(np.max(grad) - grad @ pi)
+    return EMRun(shares=pi, iterations=used, converged=gap <= tolerance, gap=gap)
+
+
+def em_bit_counts_run(
     counts: BitCounts, probabilities: tuple[float, float], bit_table: npt.ArrayLike, *,
-    max_iterations: int = 5000, tolerance: float = 1e-10,
-) -> FloatArray:
+    max_iterations: int = 20_000, tolerance: float = 1e-3, accelerate: bool = True,
+) -> EMRun:
     """Shares on the simplex maximizing the composite binomial likelihood of the bit counts.
 
     Row ``r = (j, b)`` sees ``c_r`` ones of ``N_j`` reports, each a 1 with
     probability ``P_ri = p* + (q* - p*) X_ri`` under candidate ``i``. The EM
     of a mixture whose weights every row shares: ``pi_i <- pi_i sum_r
     (c_r P_ri / theta_r + (N_j - c_r)(1 - P_ri)/(1 - theta_r)) / sum_r N_j``
-    with ``theta_r = sum_i P_ri pi_i``; each step raises the likelihood.
+    with ``theta_r = sum_i P_ri pi_i``; each step raises the likelihood, but
+    slowly (docs/decoding.md 9: each (report, bit) trial says little about
+    which candidate made it, so the missing information is nearly all of it);
+    :func:`accelerated_em` extrapolates and stops on the duality gap (nats).
     """
+    check_em_settings(max_iterations, tolerance)
     p_star, q_star = probabilities
     check_probabilities(p_star, q_star)
     table = np.asarray(bit_table, dtype=np.int64)
@@ -169,19 +246,41 @@ def em_bit_counts(
     ones = counts.ones[kept].ravel().astype(np.float64)
     sizes = np.repeat(counts.totals[kept].astype(np.float64), counts.num_bits)
     gap, total = q_star - p_star, sizes.sum()
-    pi = np.full(table.shape[1], 1.0 / table.shape[1])
     tiny = 1e-300
-    for _ in range(max_iterations):
-        theta = p_star + gap * (x @ pi)
-        hit = ones / np.maximum(theta, tiny)
-        miss = (sizes - ones) / np.maximum(1.0 - theta, tiny)
-        step = pi * (p_star * hit.sum() + (1.0 - p_star) * miss.sum() + gap * (x.T @ (hit - miss))) / total
-        step /= step.sum()
-        done = np.max(np.abs(step - pi)) < tolerance
-        pi = step
-        if done:
-            break
-    return pi
+
+    def theta(pi: FloatArray) -> FloatArray:
+        out: FloatArray = p_star + gap * (x @ pi)
+        return out
+
+    def step(pi: FloatArray) -> FloatArray:
+        th = theta(pi)
+        hit = ones / np.maximum(th, tiny)
+        miss = (sizes - ones) / np.maximum(1.0 - th, tiny)
+        out = pi * (p_star * hit.sum() + (1.0 - p_star) * miss.sum() + gap * (x.T @ (hit - miss))) / total
+        result: FloatArray = out / out.sum()
+        return result
+
+    def objective(pi: FloatArray) -> float:
+        th = np.clip(theta(pi), tiny, 1.0 - 1e-16)
+        return float(ones @ np.log(th) + (sizes - ones) @ np.log1p(-th))
+
+    def gradient(pi: FloatArray) -> FloatArray:
+        th = theta(pi)
+        out: FloatArray = gap * (x.T @ (ones / np.maximum(th, tiny) - (sizes - ones) / np.maximum(1.0 - th, tiny)))
+        return out
+
+    start = np.full(table.shape[1], 1.0 / table.shape[1])
+    return accelerated_em(step, objective, gradient, start, max_iterations=max_iterations, tolerance=tolerance,
+                          accelerate=accelerate)
+
+
+def em_bit_counts(
+    counts: BitCounts, probabilities: tuple[float, float], bit_table: npt.ArrayLike, *,
+    max_iterations: int = 20_000, tolerance: float = 1e-3,
+) -> FloatArray:
+    """The shares of :func:`em_bit_counts_run` (accelerated, stopped on a duality gap of ``tolerance`` nats)."""
+    return em_bit_counts_run(counts, probabilities, bit_table, max_iterations=max_iterations,
+                             tolerance=tolerance).shares
 
 
 def estimate_joint(
@@ -253,29 +352,65 @@ def log_likelihoods(
     return out
 
 
-def em_reports(
-    log_a: FloatArray, log_b: FloatArray, *, max_iterations: int = 2000, tolerance: float = 1e-9,
-    chunk: int = 20_000,
-) -> tuple[FloatArray, FloatArray]:
-    """RAPPOR's association EM on linked reports: ``(joint, std_errors)``, both ``(A, B)``.
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ReportsEM:
+    """The per-report EM's result (:func:`em_reports_fit`).
 
-    ``pi_ab <- pi_ab mean_r La[r, a] Lb[r, b] / sum_cd La[r, c] pi_cd Lb[r, d]``. Standard
-    errors: the empirical information ``J = sum_r s_r s_r'`` of the scores
-    ``s_r = (La Lb)[r] / denominator_r - 1``, inverted on the simplex's tangent space.
+    Attributes:
+        joint, std_errors: ``(A, B)`` shares on the simplex and their standard errors.
+        iterations: EM steps taken.
+        converged: the duality gap is at most the tolerance.
+        gap: the duality gap (nats; :class:`EMRun`).
     """
+
+    joint: FloatArray
+    std_errors: FloatArray
+    iterations: int
+    converged: bool
+    gap: float
+
+
+def em_reports_fit(
+    log_a: FloatArray, log_b: FloatArray, *, max_iterations: int = 2000, tolerance: float = 1e-3,
+    chunk: int = 20_000, accelerate: bool = True,
+) -> ReportsEM:
+    """RAPPOR's association EM on linked reports, with its iterations and whether it converged.
+
+    ``pi_ab <- pi_ab mean_r La[r, a] Lb[r, b] / sum_cd La[r, c] pi_cd Lb[r, d]`` from the uniform
+    joint, accelerated and stopped when the log-likelihood is within ``tolerance`` nats of its
+    maximum (:func:`accelerated_em`; RAPPOR stops when no share moves by 1e-6, which a slow EM
+    satisfies far from the maximum), or after ``max_iterations`` steps. Standard errors: the
+    empirical information ``J = sum_r s_r s_r'`` of the scores ``s_r = (La Lb)[r] / denominator_r - 1``,
+    inverted on the simplex's tangent space.
+
+    Raises:
+        ParameterError: no report (``reports``), a log-likelihood row of another length
+            (``log_b``), ``max_iterations`` < 1 or ``tolerance`` <= 0 (named).
+    """
+    check_em_settings(max_iterations, tolerance)
+    if log_a.ndim != 2 or log_b.ndim != 2 or log_a.shape[0] != log_b.shape[0]:
+        raise ParameterError("log_b", f"must have one row per report as log_a, got {log_a.shape} and {log_b.shape}")
     la = np.exp(log_a - log_a.max(axis=1, keepdims=True))
     lb = np.exp(log_b - log_b.max(axis=1, keepdims=True))
     n, size_a, size_b = la.shape[0], la.shape[1], lb.shape[1]
     check_int("reports", n, low=1)
-    pi = np.full((size_a, size_b), 1.0 / (size_a * size_b))
-    for _ in range(max_iterations):
-        denom = ((la @ pi) * lb).sum(axis=1)
-        step = pi * (la.T @ (lb / denom[:, None])) / n
-        step /= step.sum()
-        done = np.max(np.abs(step - pi)) < tolerance
-        pi = step
-        if done:
-            break
+
+    def gradient(pi: FloatArray) -> FloatArray:
+        denom = ((la @ pi.reshape(size_a, size_b)) * lb).sum(axis=1)
+        out: FloatArray = (la.T @ (lb / denom[:, None])).ravel()
+        return out
+
+    def step(pi: FloatArray) -> FloatArray:
+        out = pi * gradient(pi) / n
+        result: FloatArray = out / out.sum()
+        return result
+
+    def objective(pi: FloatArray) -> float:
+        return float(np.log(((la @ pi.reshape(size_a, size_b)) * lb).sum(axis=1)).sum())
+
+    run = accelerated_em(step, objective, gradient, np.full(size_a * size_b, 1.0 / (size_a * size_b)),
+                         max_iterations=max_iterations, tolerance=tolerance, accelerate=accelerate)
+    pi = run.shares.reshape(size_a, size_b)
     denom = ((la @ pi) * lb).sum(axis=1)
     info = np.zeros((size_a * size_b, size_a * size_b))
     for start in range(0, n, chunk):
@@ -284,8 +419,18 @@ def em_reports(
         info += scores.T @ scores
     basis = np.linalg.svd(np.eye(size_a * size_b) - 1.0 / (size_a * size_b))[0][:, : size_a * size_b - 1]
     cov = basis @ np.linalg.pinv(basis.T @ info @ basis) @ basis.T
-    return pi, np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(size_a, size_b)
+    return ReportsEM(joint=pi, std_errors=np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(size_a, size_b),
+                     iterations=run.iterations, converged=run.converged, gap=run.gap)
 
 
-__all__ = ["JOINT_METHODS", "JointEstimate", "PAIR_SEPARATOR", "em_bit_counts", "em_reports", "estimate_joint",
-           "log_likelihoods", "pair_domain", "pair_value", "project_simplex"]
+def em_reports(
+    log_a: FloatArray, log_b: FloatArray, *, max_iterations: int = 2000, tolerance: float = 1e-3,
+    chunk: int = 20_000,
+) -> tuple[FloatArray, FloatArray]:
+    """RAPPOR's association EM on linked reports: ``(joint, std_errors)``, both ``(A, B)`` (:func:`em_reports_fit`)."""
+    fit = em_reports_fit(log_a, log_b, max_iterations=max_iterations, tolerance=tolerance, chunk=chunk)
+    return fit.joint, fit.std_errors
+
+
+__all__ = ["JOINT_METHODS", "EMRun", "JointEstimate", "PAIR_SEPARATOR", "ReportsEM", "accelerated_em",
+           "check_em_settings", "em_bit_counts", "em_bit_counts_run", "em_reports", "em_reports_fit", "estimate_joint", "log_likelihoods", "pair_domain", "pair_value", "project_simplex"]

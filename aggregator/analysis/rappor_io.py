@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -53,6 +54,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aggregator.analysis.association import ReportsEM, em_reports_fit, log_likelihoods
 from aggregator.analysis.decoding.counts import BitCounts
 from aggregator.analysis.decoding.fit import check_candidates, fit_bit_table
 from protocol.encodings import BloomEncoding
@@ -62,6 +64,7 @@ from protocol.randomizers import laplace_rate_from_f
 from protocol.validation import check_int, check_probability
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 PathLike = str | Path
 
 PARAMS_HEADER = ("k", "h", "m", "p", "q", "f")
@@ -366,6 +369,283 @@ def decode_rappor(
     return out
 
 
+# ==========================================================================
+# Association: RAPPOR's decode-assoc inputs (two variables per report)
+# ==========================================================================
+
+SCHEMA_COLUMNS = ("metric", "var", "var_type", "params")
+VAR_TYPES = ("string", "boolean")
+BOOLEAN_VALUES = ("TRUE", "FALSE")  # RAPPOR's order: P(1 | TRUE) = q*, P(1 | FALSE) = p*
+OTHER = "Other"  # RAPPOR's name of the strings outside the map
+ASSOC_STATS = ("estimate", "std_error", "proportion", "prop_std_error", "prop_low_95", "prop_high_95")
+
+
+def _at(path: PathLike, line: int, column: int, name: str) -> str:
+    """Where a bad cell is: file, line (1-based, the header is line 1), column (1-based) and its name."""
+    return f"{path}, line {line}, column {column} ({name})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaVariable:
+    """One row of RAPPOR's variable schema (``rappor-vars.csv``: ``metric, var, var_type, params``)."""
+
+    metric: str
+    var: str
+    var_type: str
+    params: str
+
+
+def read_schema(path: PathLike) -> list[SchemaVariable]:
+    """Read a schema CSV (header ``metric, var, var_type, params``, spaces allowed, other columns ignored).
+
+    Raises:
+        ParameterError: (field ``schema``) a missing column, a short row, an unknown ``var_type``.
+    """
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = [cell.strip() for cell in next(reader, [])]
+        missing = [c for c in SCHEMA_COLUMNS if c not in header]
+        if missing:
+            raise ParameterError("schema", f"{path}, line 1: the header needs the columns "
+                                 f"{', '.join(SCHEMA_COLUMNS)}; {', '.join(missing)} missing")
+        index = {c: header.index(c) for c in SCHEMA_COLUMNS}
+        out = []
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) < len(header):
+                raise ParameterError("schema", f"{path}, line {reader.line_num}: needs {len(header)} columns, "
+                                     f"got {len(row)}")
+            cells = {c: row[i].strip() for c, i in index.items()}
+            if cells["var_type"] not in VAR_TYPES:
+                raise ParameterError("schema", f"{_at(path, reader.line_num, index['var_type'] + 1, 'var_type')}: "
+                                     f"must be one of {', '.join(VAR_TYPES)}, got {cells['var_type']!r}")
+            out.append(SchemaVariable(**cells))
+    return out
+
+
+def _schema_variable(rows: Sequence[SchemaVariable], path: PathLike, metric: str, var: str) -> SchemaVariable:
+    found = [r for r in rows if r.metric == metric and r.var == var]
+    if not found:
+        raise ParameterError("schema", f"{path}: no row for metric {metric!r}, var {var!r}")
+    if len(found) > 1:
+        raise ParameterError("schema", f"{path}: {len(found)} rows for metric {metric!r}, var {var!r}")
+    return found[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssocReports:
+    """Linked reports of two variables: ``cohorts`` (N,), ``bits`` per variable (N, k), bit ``i`` = ``1 << i``."""
+
+    cohorts: IntArray
+    bits: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
+    removed: int
+
+
+def read_assoc_reports(
+    path: PathLike, names: tuple[str, str], widths: tuple[int, int], num_cohorts: int, *,
+    remove_bad_rows: bool = False,
+) -> AssocReports:
+    """Read RAPPOR's association reports (``bin/decode-assoc --reports``).
+
+    A header naming the columns (``client, cohort, <var1>, <var2>`` as RAPPOR's
+    ``tests/rappor_sim.py --assoc-testdata`` writes; other columns are ignored),
+    then one row per report: the 0-based cohort and each variable's report as a
+    bit string, most significant bit first (a boolean is one character).
+
+    Args:
+        names: the two variables' column names.
+        widths: their report widths in bits (``k``; 1 for a boolean).
+        num_cohorts: ``m``; a cohort must be in ``[0, m)``.
+        remove_bad_rows: drop rows where a variable's report is empty (RAPPOR's
+            ``--remove-bad-rows``) instead of refusing the file.
+
+    Raises:
+        ParameterError: (field ``reports``) naming the file, line and column of the first bad cell;
+            or no report left.
+    """
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = [cell.strip() for cell in next(reader, [])]
+        for name in ("cohort", *names):
+            if name not in header:
+                raise ParameterError("reports", f"{path}, line 1: the header needs a column {name!r}, got "
+                                     f"{','.join(header) or 'nothing'}")
+        where = [header.index(name) for name in ("cohort", *names)]
+        cohorts: list[int] = []
+        strings: tuple[list[str], list[str]] = ([], [])
+        removed = 0
+        for row in reader:
+            line = reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) != len(header):
+                raise ParameterError("reports", f"{path}, line {line}: needs {len(header)} columns like the "
+                                     f"header, got {len(row)}")
+            cells = [row[i].strip() for i in where]
+            if remove_bad_rows and not (cells[1] and cells[2]):
+                removed += 1
+                continue
+            try:
+                cohort = int(cells[0])
+            except ValueError:
+                cohort = -1
+            if not 0 <= cohort < num_cohorts:
+                raise ParameterError("reports", f"{_at(path, line, where[0] + 1, 'cohort')}: must be an integer "
+                                     f"in [0, m = {num_cohorts}), got {cells[0]!r}")
+            for v in range(2):
+                text = cells[v + 1]
+                if len(text) != widths[v] or set(text) - {"0", "1"}:
+                    hint = " (--remove-bad-rows drops rows with an empty report)" if not text else ""
+                    raise ParameterError("reports", f"{_at(path, line, where[v + 1] + 1, names[v])}: must be "
+                                         f"{widths[v]} characters of 0 and 1, got {text!r}{hint}")
+                strings[v].append(text)
+            cohorts.append(cohort)
+    if not cohorts:
+        raise ParameterError("reports", f"{path}: no report to decode ({removed} rows removed as bad)")
+    bits = []
+    for v in range(2):
+        raw = np.array(strings[v], dtype=f"S{widths[v]}")
+        msb_first = np.frombuffer(raw.tobytes(), dtype=np.uint8).reshape(len(cohorts), widths[v]) == ord("1")
+        bits.append(np.ascontiguousarray(msb_first[:, ::-1]))
+    return AssocReports(cohorts=np.array(cohorts, dtype=np.int64), bits=(bits[0], bits[1]), removed=removed)
+
+
+def _other_log_likelihoods(
+    bits: npt.NDArray[np.bool_], cohorts: IntArray, table: IntArray, probabilities: tuple[float, float],
+    shares: FloatArray,
+) -> FloatArray:
+    """``(N,)`` log-likelihood of each report under RAPPOR's "Other" category, on the scale of :func:`log_likelihoods`.
+
+    Per cohort, the reports' ones not explained by the candidates (their shares
+    times the cohort's reports, each bit at ``q*`` if set, else ``p*``) give
+    each bit's rate ``r_b`` among the other strings' reports; a report's
+    likelihood is ``prod_b r_b^x_b (1 - r_b)^(1 - x_b)``, minus the constant
+    :func:`log_likelihoods` leaves out (every bit at ``p*``).
+    """
+    p_star, q_star = probabilities
+    m, k = int(table.shape[0]), bits.shape[1]
+    counts = BitCounts.from_reports(bits, cohorts, m)
+    rate = np.full((m, k), p_star)
+    for j in range(m):
+        known = shares * counts.totals[j]
+        member = np.zeros((k, shares.size))
+        member[table[j], np.arange(shares.size)[:, None]] = 1.0
+        expected = p_star * known.sum() + (q_star - p_star) * (member @ known)
+        rest = counts.totals[j] - known.sum()
+        if rest >= 1.0:
+            rate[j] = (counts.ones[j] - expected) / rest
+    rate = np.clip(rate, min(p_star, q_star), max(p_star, q_star))  # any population's bit rate lies there
+    x = bits.astype(np.float64)
+    up, down = np.log(rate[cohorts]), np.log1p(-rate[cohorts])
+    const = x * np.log(p_star) + (1.0 - x) * np.log1p(-p_star)
+    out: FloatArray = (x * up + (1.0 - x) * down - const).sum(axis=1)
+    return out
+
+
+def _variable_likelihoods(
+    var: SchemaVariable, rappor: RapporParams, bits: npt.NDArray[np.bool_], cohorts: IntArray,
+    map_path: PathLike | None, other: bool, field: str,
+) -> tuple[tuple[str, ...], FloatArray]:
+    """A variable's values (candidates, then ``Other``; or ``TRUE, FALSE``) and ``(N, S)`` log-likelihoods."""
+    p_star, q_star = rappor.probabilities()
+    if not (0.0 < p_star and q_star < 1.0 and p_star != q_star):
+        raise ParameterError("params", f"{var.params}: per-report likelihoods need 0 < p* < 1, 0 < q* < 1 and "
+                             f"p* != q*, got p* = {p_star}, q* = {q_star}")
+    if var.var_type == "boolean":
+        x = bits[:, :1].astype(np.float64)
+        logs = np.hstack([x * np.log(q_star) + (1 - x) * np.log1p(-q_star),
+                          x * np.log(p_star) + (1 - x) * np.log1p(-p_star)])
+        return BOOLEAN_VALUES, logs
+    if map_path is None:
+        raise ParameterError(field, f"is required: {var.var!r} is a string variable")
+    names, table = read_map(map_path, rappor)
+    logs = log_likelihoods(bits, cohorts, table, (p_star, q_star))
+    if not other:
+        return tuple(names), logs
+    if OTHER in names:
+        raise ParameterError(field, f"{map_path}: a candidate is named {OTHER!r}, the name of the strings "
+                             "outside the map: rename it or pass --ignore-other")
+    counts = BitCounts.from_reports(bits, cohorts, rappor.m)
+    marginal = fit_bit_table(counts, (p_star, q_star), table, names)
+    shares = np.maximum(marginal.estimates, 0.0) / max(counts.num_reports, 1)
+    shares /= max(shares.sum(), 1.0)
+    extra = _other_log_likelihoods(bits, cohorts, table, (p_star, q_star), shares)
+    return (*names, OTHER), np.hstack([logs, extra[:, None]])
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssocResult:
+    """The decoded joint of RAPPOR association inputs: the values of each variable, the EM, the reports used."""
+
+    names: tuple[str, str]
+    values: tuple[tuple[str, ...], tuple[str, ...]]
+    em: ReportsEM
+    num_reports: int
+    removed: int
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per pair, ``var1``-major: the two values, then :data:`ASSOC_STATS`."""
+        n = self.num_reports
+        out = []
+        for i, a in enumerate(self.values[0]):
+            for j, b in enumerate(self.values[1]):
+                share, se = float(self.em.joint[i, j]), float(self.em.std_errors[i, j])
+                out.append({self.names[0]: a, self.names[1]: b, "estimate": share * n, "std_error": se * n,
+                            "proportion": share, "prop_std_error": se,
+                            "prop_low_95": max(share - _Z95 * se, 0.0), "prop_high_95": min(share + _Z95 * se, 1.0)})
+        return out
+
+    def metrics(self) -> dict[str, Any]:
+        """What RAPPOR's ``assoc-metrics.json`` holds, and the EM's convergence."""
+        return {"num_reports": self.num_reports, "removed_rows": self.removed,
+                "estimate_dimensions": [len(self.values[0]), len(self.values[1])],
+                "sum_estimates": float(self.em.joint.sum()), "num_em_iters": self.em.iterations,
+                "em_converged": self.em.converged, "em_gap": self.em.gap}
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow([*self.names, *ASSOC_STATS])
+        for row in self.rows():
+            writer.writerow([row[self.names[0]], row[self.names[1]], *(_fmt(row[c]) for c in ASSOC_STATS)])
+        return buf.getvalue()
+
+
+def decode_rappor_association(
+    *, reports: PathLike, schema: PathLike, params_dir: PathLike, metric_name: str, var1: str, var2: str,
+    map1: PathLike | None = None, map2: PathLike | None = None, remove_bad_rows: bool = False,
+    ignore_other: bool = False, max_em_iters: int = 1000, em_tolerance: float = 1e-3,
+) -> AssocResult:
+    """Decode RAPPOR's association inputs (the files of ``bin/decode-assoc``) with :func:`em_reports_fit`.
+
+    Each variable's type and params come from the schema row ``(metric_name, var)``;
+    its params are ``<params_dir>/<params>.csv``. A string variable needs its map
+    (``map1`` / ``map2``, the single-variable map format); a boolean needs none.
+    String variables get RAPPOR's ``Other`` category unless ``ignore_other``.
+
+    Raises:
+        ParameterError: named after the file and, for cells, its line and column.
+    """
+    if var1 == var2:
+        raise ParameterError("var2", f"must differ from var1, got {var2!r} twice")
+    rows = read_schema(schema)
+    variables = (_schema_variable(rows, schema, metric_name, var1), _schema_variable(rows, schema, metric_name, var2))
+    params = tuple(read_params(Path(params_dir) / f"{v.params}.csv") for v in variables)
+    if params[0].m != params[1].m:
+        raise ParameterError("schema", f"{schema}: {var1!r} and {var2!r} share each report's cohort, so their "
+                             f"params need the same m, got {params[0].m} and {params[1].m}")
+    widths = tuple(1 if v.var_type == "boolean" else p.k for v, p in zip(variables, params, strict=True))
+    data = read_assoc_reports(reports, (var1, var2), (widths[0], widths[1]), params[0].m,
+                              remove_bad_rows=remove_bad_rows)
+    found = [_variable_likelihoods(v, p, bits, data.cohorts, path, not ignore_other, field)
+             for v, p, bits, path, field in zip(variables, params, data.bits, (map1, map2), ("map1", "map2"),
+                                                strict=True)]
+    em = em_reports_fit(found[0][1], found[1][1], max_iterations=max_em_iters, tolerance=em_tolerance)
+    return AssocResult(names=(var1, var2), values=(found[0][0], found[1][0]), em=em,
+                       num_reports=int(data.cohorts.size), removed=data.removed)
+
+
 def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as CSV text with a header of :data:`RESULT_COLUMNS`."""
     buf = io.StringIO()
@@ -378,27 +658,63 @@ def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
-    """``onesided decode-rappor --params P --counts C --map M [--alpha A] [--correction bonferroni|bh]``.
+SINGLE_OPTIONS = ("params", "counts", "map")
+ASSOC_OPTIONS = ("reports", "schema", "params_dir", "metric_name", "var1", "var2")
 
-    Prints the detected strings as CSV on stdout; returns 0, or 2 with a
-    message on stderr when an input is unusable.
+
+def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
+    """``onesided decode-rappor``: one variable (``--params P --counts C --map M``) or two
+    (RAPPOR's ``decode-assoc`` options: ``--reports R --schema S --params-dir D --metric-name M
+    --var1 X --var2 Y [--map1 F] [--map2 G]``).
+
+    Prints CSV on stdout (one variable: the detected strings; two: every pair); returns 0, or 2
+    with a message on stderr when an input is unusable.
     """
     parser = argparse.ArgumentParser(
-        prog="onesided decode-rappor", description="Decode RAPPOR counts/map/params files."
+        prog="onesided decode-rappor",
+        description="Decode RAPPOR files: params/counts/map (one variable), or decode-assoc's "
+        "reports/schema/params-dir/maps (the joint of two variables).",
     )
-    parser.add_argument("--params", required=True, help="params CSV (k,h,m,p,q,f)")
-    parser.add_argument("--counts", required=True, help="counts CSV (m rows of k+1 integers)")
-    parser.add_argument("--map", required=True, help="map CSV (string, then h*m 1-based indices)")
-    parser.add_argument(
-        "--alpha", type=float, default=0.05, help="family level of the detections (default 0.05)"
-    )
-    parser.add_argument("--correction", choices=("bonferroni", "bh"), default="bonferroni")
+    one = parser.add_argument_group("one variable")
+    one.add_argument("--params", help="params CSV (k,h,m,p,q,f)")
+    one.add_argument("--counts", help="counts CSV (m rows of k+1 integers)")
+    one.add_argument("--map", help="map CSV (string, then h*m 1-based indices)")
+    one.add_argument("--alpha", type=float, default=0.05, help="family level of the detections (default 0.05)")
+    one.add_argument("--correction", choices=("bonferroni", "bh"), default="bonferroni")
+    two = parser.add_argument_group("two variables (RAPPOR's decode-assoc)")
+    two.add_argument("--reports", help="reports CSV: header with cohort, <var1>, <var2>; bit strings")
+    two.add_argument("--schema", help="schema CSV: metric, var, var_type (string|boolean), params")
+    two.add_argument("--params-dir", help="folder of <params>.csv files named in the schema")
+    two.add_argument("--metric-name", help="the schema's metric")
+    two.add_argument("--var1", help="first variable (a column of the reports)")
+    two.add_argument("--var2", help="second variable")
+    two.add_argument("--map1", help="map CSV of var1 (string variables)")
+    two.add_argument("--map2", help="map CSV of var2 (string variables)")
+    two.add_argument("--remove-bad-rows", action="store_true", help="drop rows with an empty report")
+    two.add_argument("--ignore-other", action="store_true",
+                     help="no 'Other' category for strings outside a map (RAPPOR adds one)")
+    two.add_argument("--max-em-iters", type=int, default=1000, help="EM steps at most (default 1000)")
+    two.add_argument("--em-tolerance", type=float, default=1e-3,
+                     help="stop when the log-likelihood is within this many nats of its maximum (default 1e-3)")
+    two.add_argument("--output-dir", help="also write assoc-results.csv and assoc-metrics.json there")
+    two.add_argument("--create-bool-map", action="store_true",
+                     help="accepted for RAPPOR's command lines (booleans need no map here)")
     try:
         args = parser.parse_args(argv)
+        single = [o for o in SINGLE_OPTIONS if getattr(args, o) is not None]
+        assoc = [o for o in (*ASSOC_OPTIONS, "map1", "map2") if getattr(args, o) is not None]
+        if single and assoc:
+            parser.error(f"give either --{', --'.join(SINGLE_OPTIONS)} or the association options, not both "
+                         f"(got --{single[0]} and --{assoc[0].replace('_', '-')})")
+        needed = ASSOC_OPTIONS if assoc else SINGLE_OPTIONS
+        missing = [o for o in needed if getattr(args, o) is None]
+        if missing:
+            parser.error(f"missing --{', --'.join(o.replace('_', '-') for o in missing)}")
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
+        if assoc:
+            return _main_association(args)
         rows = decode_rappor(
             args.params, args.counts, args.map, alpha=args.alpha, correction=args.correction
         )
@@ -406,4 +722,24 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(rows_to_csv(rows))
+    return 0
+
+
+def _main_association(args: argparse.Namespace) -> int:
+    result = decode_rappor_association(
+        reports=args.reports, schema=args.schema, params_dir=args.params_dir, metric_name=args.metric_name,
+        var1=args.var1, var2=args.var2, map1=args.map1, map2=args.map2, remove_bad_rows=args.remove_bad_rows,
+        ignore_other=args.ignore_other, max_em_iters=args.max_em_iters, em_tolerance=args.em_tolerance,
+    )
+    text = result.to_csv()
+    if args.output_dir is not None:
+        folder = Path(args.output_dir)
+        (folder / "assoc-results.csv").write_text(text, encoding="utf-8")
+        (folder / "assoc-metrics.json").write_text(json.dumps(result.metrics(), indent=2) + "\n", encoding="utf-8")
+    if result.removed:
+        print(f"note: removed {result.removed} rows with an empty report", file=sys.stderr)
+    if not result.em.converged:
+        print(f"note: the EM stopped after {result.em.iterations} steps (--max-em-iters) up to {result.em.gap:.3g} "
+              f"nats below the maximum likelihood (--em-tolerance {args.em_tolerance:g})", file=sys.stderr)
+    sys.stdout.write(text)
     return 0
