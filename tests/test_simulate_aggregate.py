@@ -85,11 +85,21 @@ def test_asymmetric_chain_closed_form() -> None:
 
 
 def _per_client_round(bits: np.ndarray, cohorts: np.ndarray, cells: int, base: Randomizer, level_to: float,
-                      rng: SeededRandom) -> np.ndarray:
-    """Per (cell, true bit): client counts of each (report 1, report 2) pattern, shape (2, cohorts, bits, 4)."""
-    noise = base.draw_noise(bits.shape, rng)
-    r1 = base.report(bits, noise, rng)
-    r2 = base.with_level(level_to).report(bits, base.relax_noise(noise, level_to, rng), rng)
+                      rng: SeededRandom, path: str) -> np.ndarray:
+    """Per (cell, true bit): client counts of each (report 1, report 2) pattern, shape (2, cohorts, bits, 4).
+
+    ``path="noise"``: the device's memoized noise, relaxed (``relax_noise``); ``"bits"``: the permanent
+    bits relaxed without their noise (``relax_permanent``), the simulations' path.
+    """
+    relaxed = base.with_level(level_to)
+    if path == "noise":
+        noise = base.draw_noise(bits.shape, rng)
+        r1 = base.report(bits, noise, rng)
+        r2 = relaxed.report(bits, base.relax_noise(noise, level_to, rng), rng)
+    else:
+        permanent = base.sample_permanent(bits, rng)
+        r1 = base.sample_instantaneous(permanent, rng)
+        r2 = relaxed.sample_instantaneous(base.relax_permanent(bits, permanent, level_to, rng), rng)
     code = 2 * r1.astype(np.int64) + r2
     out = np.zeros((2, cells, bits.shape[1], 4), dtype=np.int64)
     for b in (0, 1):
@@ -112,12 +122,13 @@ def _pearson(observed: np.ndarray, expected: np.ndarray) -> tuple[float, int]:
      BloomEncoding(num_bits=32, num_hashes=2, num_cohorts=8)),
     (Randomizer(mode="asymmetric", level=1.0), DirectEncoding(domain=tuple(SyntheticCity(num_places=64).names()))),
 ])
-def test_round_counts_per_client_and_aggregate_agree(randomizer: Randomizer, encoding: Any) -> None:
+@pytest.mark.parametrize("path", ["noise", "bits"])
+def test_round_counts_per_client_and_aggregate_agree(randomizer: Randomizer, encoding: Any, path: str) -> None:
     city = SyntheticCity(num_places=64)
     rng = SeededRandom(101)
     pop = make_population(city, 100_000, encoding, rng)
     cells = encoding.num_cohorts
-    per_client = _per_client_round(pop.bits, pop.cohorts, cells, randomizer, 4.0, rng)
+    per_client = _per_client_round(pop.bits, pop.cohorts, cells, randomizer, 4.0, rng, path)
     n = per_client.sum(axis=3)  # (2, cohorts, bits): true zeros and ones per cell
     p = report_pattern_probabilities(randomizer, (1.0, 4.0))
     expected = np.stack([n[b][..., None] * p[b] for b in (0, 1)])

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import ParameterError
+from protocol.rng import RandomSource
 from protocol.validation import check_int
 
 IntArray = npt.NDArray[np.int64]
@@ -30,7 +31,12 @@ BlockCounts = dict[str, IntArray]
 # fn(setup, block index, block seed) -> counts
 BlockFunction = Callable[[Any, int, np.random.SeedSequence], BlockCounts]
 
-__all__ = ["BlockCounts", "DaskEngine", "Engine", "LocalEngine", "block_seeds", "run_task"]
+__all__ = ["BlockCounts", "DaskEngine", "Engine", "LocalEngine", "block_seeds", "root_seed", "run_task"]
+
+
+def root_seed(rng: RandomSource) -> np.random.SeedSequence:
+    """A run's root seed, from four 32-bit words of its source (what every per-client scenario spawns blocks from)."""
+    return np.random.SeedSequence([int(w) for w in rng.integers(2**32, 4)])
 
 
 def block_seeds(root: np.random.SeedSequence, blocks: int) -> list[np.random.SeedSequence]:

@@ -35,8 +35,10 @@ __all__ = [
     "SyntheticCity",
     "cohort_bit_counts",
     "make_population",
+    "relaxation_draw",
     "relaxation_experiment",
     "score_relaxation",
+    "sort_by_cohort",
     "theoretical_variance",
 ]
 
@@ -150,18 +152,32 @@ def make_population(city: SyntheticCity, n_clients: int, encoding: Encoding, rng
     return Population(item_sets=sets, cohorts=cohorts, bits=bits, names=names)
 
 
-def cohort_bit_counts(
-    reports: BoolArray, cohorts: IntArray, num_cohorts: int, chunk: int = 65536
-) -> tuple[IntArray, IntArray]:
-    """``(ones (num_cohorts, num_bits), totals (num_cohorts,))``: the aggregator's aggregates."""
-    m = reports.shape[1]
-    ones = np.zeros(num_cohorts * m, dtype=np.int64)
-    for start in range(0, len(reports), chunk):
-        rows, cols = np.nonzero(reports[start : start + chunk])
-        flat = cohorts[start + rows] * m + cols
-        ones += np.bincount(flat, minlength=num_cohorts * m)
-    totals = np.bincount(cohorts, minlength=num_cohorts).astype(np.int64)
-    return ones.reshape(num_cohorts, m), totals
+def cohort_bit_counts(reports: BoolArray, cohorts: IntArray, num_cohorts: int) -> tuple[IntArray, IntArray]:
+    """``(ones (num_cohorts, num_bits), totals (num_cohorts,))``: the aggregator's aggregates.
+
+    Rows are taken in cohort order (a stable sort, skipped when ``cohorts``
+    is already sorted, as :func:`sort_by_cohort` leaves a population) and
+    each cohort's rows summed as one slice: no index arrays of the ones.
+    """
+    rows = np.asarray(reports, dtype=bool)
+    groups = np.asarray(cohorts)
+    totals = np.bincount(groups, minlength=num_cohorts).astype(np.int64)
+    if groups.size > 1 and bool(np.any(groups[1:] < groups[:-1])):
+        rows = rows[np.argsort(groups, kind="stable")]
+    ones = np.zeros((num_cohorts, rows.shape[1]), dtype=np.int64)
+    start = 0
+    for cohort, size in enumerate(totals.tolist()):
+        if size:
+            ones[cohort] = rows[start : start + size].sum(axis=0)
+            start += size
+    return ones, totals
+
+
+def sort_by_cohort(pop: Population) -> Population:
+    """The same clients in cohort order (stable): clients are exchangeable, and cohort sums become slices."""
+    order = np.argsort(pop.cohorts, kind="stable")
+    return Population(item_sets=pop.item_sets[order], cohorts=pop.cohorts[order], bits=pop.bits[order],
+                      names=pop.names)
 
 
 # --------------------------------------------------------------------------
@@ -207,6 +223,43 @@ def theoretical_variance(true_ones: FloatArray, totals: FloatArray, randomizer: 
     return (true_ones * q * (1 - q) + (totals - true_ones) * p * (1 - p)) / (q - p) ** 2
 
 
+RelaxationDraw = tuple[IntArray, IntArray, IntArray, IntArray]
+PATHS: tuple[str, ...] = ("bits", "noise")
+
+
+def relaxation_draw(bits: BoolArray, cohorts: IntArray, num_cohorts: int, base: Randomizer, level_to: float,
+                    rng: RandomSource, *, path: str = "bits") -> RelaxationDraw:
+    """One repetition's ``(first, relaxed, one_shot, extra)`` ones per (cohort, bit) cell.
+
+    ``path="bits"`` (the default): fresh permanent bits, the round's bits
+    from them by :meth:`~protocol.randomizers.Randomizer.relax_permanent`
+    (both modes), the IRR per report; every bit exact at its stated
+    probability, about one random byte per bit. ``path="noise"``: every
+    client's memoized noise drawn and relaxed as on the device
+    (``draw_noise``, ``relax_noise``, ``report``). The same joint law
+    (tests/test_laplace_bits.py, tests/test_simulate_aggregate.py).
+    ``one_shot`` is a fresh collection at ``level_to``, ``extra`` an
+    independent one at ``level_to - base.level``.
+    """
+    if path not in PATHS:
+        raise ParameterError("path", f"must be one of {PATHS}, got {path!r}")
+    relaxed_r = base.with_level(level_to)
+    extra_r = base.with_level(level_to - base.level)
+
+    def ones(reports: BoolArray) -> IntArray:
+        return cohort_bit_counts(reports, cohorts, num_cohorts)[0]
+
+    if path == "noise":
+        noise = base.draw_noise(bits.shape, rng)
+        first = ones(base.report(bits, noise, rng))
+        relaxed = ones(relaxed_r.report(bits, base.relax_noise(noise, level_to, rng), rng))
+    else:
+        permanent = base.sample_permanent(bits, rng)
+        first = ones(base.sample_instantaneous(permanent, rng))
+        relaxed = ones(relaxed_r.sample_instantaneous(base.relax_permanent(bits, permanent, level_to, rng), rng))
+    return first, relaxed, ones(relaxed_r.simulate(bits, rng)), ones(extra_r.simulate(bits, rng))
+
+
 def relaxation_experiment(
     pop: Population,
     base: Randomizer,
@@ -214,30 +267,21 @@ def relaxation_experiment(
     *,
     repetitions: int,
     rng: RandomSource,
+    path: str = "bits",
 ) -> RelaxationResult:
     """Collect, relax, and compare against one-shot and composition baselines.
 
-    Every repetition draws fresh memoized noise for the whole population;
-    estimates are the aggregator's unbiased bit estimates.
+    Every repetition draws fresh memoized bits (or noise, ``path="noise"``)
+    for the whole population (:func:`relaxation_draw`); estimates are the
+    aggregator's unbiased bit estimates.
     """
     num_cohorts = int(pop.cohorts.max()) + 1
     truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, num_cohorts)
-    relaxed_r = base.with_level(level_to)
-    extra_r = base.with_level(level_to - base.level)
-
-    def ones(reports: BoolArray) -> IntArray:
-        return cohort_bit_counts(reports, pop.cohorts, num_cohorts)[0]
-
-    draws = []
-    for _ in range(repetitions):
-        noise = base.draw_noise(pop.bits.shape, rng)
-        first = ones(base.report(pop.bits, noise, rng))
-        relaxed = ones(relaxed_r.report(pop.bits, base.relax_noise(noise, level_to, rng), rng))
-        draws.append((first, relaxed, ones(relaxed_r.simulate(pop.bits, rng)), ones(extra_r.simulate(pop.bits, rng))))
+    draws = [relaxation_draw(pop.bits, pop.cohorts, num_cohorts, base, level_to, rng, path=path)
+             for _ in range(repetitions)]
     return score_relaxation(truth, totals, base, level_to, draws)
 
 
-RelaxationDraw = tuple[IntArray, IntArray, IntArray, IntArray]
 
 
 def score_relaxation(truth: IntArray, totals: IntArray, base: Randomizer, level_to: float,

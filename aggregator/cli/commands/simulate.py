@@ -8,10 +8,11 @@ table, or with ``--json`` one JSON object
 Progress goes to stderr.
 
 ``--clients N --method aggregate`` simulates any number of clients from
-the cells' counts (docs/simulation.md); ``--engine dask`` runs the city's
-per-client blocks on a Dask cluster (``--scheduler ADDRESS``, or a
-LocalCluster of ``--workers``). Wall time and peak memory are printed and
-recorded: ``peak_rss_mib`` is this process's peak resident set (its whole
+the cells' counts (docs/simulation.md); ``--engine dask`` runs a
+per-client path's seeded blocks (relaxation, asymmetric-advantage,
+certificates, city) on a Dask cluster (``--scheduler ADDRESS``, or a
+LocalCluster of ``--workers``), with the local engine's figures. Wall
+time and peak memory are printed and recorded: ``peak_rss_mib`` is this process's peak resident set (its whole
 life, interpreter included; Dask worker processes are not in it),
 ``peak_traced_mib`` the peak of the Python and numpy allocations during the
 run (tracemalloc). The scenario's modules are imported before the clock starts.
@@ -53,7 +54,7 @@ def register(subparsers: Subparsers) -> None:
                         help="per-client: every client's bits and noise (default); aggregate: the cells' counts "
                              "drawn exactly (10^9 clients in seconds)")
     parser.add_argument("--engine", choices=("local", "dask"), default="local",
-                        help="where the city's per-client blocks run (default local)")
+                        help="where a per-client path's blocks run (default local; the same figures)")
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="Dask scheduler address (default: a LocalCluster for the run)")
     parser.add_argument("--workers", type=_positive_int, default=2, help="LocalCluster workers (default 2)")
@@ -71,7 +72,7 @@ def _positive_int(text: str) -> int:
 
 
 def _engine(args: argparse.Namespace) -> Any:
-    """The engine for the city's per-client path, ``None`` when the scenario takes none."""
+    """The engine for a per-client path, ``None`` for the default (local)."""
     if args.engine == "local" and args.scheduler is None:
         return None
     from aggregator.research.engine import DaskEngine

@@ -29,7 +29,8 @@ comes from one :class:`~protocol.rng.SeededRandom` per run. The scenarios
 with clients also take ``clients`` (any number) and ``method``:
 ``"per-client"`` (every client's bits and noise) or ``"aggregate"`` (the
 cells' counts drawn exactly, 10^9 clients in seconds; docs/simulation.md).
-``city``'s per-client path runs on an engine (local or Dask).
+Their per-client paths run in seeded blocks on an engine (local or Dask,
+identical figures for the same seed).
 
 >>> run_scenario("collusion", scale="small", seed=1)["paper_colluders"]
 72
@@ -106,7 +107,7 @@ def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress:
     Args:
         clients: replaces the setup's number of clients (its thresholds scale with it).
         method: ``"per-client"`` or ``"aggregate"``.
-        engine: an :class:`~aggregator.research.engine.Engine` for ``city``'s per-client path.
+        engine: an :class:`~aggregator.research.engine.Engine` for a per-client path (default: local).
         noise: ``city``'s per-client noise, ``"seeded"`` or ``"keyed"`` (the SDK's per-client secrets).
 
     Raises:
@@ -135,8 +136,8 @@ def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress:
             raise ParameterError("noise", "only the city scenario has keyed noise")
         setup = dataclasses.replace(setup, noise=noise)
     if engine is not None:
-        if name != "city" or method != "per-client":
-            raise ParameterError("engine", "only the city scenario's per-client path runs on an engine")
+        if method != "per-client":
+            raise ParameterError("engine", "only per-client paths run on an engine")
         result = run(setup, SeededRandom(seed), progress, method=method, engine=engine)
         return result
     result = run(setup, SeededRandom(seed), progress, method=method)

@@ -12,6 +12,7 @@ import numpy as np
 
 from aggregator.analysis.decoding import BitCounts, bit_estimates
 from aggregator.research.aggregate import count_generator, released_ones
+from aggregator.research.engine import BlockCounts, Engine, LocalEngine, block_seeds, root_seed
 from aggregator.research.populations import (
     theoretical_variance,
 )
@@ -22,13 +23,12 @@ from aggregator.research.scenarios.common import (
     check_levels,
     check_method,
     check_positive_int,
-    chunks,
     quiet,
 )
 from protocol.accounting import bit_epsilon
 from protocol.errors import ParameterError
 from protocol.randomizers import Randomizer, laplace_rate_from_f
-from protocol.rng import RandomSource
+from protocol.rng import RandomSource, SeededRandom
 
 # ==========================================================================
 # asymmetric-advantage: rare items, 1 - e^-eps (DESIGN 4)
@@ -80,19 +80,43 @@ def equal_epsilon_randomizers(epsilon: float) -> dict[str, Randomizer]:
     }
 
 
-def _rare_item_errors(setup: AdvantageSetup, randomizer: Randomizer, rng: RandomSource) -> FloatArray:
-    """Estimate errors, shape ``(repetitions, items)``, through ``Randomizer.simulate`` and ``bit_estimates``."""
-    errors = np.empty((setup.repetitions, setup.items))
-    for rep in range(setup.repetitions):
-        ones = np.zeros(setup.items, dtype=np.int64)
-        start = 0
-        for size in chunks(setup.clients, setup.chunk):
-            owner = np.arange(start, start + size) // setup.holders
-            bits = owner[:, None] == np.arange(setup.items)[None, :]
-            ones += randomizer.simulate(bits, rng).sum(axis=0)
-            start += size
-        counts = BitCounts(ones=ones[None, :], totals=np.array([setup.clients]))
-        errors[rep] = bit_estimates(counts, randomizer)[0][0] - setup.holders
+def _block_key(mode: str, eps: float) -> str:
+    return f"{mode}/{eps!r}"
+
+
+def advantage_block(setup: AdvantageSetup, index: int, seed: np.random.SeedSequence) -> BlockCounts:
+    """Clients ``index * chunk ..``: their reported ones per (repetition, item), per mode and epsilon.
+
+    Client ``c`` holds item ``c // holders`` (if below ``items``). Every
+    repetition draws every client's report afresh through
+    ``Randomizer.simulate``, from ``SeededRandom(seed)``, epsilons and modes in order.
+    """
+    start = index * setup.chunk
+    size = min(setup.chunk, setup.clients - start)
+    rng = SeededRandom(seed)
+    owner = np.arange(start, start + size) // setup.holders
+    bits = owner[:, None] == np.arange(setup.items)[None, :]
+    out: BlockCounts = {"clients": np.array([size])}
+    for eps in setup.epsilons:
+        for mode, randomizer in equal_epsilon_randomizers(eps).items():
+            ones = np.empty((setup.repetitions, setup.items), dtype=np.int64)
+            for rep in range(setup.repetitions):
+                ones[rep] = randomizer.simulate(bits, rng).sum(axis=0)
+            out[_block_key(mode, eps)] = ones
+    return out
+
+
+def _per_client_errors(setup: AdvantageSetup, rng: RandomSource, engine: Engine,
+                       progress: Progress) -> dict[str, FloatArray]:
+    """Estimate errors, shape ``(repetitions, items)`` per (mode, epsilon), from every client's reports."""
+    blocks = -(-setup.clients // setup.chunk)
+    counts = engine.run(advantage_block, setup, block_seeds(root_seed(rng), blocks), progress)
+    errors: dict[str, FloatArray] = {}
+    for eps in setup.epsilons:
+        for mode, randomizer in equal_epsilon_randomizers(eps).items():
+            ones = counts[_block_key(mode, eps)]
+            bc = BitCounts(ones=ones, totals=np.full(setup.repetitions, setup.clients))
+            errors[_block_key(mode, eps)] = bit_estimates(bc, randomizer)[0] - setup.holders
     return errors
 
 
@@ -120,15 +144,18 @@ def _mse_and_relative_se(errors: FloatArray) -> tuple[float, float]:
 
 
 def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Progress = quiet, *,
-                         method: str = "per-client") -> Figures:
+                         method: str = "per-client", engine: Engine | None = None) -> Figures:
     """Rare-item variance, asymmetric over symmetric at equal per-bit epsilon.
 
     Predicted ``1 - e^-eps`` (``N/(e^eps - 1)`` against ``N e^eps/(e^eps - 1)^2``);
     with ``h`` holders exactly ``(1 - h/N)(1 - e^-eps)`` (``exact_ratio``).
+    ``method="per-client"`` draws every client's reports in blocks of
+    ``chunk`` on ``engine`` (local by default; Dask gives identical figures);
     ``method="aggregate"`` draws each item's count directly.
     """
     check_method(method)
     gen = count_generator(rng) if method == "aggregate" else None
+    per_client = None if gen is not None else _per_client_errors(setup, rng, engine or LocalEngine(), progress)
     rows = []
     truth = np.full(setup.items, float(setup.holders))
     for eps in setup.epsilons:
@@ -136,8 +163,8 @@ def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Pro
         row: Figures = {"epsilon": eps}
         rel_se = []
         for mode, randomizer in equal_epsilon_randomizers(eps).items():
-            errors = (_rare_item_errors(setup, randomizer, rng) if gen is None
-                      else _rare_item_errors_aggregate(setup, randomizer, gen))
+            errors = (per_client[_block_key(mode, eps)] if per_client is not None
+                      else _rare_item_errors_aggregate(setup, randomizer, gen))  # type: ignore[arg-type]
             mse, se = _mse_and_relative_se(errors)
             row[f"{mode}_level"] = randomizer.level
             row[f"{mode}_epsilon_bit"] = bit_epsilon(randomizer.mode, randomizer.level)
@@ -150,7 +177,9 @@ def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Pro
         row["exact_ratio"] = row["asymmetric_theory"] / row["symmetric_theory"]
         rows.append(row)
     return {
-        "clients": setup.clients, "method": method, "items": setup.items, "holders": setup.holders,
+        "clients": setup.clients, "method": method,
+        "engine": None if method == "aggregate" else (engine or LocalEngine()).name,
+        "items": setup.items, "holders": setup.holders,
         "repetitions": setup.repetitions, "samples": setup.items * setup.repetitions, "rows": rows,
         "max_relative_gap": max(abs(r["ratio"] / r["predicted"] - 1.0) for r in rows),
     }

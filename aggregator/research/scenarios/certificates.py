@@ -16,6 +16,7 @@ from aggregator.analysis.certify import one_sided_upper_bounds
 from aggregator.analysis.decoding import BitCounts
 from aggregator.research.aggregate import count_generator, place_holders, released_ones
 from aggregator.research.bounds import dp_beta_upper_bound, virtual_dp_sanitizer
+from aggregator.research.engine import BlockCounts, Engine, LocalEngine, block_seeds, root_seed
 from aggregator.research.populations import (
     SyntheticCity,
     make_population,
@@ -27,15 +28,14 @@ from aggregator.research.scenarios.common import (
     check_levels,
     check_method,
     check_positive_int,
-    chunks,
     quiet,
 )
-from protocol.encodings import DirectEncoding, encode_population
+from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
 from protocol.mechanisms import AGeoMechanism, ALapMechanism
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
-from protocol.rng import RandomSource
+from protocol.rng import RandomSource, SeededRandom
 from protocol.validation import check_int, check_probability
 
 # ==========================================================================
@@ -108,22 +108,20 @@ CERTIFICATE_SETUPS = {
 
 @dataclass(frozen=True)
 class _Visits:
-    """The simulated population, kept as item sets (bits are re-encoded per chunk)."""
+    """The simulated population's counts: holders per place and, per level, every collection's ones in order.
+
+    ``ones`` hands out the next collection drawn at the randomizer's level
+    (the sweep asks for them in the order :func:`certificate_block` drew them).
+    """
 
     params: MetricParams
     names: tuple[str, ...]
-    sets: list[IntArray]
-    cohorts: list[IntArray]
     counts: IntArray
+    drawn: dict[float, list[IntArray]]
 
     def ones(self, randomizer: Randomizer, rng: RandomSource) -> IntArray:
-        """Reports' ones per place: every client's set through ``randomizer`` (one report each)."""
-        enc = self.params.encoding
-        table = enc.bit_table(list(self.names))
-        ones = np.zeros(enc.num_bits, dtype=np.int64)
-        for sets, cohorts in zip(self.sets, self.cohorts, strict=True):
-            ones += randomizer.simulate(encode_population(enc, sets, cohorts, table), rng).sum(axis=0)
-        return ones
+        """Reports' ones per place: the next collection at ``randomizer.level`` (``rng`` is not used)."""
+        return self.drawn[randomizer.level].pop(0)
 
 
 @dataclass(frozen=True)
@@ -172,17 +170,36 @@ def with_clients(setup: CertificateSetup, clients: int, method: str) -> Certific
                    sweep_thresholds=scaled(setup.sweep_thresholds))
 
 
-def _visits(setup: CertificateSetup, rng: RandomSource) -> _Visits:
+def _collections(setup: CertificateSetup) -> list[tuple[float, int]]:
+    """``(level, occurrence)`` of every collection, in the order the sweeps use them."""
+    levels = [2.0 * eps for eps in (setup.epsilon, *setup.epsilons) for _ in range(setup.repetitions)]
+    return [(level, levels[:i].count(level)) for i, level in enumerate(levels)]
+
+
+def certificate_block(setup: CertificateSetup, index: int, seed: np.random.SeedSequence) -> BlockCounts:
+    """Clients ``index * chunk ..``: holders per place and every collection's reported ones, from ``SeededRandom(seed)``.
+
+    Each client reports its set once per collection (direct encoding,
+    asymmetric at the collection's level, ``Randomizer.simulate``).
+    """
+    n = min(setup.chunk, setup.clients - index * setup.chunk)
+    rng = SeededRandom(seed)
     city, params = _city(setup)
-    names = tuple(city.names())
-    sets, cohorts = [], []
-    counts = np.zeros(setup.places, dtype=np.int64)
-    for n in chunks(setup.clients, setup.chunk):
-        pop = make_population(city, n, params.encoding, rng)
-        sets.append(pop.item_sets)
-        cohorts.append(pop.cohorts)
-        counts += pop.true_counts(setup.places)
-    return _Visits(params=params, names=names, sets=sets, cohorts=cohorts, counts=counts)
+    pop = make_population(city, n, params.encoding, rng)
+    out: BlockCounts = {"truth": pop.true_counts(setup.places)}
+    for level, occurrence in _collections(setup):
+        out[f"ones/{level!r}/{occurrence}"] = params.randomizer(level).simulate(pop.bits, rng).sum(axis=0)
+    return out
+
+
+def _visits(setup: CertificateSetup, rng: RandomSource, engine: Engine, progress: Progress) -> _Visits:
+    city, params = _city(setup)
+    blocks = -(-setup.clients // setup.chunk)
+    counts = engine.run(certificate_block, setup, block_seeds(root_seed(rng), blocks), progress)
+    drawn: dict[float, list[IntArray]] = {}
+    for level, occurrence in _collections(setup):
+        drawn.setdefault(level, []).append(counts[f"ones/{level!r}/{occurrence}"])
+    return _Visits(params=params, names=tuple(city.names()), counts=counts["truth"], drawn=drawn)
 
 
 def _dp_saturation(eps: float, alpha: float) -> int:
@@ -270,18 +287,22 @@ def _certificate_sweep(visits: _Visits | _CountVisits, setup: CertificateSetup, 
 
 
 def certificates(setup: CertificateSetup, rng: RandomSource, progress: Progress = quiet, *,
-                 method: str = "per-client") -> Figures:
+                 method: str = "per-client", engine: Engine | None = None) -> Figures:
     """Certified-safe fraction and false-safe rate vs threshold and vs epsilon.
 
     ``safe_fraction`` is the ADP paper's ``E[beta]`` (the mean over truly
     safe places of the probability to be certified safe); ``false_safe_rate``
     the share of truly unsafe places certified safe (0 for the local
     ``alpha = 0`` certificate, ALap and AGeo; at most ``alpha`` otherwise).
-    ``method="aggregate"`` draws the holders and the reported ones per place directly.
+    ``method="per-client"`` draws every client's set and reports in blocks
+    of ``chunk`` on ``engine`` (local by default; Dask gives identical
+    figures); ``method="aggregate"`` draws the holders and the reported ones
+    per place directly.
     """
     check_method(method)
     progress(f"certificates: drawing {setup.clients:,} clients ({method})")
-    visits: _Visits | _CountVisits = _count_visits(setup, rng) if method == "aggregate" else _visits(setup, rng)
+    visits: _Visits | _CountVisits = (_count_visits(setup, rng) if method == "aggregate"
+                                      else _visits(setup, rng, engine or LocalEngine(), progress))
     progress(f"certificates: threshold sweep at eps {setup.epsilon:g}")
     by_threshold = _certificate_sweep(visits, setup, setup.epsilon, list(setup.thresholds), rng)
     by_epsilon = []
@@ -292,7 +313,9 @@ def certificates(setup: CertificateSetup, rng: RandomSource, progress: Progress 
     never_wrong = ("local_alpha0", "alap", "ageo")
     decisions = {m: _false_safe_total(rows, m, setup.repetitions) for m in MECHANISMS}
     return {
-        "clients": setup.clients, "method": method, "places": setup.places, "visits": int(visits.counts.sum()),
+        "clients": setup.clients, "method": method,
+        "engine": None if method == "aggregate" else (engine or LocalEngine()).name,
+        "places": setup.places, "visits": int(visits.counts.sum()),
         "repetitions": setup.repetitions, "alpha": setup.alpha, "delta": setup.delta,
         "epsilon": setup.epsilon, "sweep_thresholds": list(setup.sweep_thresholds), "mechanisms": MECHANISMS,
         "by_threshold": by_threshold, "by_epsilon": by_epsilon,

@@ -35,7 +35,7 @@ import numpy as np
 from aggregator.analysis.certify import one_sided_upper_bounds
 from aggregator.analysis.decoding import BitCounts, bit_estimates
 from aggregator.research.aggregate import count_generator, place_holders, released_ones
-from aggregator.research.engine import BlockCounts, Engine, LocalEngine, block_seeds
+from aggregator.research.engine import BlockCounts, Engine, LocalEngine, block_seeds, root_seed
 from aggregator.research.populations import SyntheticCity, make_population, theoretical_variance
 from aggregator.research.scenarios.common import (
     Figures,
@@ -181,8 +181,7 @@ def _keyed_permanent(setup: CitySetup, params: MetricParams, bits: Any, sets: In
 
 
 def _per_client(setup: CitySetup, rng: RandomSource, engine: Engine, progress: Progress) -> BlockCounts:
-    root = np.random.SeedSequence([int(w) for w in rng.integers(2**32, 4)])
-    return engine.run(city_block, setup, block_seeds(root, setup.blocks()), progress)
+    return engine.run(city_block, setup, block_seeds(root_seed(rng), setup.blocks()), progress)
 
 
 # --------------------------------------------------------------------------

@@ -11,13 +11,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from aggregator.research.aggregate import bloom_bit_truth, count_generator, relaxation_draws
+from aggregator.research.engine import BlockCounts, Engine, LocalEngine, block_seeds, root_seed
 from aggregator.research.populations import (
+    RelaxationDraw,
     RelaxationResult,
     SyntheticCity,
     cohort_bit_counts,
     make_population,
-    relaxation_experiment,
+    relaxation_draw,
     score_relaxation,
+    sort_by_cohort,
     theoretical_variance,
 )
 from aggregator.research.scenarios.common import (
@@ -28,14 +31,12 @@ from aggregator.research.scenarios.common import (
     check_levels,
     check_method,
     check_positive_int,
-    chunks,
     quiet,
 )
 from protocol.accounting import bit_epsilon
 from protocol.encodings import BloomEncoding
-from protocol.errors import ParameterError
 from protocol.randomizers import Mode, Randomizer
-from protocol.rng import RandomSource
+from protocol.rng import RandomSource, SeededRandom
 
 # ==========================================================================
 # relaxation: a round costs no accuracy (gradual-release paper, Thm. 10)
@@ -47,11 +48,11 @@ class RelaxationSetup:
     """Population and grid of the ``relaxation`` scenario.
 
     Attributes:
-        clients: simulated clients, drawn in populations of ``chunk``
-            (the estimate of a (cohort, bit) cell for the whole population is
-            the sum of the chunks', whose errors are independent: its MSE is
-            the sum of the chunks' MSEs). At least 50 clients per cohort in a
-            chunk, so that every chunk has every cohort.
+        clients: simulated clients.
+        chunk: clients per block of the per-client path (one seed each,
+            :mod:`aggregator.research.engine`; the last block may be shorter).
+            Blocks return their cells' counts, and every estimate is the
+            aggregator's, from the whole population's counts.
         places, encoding: the synthetic city and its Bloom filter.
         levels: every pair ``level_from < level_to`` of it is a grid cell.
         repetitions: fresh noise draws per cell and chunk.
@@ -68,8 +69,6 @@ class RelaxationSetup:
         for name in ("clients", "chunk", "places", "repetitions"):
             check_positive_int(name, getattr(self, name))
         check_levels("levels", self.levels)
-        if self.chunk < 50 * self.encoding.num_cohorts or self.clients % self.chunk:
-            raise ParameterError("chunk", "must divide clients and hold at least 50 clients per cohort")
 
     def pairs(self) -> list[tuple[float, float]]:
         lv = sorted(set(self.levels))
@@ -105,19 +104,56 @@ def _composition_theory(truth: IntArray, totals: IntArray, base: Randomizer, lev
 Truth = tuple[IntArray, IntArray, Callable[[Randomizer, float, int], RelaxationResult]]
 
 
-def _per_client_truths(setup: RelaxationSetup, city: SyntheticCity, rng: RandomSource) -> list[Truth]:
-    """Populations of ``chunk`` clients, every client's noise drawn (the reference path)."""
-    out: list[Truth] = []
-    for n in chunks(setup.clients, setup.chunk):
-        pop = make_population(city, n, setup.encoding, rng)
-        truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, setup.encoding.num_cohorts)
-        out.append((truth, totals, lambda b, lv, reps, pop=pop: relaxation_experiment(  # type: ignore[misc]
-            pop, b, lv, repetitions=reps, rng=rng)))
+def _draw_key(mode: Mode, pair: tuple[float, float], rep: int) -> str:
+    return f"{mode}/{pair[0]!r}/{pair[1]!r}/{rep}"
+
+
+_DRAW_PARTS = ("first", "relaxed", "one_shot", "extra")
+
+
+def relaxation_block(setup: RelaxationSetup, index: int, seed: np.random.SeedSequence) -> BlockCounts:
+    """Clients ``index * chunk ..``: their cells' truth and every grid draw's ones, from ``SeededRandom(seed)``.
+
+    The population is drawn, then every (mode, pair, repetition) in order
+    (:func:`~aggregator.research.populations.relaxation_draw`, bit level).
+    """
+    n = min(setup.chunk, setup.clients - index * setup.chunk)
+    rng = SeededRandom(seed)
+    cohorts = setup.encoding.num_cohorts
+    pop = sort_by_cohort(make_population(SyntheticCity(num_places=setup.places), n, setup.encoding, rng))
+    truth, totals = cohort_bit_counts(pop.bits, pop.cohorts, cohorts)
+    out: BlockCounts = {"truth": truth, "totals": totals}
+    for mode in MODES:
+        for pair in setup.pairs():
+            base = Randomizer(mode=mode, level=pair[0])
+            for rep in range(setup.repetitions):
+                draw = relaxation_draw(pop.bits, pop.cohorts, cohorts, base, pair[1], rng)
+                for part, ones in zip(_DRAW_PARTS, draw, strict=True):
+                    out[f"{_draw_key(mode, pair, rep)}/{part}"] = ones
     return out
 
 
-def _aggregate_truths(setup: RelaxationSetup, city: SyntheticCity, rng: RandomSource) -> list[Truth]:
+def _per_client_truths(setup: RelaxationSetup, rng: RandomSource, engine: Engine, progress: Progress) -> list[Truth]:
+    """Every client's bits, in blocks on ``engine``; the whole population's counts, scored once per grid cell."""
+    blocks = -(-setup.clients // setup.chunk)
+    counts = engine.run(relaxation_block, setup, block_seeds(root_seed(rng), blocks), progress)
+    truth, totals = counts["truth"], counts["totals"]
+
+    def run(base: Randomizer, level_to: float, reps: int) -> RelaxationResult:
+        pair = (base.level, level_to)
+        draws: list[RelaxationDraw] = []
+        for rep in range(reps):
+            key = _draw_key(base.mode, pair, rep)
+            first, relaxed, one_shot, extra = (counts[f"{key}/{part}"] for part in _DRAW_PARTS)
+            draws.append((first, relaxed, one_shot, extra))
+        return score_relaxation(truth, totals, base, level_to, draws)
+
+    return [(truth, totals, run)]
+
+
+def _aggregate_truths(setup: RelaxationSetup, rng: RandomSource) -> list[Truth]:
     """One population of ``clients``, drawn and randomized per (cohort, bit) cell (docs/simulation.md)."""
+    city = SyntheticCity(num_places=setup.places)
     gen = count_generator(rng)
     truth, totals = bloom_bit_truth(city, setup.clients, setup.encoding, gen)
 
@@ -154,31 +190,34 @@ def _relaxation_cell(pops: list[Truth], mode: Mode, pair: tuple[float, float], r
 
 
 def with_clients(setup: RelaxationSetup, clients: int, method: str) -> RelaxationSetup:
-    """``setup`` at ``clients`` (the per-client path keeps its chunk when it divides ``clients``)."""
+    """``setup`` at ``clients`` (the per-client path keeps its block size)."""
     check_positive_int("clients", clients)
-    chunk = clients if method == "aggregate" or clients <= setup.chunk else setup.chunk
-    return replace(setup, clients=clients, chunk=chunk)
+    return replace(setup, clients=clients, chunk=min(clients, setup.chunk))
 
 
 def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = quiet, *,
-               method: str = "per-client") -> Figures:
+               method: str = "per-client", engine: Engine | None = None) -> Figures:
     """MSE after a relaxation round vs one-shot and composition, per grid cell and mode.
 
     ``cells`` counts the squared errors pooled per point (cells x
-    repetitions x chunks). ``ratio = relaxed / one-shot`` (claim: 1, the
+    repetitions), each of an estimate from the whole population. ``ratio = relaxed / one-shot`` (claim: 1, the
     earlier strict release costs no accuracy); ``theory_ratio`` is relaxed
     over the closed-form one-shot variance; ``composition_ratio`` spends the
     same total level by collecting twice (claim: above 1, by
     ``theory_composition_ratio`` with optimal weights).
 
-    ``method``: ``"per-client"`` draws every client's bits and noise in
-    populations of ``chunk``; ``"aggregate"`` draws one population's cell
-    counts directly (:mod:`aggregator.research.aggregate`), any ``clients``.
+    ``method``: ``"per-client"`` draws every client's permanent bits and
+    relaxes them bit by bit (``relax_permanent``), in blocks of ``chunk``
+    on ``engine`` (local by default; Dask gives identical figures);
+    ``"aggregate"`` draws the cells' counts directly
+    (:mod:`aggregator.research.aggregate`), any ``clients``.
     """
     check_method(method)
-    city = SyntheticCity(num_places=setup.places)
     progress(f"relaxation: drawing {setup.clients:,} clients ({method})")
-    pops = (_aggregate_truths if method == "aggregate" else _per_client_truths)(setup, city, rng)
+    if method == "aggregate":
+        pops = _aggregate_truths(setup, rng)
+    else:
+        pops = _per_client_truths(setup, rng, engine or LocalEngine(), progress)
     grid = []
     for mode in MODES:
         for pair in setup.pairs():
@@ -186,7 +225,9 @@ def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = q
             grid.append(_relaxation_cell(pops, mode, pair, setup.repetitions))
     ratios = [c["ratio"] for c in grid]
     return {
-        "clients": setup.clients, "method": method, "encoding": setup.encoding.to_dict(), "places": setup.places,
+        "clients": setup.clients, "method": method,
+        "engine": None if method == "aggregate" else (engine or LocalEngine()).name,
+        "encoding": setup.encoding.to_dict(), "places": setup.places,
         "repetitions": setup.repetitions, "grid": grid,
         "ratio_min": min(ratios), "ratio_max": max(ratios),
         "composition_ratio_min": min(c["composition_ratio"] for c in grid),
