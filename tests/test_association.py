@@ -13,7 +13,9 @@ from aggsupport import bearer, current_window, database_url, live_server, post_r
 
 from aggregator.analysis.association import (
     em_bit_counts,
+    em_bit_counts_run,
     em_reports,
+    em_reports_fit,
     estimate_joint,
     log_likelihoods,
     pair_domain,
@@ -168,3 +170,78 @@ def test_bad_association_requests_answer_400_naming_the_field(server: tuple[str,
                           timeout=30)
     assert answer.status_code == 400, answer.text
     assert answer.json()["field"] == field
+
+
+# ---------------------------------------------------------------------------
+# EM convergence: a certified stopping rule (the duality gap of a concave log-likelihood)
+# ---------------------------------------------------------------------------
+
+
+def _composite_loglik(counts: BitCounts, probabilities: tuple[float, float], pi: np.ndarray) -> float:
+    """The composite log-likelihood of a direct one-cohort design (bit i is cell i), written out."""
+    p_star, q_star = probabilities
+    theta = p_star + (q_star - p_star) * pi
+    ones, n = counts.ones[0].astype(float), float(counts.totals[0])
+    return float(ones @ np.log(theta) + (n - ones) @ np.log1p(-theta))
+
+
+def _small_direct_problem() -> tuple[BitCounts, tuple[float, float], np.ndarray]:
+    params = _direct(level=3.0)  # p* 0.11, q* 0.89: the plain EM takes 360 steps to a 1e-4 gap here, SQUAREM 24
+    reports, cohorts = _counts(params, _pairs(20_000, seed=11), seed=12)
+    table = np.arange(JOINT.size)[None, :, None]
+    return BitCounts.from_reports(reports, cohorts, 1), params.randomizer().probabilities(), table
+
+
+def test_em_bit_counts_stops_at_the_maximum_it_certifies() -> None:
+    from scipy import optimize
+
+    counts, probs, table = _small_direct_problem()
+    run = em_bit_counts_run(counts, probs, table, tolerance=1e-4)
+    assert run.converged and run.gap <= 1e-4 and run.iterations < 2000
+    # An independent maximizer of the same concave function (SLSQP on 6 shares): same point.
+    scale = 1.0 / counts.num_reports
+    best = optimize.minimize(lambda p: -scale * _composite_loglik(counts, probs, p), np.full(6, 1 / 6),
+                             method="SLSQP", bounds=[(1e-12, 1.0)] * 6,
+                             constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
+                             options={"ftol": 1e-14, "maxiter": 500})
+    assert best.success
+    assert _composite_loglik(counts, probs, run.shares) >= _composite_loglik(counts, probs, best.x) - 1e-4
+    assert 0.5 * np.abs(run.shares - best.x).sum() < 1e-3
+    # The plain EM (no extrapolation) reaches the same point, in more steps.
+    plain = em_bit_counts_run(counts, probs, table, tolerance=1e-4, accelerate=False, max_iterations=200_000)
+    assert plain.converged and plain.iterations > run.iterations
+    assert 0.5 * np.abs(plain.shares - run.shares).sum() < 1e-3
+
+
+def test_the_gap_bounds_the_distance_to_the_maximum_and_a_capped_em_says_it_did_not_converge() -> None:
+    counts, probs, table = _small_direct_problem()
+    top = _composite_loglik(counts, probs, em_bit_counts_run(counts, probs, table, tolerance=1e-6).shares)
+    for steps in (1, 5, 20, 100):
+        early = em_bit_counts_run(counts, probs, table, max_iterations=steps, accelerate=False)
+        assert early.iterations == steps and not early.converged and early.gap > 1e-3
+        below = top - _composite_loglik(counts, probs, early.shares)
+        assert 0.0 <= below <= early.gap + 1e-6  # the certificate holds at every iterate
+    for kwargs, field in (({"max_iterations": 0}, "max_iterations"), ({"tolerance": 0.0}, "tolerance")):
+        with pytest.raises(ParameterError) as err:
+            em_bit_counts_run(counts, probs, table, **kwargs)
+        assert err.value.field == field
+
+
+def test_per_report_em_reports_its_convergence() -> None:
+    rng = np.random.default_rng(13)
+    cells = rng.choice(JOINT.size, size=3000, p=JOINT.ravel())
+    p_star, q_star = 0.25, 0.75
+    logs = []
+    for size, value in ((2, cells // 3), (3, cells % 3)):
+        truth = np.zeros((3000, size), dtype=bool)
+        truth[np.arange(3000), value] = True
+        reports = rng.random((3000, size)) < np.where(truth, q_star, p_star)
+        logs.append(log_likelihoods(reports, np.zeros(3000, dtype=np.int64), np.arange(size)[None, :, None],
+                                    (p_star, q_star)))
+    done = em_reports_fit(logs[0], logs[1])
+    assert done.converged and done.gap <= 1e-3 and done.joint.sum() == pytest.approx(1.0)
+    capped = em_reports_fit(logs[0], logs[1], max_iterations=2)
+    assert capped.iterations == 2 and not capped.converged and capped.gap > 1e-3
+    plain = em_reports_fit(logs[0], logs[1], accelerate=False, max_iterations=100_000)
+    assert plain.converged and plain.iterations > done.iterations
+    assert 0.5 * np.abs(plain.joint - done.joint).sum() < 0.01
