@@ -34,7 +34,6 @@ import atexit
 import collections
 import itertools
 import logging
-import math
 import os
 import threading
 import time
@@ -42,9 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, NamedTuple
 
 from protocol.crypto import b64d, b64e, ephemeral_keypair, key_id
 from protocol.encodings import Value, canonical_value, members_of_canonical
@@ -56,8 +53,8 @@ from protocol.errors import (
     SignatureError,
 )
 from protocol.params import MetricParams
-from protocol.randomizers import MAX_LEVEL
-from protocol.rng import FloatArray, RandomSource, SecureRandom, Shape, as_rng
+from protocol.randomizers import MAX_LEVEL, Randomizer
+from protocol.rng import RandomSource, SecureRandom, as_rng
 from protocol.validation import check_int, check_number
 from protocol.wire import (
     STATUS_ACCEPTED,
@@ -84,7 +81,16 @@ from .ledger import (
     check_relaxation,
     ledger_entry,
 )
-from .memo import prepare_level, report_mask, value_fingerprint
+from .memo import (
+    IrrMasks,
+    ReportPlan,
+    apply_irr,
+    encoded_mask,
+    irr_masks,
+    noise_key,
+    permanent_mask,
+    prepare_level,
+)
 from .queue import Item, QueueDamage, ReportQueue, envelope_of, pending_item
 from .state import ClientState, StateCorrupted, StateStore
 from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport, TransportError
@@ -97,13 +103,13 @@ CORRUPT_POLICIES = ("raise", "reset")
 _POISON_STATUSES = frozenset({400, 415, 422})
 _DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
 # Randomness made ahead of time, off the caller's thread (by sync(), flush() and the sender), so that
-# report() neither generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms through numpy
-# (~4 us) per call. Apps report a few values a day; a burst beyond the pool makes its keys inline
-# (slower, the same reports). Both are memory only, each item is handed out once, and both are emptied
-# in a forked child (which must never reuse its parent's keys or uniforms).
+# report() neither generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms and compares
+# them through numpy (~5 us) per call. Apps report a few values a day; a burst beyond the pools makes
+# its keys and IRR inline (slower, the same reports). Both are memory only, each item is handed out
+# once, and both are emptied in a forked child (which must never reuse its parent's keys or uniforms).
 EPHEMERAL_POOL = 32
-IRR_PREFETCH = 4096
-_AHEAD: weakref.WeakSet[EphemeralPool | PrefetchedUniforms] = weakref.WeakSet()
+IRR_AHEAD = 64
+_AHEAD: weakref.WeakSet[EphemeralPool | IrrPool] = weakref.WeakSet()
 
 
 def _empty_after_fork() -> None:
@@ -114,8 +120,13 @@ def _empty_after_fork() -> None:
 os.register_at_fork(after_in_child=_empty_after_fork)
 
 
+def _with_id(pair: tuple[bytes, bytes]) -> tuple[bytes, bytes, str]:
+    private, public = pair
+    return private, public, b64e(sealed_report_id(public))
+
+
 class EphemeralPool:
-    """Fresh X25519 key pairs for sealing, made ahead of time; each is handed out once.
+    """Fresh X25519 key pairs for sealing, made ahead of time with their report ids; each is handed out once.
 
     Kept in memory only (never written: a pool lost in a crash costs
     nothing). ``take()`` never waits: an empty pool makes a key on the spot.
@@ -124,66 +135,68 @@ class EphemeralPool:
 
     def __init__(self, size: int = EPHEMERAL_POOL) -> None:
         self.size = size
-        self._keys: collections.deque[tuple[bytes, bytes]] = collections.deque()
+        self._keys: collections.deque[tuple[bytes, bytes, str]] = collections.deque()
         _AHEAD.add(self)
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def take(self) -> tuple[bytes, bytes]:
-        """``(private, public)`` raw bytes, never handed out before."""
+    def take(self) -> tuple[bytes, bytes, str]:
+        """``(private, public, report id)``: raw keys never handed out before, and ``b64e(sealed_report_id(public))``."""
         try:
             return self._keys.popleft()
         except IndexError:
-            return ephemeral_keypair()
+            return _with_id(ephemeral_keypair())
 
     def refill(self) -> None:
         while len(self._keys) < self.size:
-            self._keys.append(ephemeral_keypair())
+            self._keys.append(_with_id(ephemeral_keypair()))
 
     def clear(self) -> None:
         self._keys.clear()
 
 
-class PrefetchedUniforms(RandomSource):
-    """The uniforms of ``source``, drawn ``chunk`` at a time; each is handed out once, in order.
+class IrrPool:
+    """The IRR of reports to come (:func:`client_sdk.memo.irr_masks`) for one IRR and number of bits.
 
-    The IRR of one report takes ``num_bits`` uniforms: one call to the OS
-    CSPRNG per 4096 of them instead of one per report. Same source, same
-    law; only the moment of drawing moves. Thread-safe.
+    ``refill()`` draws the uniforms of up to ``size`` reports from ``source``
+    in one call and compares them with ``irr_p`` / ``irr_q`` in one
+    vectorized step (:meth:`Randomizer.instantaneous`'s comparisons, row by
+    row); each report then takes one pair of masks, once. Same source, same
+    law; only the moment of drawing moves. ``take()`` never waits: an empty
+    pool draws one report's uniforms on the spot. Thread-safe.
     """
 
-    def __init__(self, source: RandomSource, chunk: int = IRR_PREFETCH) -> None:
+    def __init__(self, source: RandomSource, randomizer: Randomizer, num_bits: int, size: int = IRR_AHEAD) -> None:
         self.source = source
-        self.chunk = chunk
-        self._lock = threading.Lock()
-        self._buffer: FloatArray = source.uniform(0)
-        self._at = 0
+        self.randomizer = randomizer
+        self.num_bits = num_bits
+        self.size = size
+        self._masks: collections.deque[IrrMasks] = collections.deque()
         _AHEAD.add(self)
 
-    def uniform(self, shape: Shape) -> FloatArray:
-        count = shape if isinstance(shape, int) else math.prod(shape)
-        with self._lock:
-            if self._at + count > len(self._buffer):
-                self._fill(count)
-            out = self._buffer[self._at:self._at + count]
-            self._at += count
-        return out.reshape(shape)
+    def __len__(self) -> int:
+        return len(self._masks)
 
-    def top_up(self) -> None:
-        """Draw the next chunk now if less than half of one is left."""
-        with self._lock:
-            if len(self._buffer) - self._at < self.chunk // 2:
-                self._fill(self.chunk // 2)
+    def take(self) -> IrrMasks:
+        """One report's ``(below_p, below_q)`` masks, never handed out before."""
+        if not self.randomizer.has_irr:
+            return (0, 0)
+        try:
+            return self._masks.popleft()
+        except IndexError:
+            return self._draw(1)[0]
+
+    def refill(self) -> None:
+        """Draw the next reports' IRR now if less than half of ``size`` is left."""
+        if self.randomizer.has_irr and len(self._masks) < self.size // 2:
+            self._masks.extend(self._draw(self.size - len(self._masks)))
 
     def clear(self) -> None:
-        with self._lock:
-            self._buffer, self._at = self._buffer[:0], 0
+        self._masks.clear()
 
-    def _fill(self, count: int) -> None:
-        kept = self._buffer[self._at:]
-        self._buffer = np.concatenate([kept, self.source.uniform(max(self.chunk, count))])
-        self._at = 0
+    def _draw(self, reports: int) -> list[IrrMasks]:
+        return irr_masks(self.randomizer, self.source.uniform((reports, self.num_bits)))
 
 
 class ReportsDropped(OnesidedError):
@@ -252,6 +265,21 @@ def _secure_or_testing(rng: RandomSource | int | None, allowed: bool) -> RandomS
 def _seconds(name: str, value: object) -> float:
     """A finite duration >= 0, for deadlines and intervals."""
     return check_number(name, value, nonnegative=True)
+
+
+def _check_kind(params: MetricParams, value_or_set: Value | tuple[Value, ...]) -> None:
+    """A categorical metric takes one value, never a set."""
+    if params.value_kind == "categorical" and not isinstance(value_or_set, str | bytes):
+        raise ParameterError("value", f"{params.name!r} is categorical: report one value, not a set")
+
+
+class _Reporting(NamedTuple):
+    """What :meth:`Client.report` reuses for a metric until the config, the record or its level changes."""
+
+    entry: MetricEntry
+    record: MetricRecord
+    plan: ReportPlan
+    irr: IrrPool
 
 
 class AlreadyReported(PolicyError):
@@ -367,7 +395,8 @@ class Client:
         self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
         self._queue = ReportQueue(self._store.queue_path, self._store.key)
         self._ephemeral = EphemeralPool()
-        self._irr = PrefetchedUniforms(self._rng)
+        self._irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
+        self._plans: dict[str, _Reporting] = {}
         self._dirty = False
         self._state = self._open_state(on_corrupt)
         self._config = self._stored_config()
@@ -499,6 +528,7 @@ class Client:
                 return kept
             self._state.config = document
             self._config = config
+            self._plans.clear()
             for name, record in self._state.metrics.items():
                 entry = config.metric(name)
                 if entry is not None and entry.digest != record.digest:
@@ -520,12 +550,12 @@ class Client:
         """
         try:
             self._ephemeral.refill()
-            self._irr.top_up()
             config = self._config
             for entry in () if config is None else config.metrics:
                 record = self._state.metrics.get(entry.params.name)
                 if record is None or record.digest == entry.digest:
                     prepare_level(entry.params, entry.params.level if record is None else record.levels[-1])
+                    self._irr_pool(entry.params).refill()
         except Exception:  # work ahead of time only; report() redoes what is missing
             log.exception("preparing reports ahead of time failed")
 
@@ -648,20 +678,19 @@ class Client:
         if not isinstance(value_or_set, str | bytes):
             value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
         with self._lock:
-            entry = self._entry(metric)
+            reporting = self._reporting(metric, value_or_set)
+            entry, record, plan = reporting.entry, reporting.record, reporting.plan
             params = entry.params
-            if params.value_kind == "categorical" and not isinstance(value_or_set, str | bytes):
-                raise ParameterError("value", f"{metric!r} is categorical: report one value, not a set")
-            record = self._record(entry)
             window = window_start(self._clock(), params.time_precision)
             value_key = canonical_value(value_or_set)
-            fingerprint = value_fingerprint(self._state.secret, metric, value_key)
+            fingerprint = plan.fingerprint(value_key)
             current = record.current
             if current is not None and window <= current.window:
                 return self._repeat(record, window, fingerprint)
             self._check(lambda: check_new_window(record, params, self._ceiling.for_metric(metric),
                                                  self._prior(metric)), metric)
-            item = self._pending(entry, record, value_or_set, window, record.step, value_key)
+            payload = plan.payload(value_or_set, noise_key(window, value_key), reporting.irr.take())
+            item = self._item(entry, record, window, payload)
             record.close_window(params)
             report_id: str = item["report_id"]
             record.current = WindowRelease(
@@ -674,6 +703,35 @@ class Client:
                 self.save()
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
+
+    def _reporting(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> _Reporting:
+        """The metric's entry, record and report plan (made once per config, cohort and level), the value's kind checked.
+
+        Raises what :meth:`_entry` and :meth:`_record` raise, and ``ParameterError`` (field
+        ``value``) for a set given to a categorical metric.
+        """
+        cached = self._plans.get(metric)
+        if (cached is not None and cached.record is self._state.metrics.get(metric)
+                and cached.plan.level == cached.record.levels[-1]):
+            _check_kind(cached.entry.params, value_or_set)
+            return cached
+        entry = self._entry(metric)
+        _check_kind(entry.params, value_or_set)
+        record = self._record(entry)
+        made = _Reporting(
+            entry=entry, record=record, irr=self._irr_pool(entry.params),
+            plan=ReportPlan(self._state.secret, entry.params, record.cohort, record.levels[-1]),
+        )
+        self._plans[metric] = made
+        return made
+
+    def _irr_pool(self, params: MetricParams) -> IrrPool:
+        """The IRR pool of the metric's IRR and size (shared by metrics with the same)."""
+        key = (params.mode, params.irr_p, params.irr_q, params.num_bits)
+        pool = self._irr.get(key)
+        if pool is None:
+            pool = self._irr.setdefault(key, IrrPool(self._rng, params.randomizer(), params.num_bits))
+        return pool
 
     def _repeat(self, record: MetricRecord, window: int, fingerprint: str) -> str:
         """A second report in the metric's latest window: the same value is a no-op, another is refused."""
@@ -702,17 +760,21 @@ class Client:
         its id is already the sealed report's.
         """
         params = entry.params
+        levels = record.levels[first_step:]
+        key = noise_key(window, canonical_value(value) if value_key is None else value_key)
+        permanent = permanent_mask(self._state.secret, params, encoded_mask(params, value, record.cohort), key, levels)
+        bits = apply_irr(params.randomizer(levels[-1]), permanent, self._irr_pool(params).take())
+        payload = pack_payload_mask(cohort=record.cohort, level=levels[-1], mask=bits, num_bits=params.num_bits)
+        return self._item(entry, record, window, payload)
+
+    def _item(self, entry: MetricEntry, record: MetricRecord, window: int, payload: bytes) -> Item:
+        """A packed payload queued pending with its own ephemeral key; its id is already the sealed report's."""
         config = self._config
         if config is None:  # pragma: no cover - _entry checked it under the same lock
             raise ParameterError("metric", "no verified config yet: call sync() first")
-        mask = report_mask(
-            self._state.secret, params, value, cohort=record.cohort, window=window,
-            levels=record.levels[first_step:], rng=self._irr, value_key=value_key,
-        )
-        payload = pack_payload_mask(cohort=record.cohort, level=record.levels[-1], mask=mask, num_bits=params.num_bits)
-        private, public = self._ephemeral.take()
+        private, _, report_id = self._ephemeral.take()
         return pending_item(
-            report_id=b64e(sealed_report_id(public)), metric=params.name, round=record.round, window=window,
+            report_id=report_id, metric=entry.params.name, round=record.round, window=window,
             params_digest=entry.digest, payload=payload, ephemeral_private=private,
             seal_public=config.aggregator.seal_public,
         )

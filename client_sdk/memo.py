@@ -43,28 +43,38 @@ Nothing in this module leaves the device; none of it is logged.
 from __future__ import annotations
 
 import functools
-import hashlib
 import hmac
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from protocol.encodings import Value, as_members, canonical_value
+from protocol.encodings import Value, as_members, canonical_value, value_bytes
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
-from protocol.rng import FloatArray, KeyedRandom, RandomSource, Shape, noise_seed, words_to_uniforms
+from protocol.rng import (
+    FloatArray,
+    KeyedHmac,
+    KeyedRandom,
+    RandomSource,
+    Shape,
+    keyed_stream,
+    noise_prefix,
+    noise_seed,
+    noise_suffix,
+    words_to_uniforms,
+)
 from protocol.validation import check_int
+from protocol.wire import payload_header
 
 BoolArray = npt.NDArray[np.bool_]
 
 FINGERPRINT_LABEL = b"onesided/fingerprint/v1"
 SECRET_BYTES = 32
 GRID = 1 << 52  # keyed uniforms are u_k = (k + 1/2) / 2^52 with k = w >> 12 (protocol.rng.words_to_uniforms)
-SCALAR_MAX_BITS = 512  # above this many bits numpy is faster than a loop over Python integers
 
 
 def check_secret(secret: bytes) -> None:
@@ -171,16 +181,25 @@ def bits_of_mask(mask: int, num_bits: int) -> BoolArray:
     return np.unpackbits(packed, count=num_bits, bitorder="little").astype(bool)
 
 
-def encoded_mask(params: MetricParams, value_or_set: Value | Iterable[Value], cohort: int) -> int:
-    """``params.encode(value_or_set, cohort)`` as a mask (the members' indices OR'ed; ``none_value`` is 0)."""
-    if isinstance(value_or_set, str | bytes) and params.is_none(value_or_set):
-        params.encoding.check_cohort(cohort)
-        return 0
+def _members_mask(params: MetricParams, indices: Callable[[bytes], list[int]],
+                  value_or_set: Value | Iterable[Value]) -> int:
+    """The encoded mask given the encoding's ``indices`` of one member (cohort already checked)."""
+    if isinstance(value_or_set, str | bytes):
+        if params.is_none(value_or_set):
+            return 0
+        members: Iterable[bytes] = (value_bytes(value_or_set),)
+    else:
+        members = as_members(value_or_set)
     mask = 0
-    for member in as_members(value_or_set):
-        for index in params.encoding.bits_of(member, cohort):
+    for member in members:
+        for index in indices(member):
             mask |= 1 << index
     return mask
+
+
+def encoded_mask(params: MetricParams, value_or_set: Value | Iterable[Value], cohort: int) -> int:
+    """``params.encode(value_or_set, cohort)`` as a mask (the members' indices OR'ed; ``none_value`` is 0)."""
+    return _members_mask(params, params.encoding.indexer(cohort), value_or_set)
 
 
 @dataclass(frozen=True)
@@ -192,6 +211,53 @@ class FreshCut:
 
     def bit(self, k: int) -> bool:
         return (k >= self.cut) == self.rising
+
+
+class CutTable:
+    """:meth:`FreshCut.bit` of every word of a keyed stream at once, on bytes.
+
+    ``k = w >> 12 >= cut`` is ``w >= cut << 12`` for the 64-bit word ``w``.
+    The top byte of ``w`` (byte 7, little-endian) decides it unless it equals
+    the top byte of ``cut << 12`` (a tie, probability 1/256 a word), when the
+    whole word is compared. Every word's top byte is mapped to ``"0"`` or
+    ``"1"`` with ``bytes.translate`` and the string is read as a binary
+    number (bit ``j`` is word ``j``), so no Python loop runs over the bits.
+    """
+
+    __slots__ = ("constant", "rising", "table", "threshold", "tie")
+
+    def __init__(self, cut: FreshCut) -> None:
+        self.rising = cut.rising
+        self.threshold = cut.cut << 12
+        self.constant: bool | None = None
+        if cut.cut <= 0:
+            self.constant = cut.rising  # every k >= 0
+        elif cut.cut >= GRID:
+            self.constant = not cut.rising  # no k reaches it
+        self.tie = min(self.threshold >> 56, 255)
+        above, below = (b"1", b"0") if cut.rising else (b"0", b"1")
+        self.table = b"".join(above if b > self.tie else b"0" if b == self.tie else below for b in range(256))
+
+    def mask(self, tops: bytes, stream: bytes) -> int:
+        """The mask whose bit ``j`` is :meth:`FreshCut.bit` of word ``j`` (``tops`` is ``stream[7::8]``)."""
+        if self.constant is not None:
+            return (1 << len(tops)) - 1 if self.constant else 0
+        out = int(tops.translate(self.table)[::-1], 2)
+        j = tops.find(self.tie)
+        while j >= 0:
+            if (int.from_bytes(stream[8 * j : 8 * j + 8], "little") >= self.threshold) == self.rising:
+                out |= 1 << j
+            j = tops.find(self.tie, j + 1)
+        return out
+
+
+def fresh_mask(stream: bytes, mask: int, zero: CutTable, one: CutTable) -> int:
+    """The permanent bits of a fresh draw: bit ``j`` is ``one`` or ``zero``'s test of word ``j`` as ``mask`` says.
+
+    ``stream`` is the keyed stream's first ``num_bits`` words (:func:`protocol.rng.keyed_stream`).
+    """
+    tops = stream[7::8]
+    return (one.mask(tops, stream) & mask) | (zero.mask(tops, stream) & ~mask)
 
 
 class _GivenUniforms(RandomSource):
@@ -242,15 +308,15 @@ def fresh_cuts(randomizer: Randomizer) -> tuple[FreshCut, FreshCut]:
 
 
 @functools.lru_cache(maxsize=256)
-def _at_level(params: MetricParams, level: float) -> tuple[Randomizer, FreshCut, FreshCut]:
-    """The randomizer at ``level`` and its cuts, looked up once per report."""
-    randomizer = params.randomizer(level)
-    return (randomizer, *fresh_cuts(randomizer))
+def fresh_tables(randomizer: Randomizer) -> tuple[CutTable, CutTable]:
+    """:func:`fresh_cuts` as :class:`CutTable` (true 0, true 1), once per level."""
+    zero, one = fresh_cuts(randomizer)
+    return CutTable(zero), CutTable(one)
 
 
 def prepare_level(params: MetricParams, level: float) -> None:
     """Find (and keep) the cuts of a fresh draw at ``level`` ahead of the first report there (~1 ms)."""
-    _at_level(params, level)
+    fresh_tables(params.randomizer(level))
 
 
 def keyed_words(secret: bytes, metric: str, value_key: bytes, step: int, count: int) -> tuple[int, ...]:
@@ -258,45 +324,70 @@ def keyed_words(secret: bytes, metric: str, value_key: bytes, step: int, count: 
 
     The same words :class:`~protocol.rng.KeyedRandom` turns into uniforms.
     """
-    seed = noise_seed(secret, metric, value_key, step)
-    return struct.unpack(f"<{count}Q", hashlib.shake_256(seed).digest(8 * count))
+    return struct.unpack(f"<{count}Q", keyed_stream(noise_seed(secret, metric, value_key, step), count))
 
 
 def permanent_mask(
     secret: bytes, params: MetricParams, mask: int, value_key: bytes, levels: Sequence[float]
 ) -> int:
-    """:func:`permanent_bits` of the encoded ``mask``, as a mask (never sent as it is)."""
+    """:func:`permanent_bits` of the encoded ``mask``, as a mask (never sent as it is).
+
+    A window's first draw (one level) reads the keyed stream once and tests
+    each word against the level's cuts (:func:`fresh_mask`); a relaxed chain
+    takes the vectorized noise.
+    """
     m = params.num_bits
-    if len(levels) != 1 or m > SCALAR_MAX_BITS:
+    if len(levels) != 1:
         return mask_of_bits(permanent_bits(secret, params, bits_of_mask(mask, m), value_key, levels))
     check_secret(secret)
     if params.mode == "trusted":
         return mask
-    _, zero, one = _at_level(params, levels[0])
-    cut0, rising0, cut1, rising1 = zero.cut, zero.rising, one.cut, one.rising
-    out = 0
-    for j, word in enumerate(keyed_words(secret, params.name, value_key, 0, m)):  # FreshCut.bit, inlined
-        if ((word >> 12 >= cut1) == rising1) if mask >> j & 1 else ((word >> 12 >= cut0) == rising0):
-            out |= 1 << j
-    return out
+    stream = keyed_stream(noise_seed(secret, params.name, value_key, 0), m)
+    return fresh_mask(stream, mask, *fresh_tables(params.randomizer(levels[0])))
+
+
+# The IRR of one report as two masks of the uniforms it draws: ``below_p`` (u < irr_p) and ``below_q``
+# (u < irr_q). Randomizer.instantaneous is then ``perm | below_q`` (asymmetric) and
+# ``below_p | (perm & below_q)`` (symmetric), bit by bit the same comparisons.
+
+IrrMasks = tuple[int, int]
+
+
+def _row_masks(bits: BoolArray) -> list[int]:
+    """Each row of a 2-D bool array as a mask."""
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    width = packed.shape[1]
+    data = packed.tobytes()
+    return [int.from_bytes(data[i : i + width], "little") for i in range(0, len(data), width)]
+
+
+def irr_masks(randomizer: Randomizer, uniforms: FloatArray) -> list[IrrMasks]:
+    """The IRR masks of reports drawing the rows of ``uniforms`` (one row of ``num_bits`` per report)."""
+    rows = len(uniforms)
+    if not randomizer.has_irr:
+        return [(0, 0)] * rows
+    below_q = _row_masks(uniforms < float(randomizer.irr_q))  # type: ignore[arg-type]
+    if randomizer.mode == "asymmetric":
+        return [(0, q) for q in below_q]
+    return list(zip(_row_masks(uniforms < float(randomizer.irr_p)), below_q, strict=True))  # type: ignore[arg-type]
+
+
+def apply_irr(randomizer: Randomizer, permanent: int, masks: IrrMasks) -> int:
+    """:meth:`Randomizer.instantaneous` of a permanent mask, given the report's :func:`irr_masks`."""
+    if not randomizer.has_irr:
+        return permanent
+    below_p, below_q = masks
+    if randomizer.mode == "asymmetric":  # 1 stays 1; 0 -> 1 when u < q
+        return permanent | below_q
+    return below_p | (permanent & below_q)  # 1 when u < p, or when permanent and u < q
 
 
 def instantaneous_mask(randomizer: Randomizer, permanent: int, num_bits: int, rng: RandomSource) -> int:
     """:meth:`Randomizer.instantaneous` of a permanent mask: one uniform per bit from ``rng``, in one call."""
     if not randomizer.has_irr:
         return permanent
-    q = float(randomizer.irr_q)  # type: ignore[arg-type]
-    out = 0
-    if randomizer.mode == "asymmetric":  # 1 stays 1; 0 -> 1 when u < q
-        for j, u in enumerate(rng.uniform(num_bits).tolist()):
-            if permanent >> j & 1 or u < q:
-                out |= 1 << j
-        return out
-    p = float(randomizer.irr_p)  # type: ignore[arg-type]
-    for j, u in enumerate(rng.uniform(num_bits).tolist()):  # 1 when u < p, or when permanent and u < q
-        if u < p or (permanent >> j & 1 and u < q):
-            out |= 1 << j
-    return out
+    (masks,) = irr_masks(randomizer, rng.uniform(num_bits).reshape(1, num_bits))
+    return apply_irr(randomizer, permanent, masks)
 
 
 def report_mask(
@@ -318,7 +409,63 @@ def report_mask(
     mask = encoded_mask(params, value_or_set, cohort)
     key = noise_key(window, canonical_value(value_or_set) if value_key is None else value_key)
     permanent = permanent_mask(secret, params, mask, key, levels)
-    return instantaneous_mask(_at_level(params, levels[-1])[0], permanent, params.num_bits, rng)
+    return instantaneous_mask(params.randomizer(levels[-1]), permanent, params.num_bits, rng)
+
+
+class ReportPlan:
+    """A client's reports of one metric in its cohort at one level: everything that does not depend on the value.
+
+    Made once (per metric, cohort and level) and reused by every report:
+    the encoding's indexer, the HMAC key schedules of the secret with the
+    metric's part of the noise and fingerprint messages already hashed
+    (:class:`~protocol.rng.KeyedHmac`: the same HMACs), the level's cut
+    tables and the payload header. :meth:`payload` is
+    :func:`report_mask` of a window's first report, packed: the same
+    functions (:func:`fresh_mask`, :func:`apply_irr`), bit for bit.
+    """
+
+    def __init__(self, secret: bytes, params: MetricParams, cohort: int, level: float) -> None:
+        check_secret(secret)
+        self.params = params
+        self.cohort = cohort
+        self.level = level
+        self.num_bits = params.num_bits
+        self.randomizer = params.randomizer(level)
+        self._indices = params.encoding.indexer(cohort)
+        keyed = KeyedHmac(secret)
+        self._noise = keyed.extended(noise_prefix(params.name))
+        self._fingerprint = keyed.extended(_fingerprint_prefix(params.name))
+        self._tables = None if params.mode == "trusted" else fresh_tables(self.randomizer)
+        self._header = payload_header(cohort, level)
+        self._payload_bytes = (self.num_bits + 7) // 8
+
+    def encode(self, value_or_set: Value | Iterable[Value]) -> int:
+        """:func:`encoded_mask` in the plan's cohort."""
+        return _members_mask(self.params, self._indices, value_or_set)
+
+    def fingerprint(self, value_key: bytes) -> str:
+        """:func:`value_fingerprint` of ``value_key``."""
+        return self._fingerprint.digest(_len32(value_key))[:16].hex()
+
+    def permanent(self, mask: int, key: bytes) -> int:
+        """:func:`permanent_mask` of a window's first draw (``key`` is :func:`noise_key`)."""
+        if self._tables is None:
+            return mask
+        stream = keyed_stream(self._noise.digest(noise_suffix(key, 0)), self.num_bits)
+        return fresh_mask(stream, mask, *self._tables)
+
+    def payload(self, value_or_set: Value | Iterable[Value], key: bytes, irr: IrrMasks) -> bytes:
+        """The packed payload of a window's first report of ``value_or_set`` with the IRR drawn as ``irr``."""
+        bits = apply_irr(self.randomizer, self.permanent(self.encode(value_or_set), key), irr)
+        return self._header + bits.to_bytes(self._payload_bytes, "little")
+
+
+def _len32(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def _fingerprint_prefix(metric: str) -> bytes:
+    return FINGERPRINT_LABEL + _len32(metric.encode("utf-8"))
 
 
 def value_fingerprint(secret: bytes, metric: str, value_key: bytes) -> str:
@@ -329,18 +476,23 @@ def value_fingerprint(secret: bytes, metric: str, value_key: bytes) -> str:
     tells nothing about the value; it stays in the encrypted state.
     """
     check_secret(secret)
-    name = metric.encode("utf-8")
-    msg = FINGERPRINT_LABEL + struct.pack(">I", len(name)) + name + struct.pack(">I", len(value_key)) + value_key
-    return hmac.digest(secret, msg, "sha256")[:16].hex()
+    return hmac.digest(secret, _fingerprint_prefix(metric) + _len32(value_key), "sha256")[:16].hex()
 
 
 __all__ = [
+    "CutTable",
     "FreshCut",
+    "IrrMasks",
+    "ReportPlan",
+    "apply_irr",
     "bits_of_mask",
     "check_secret",
     "encoded_mask",
     "fresh_cuts",
+    "fresh_mask",
+    "fresh_tables",
     "instantaneous_mask",
+    "irr_masks",
     "keyed_words",
     "mask_of_bits",
     "memoized_noise",

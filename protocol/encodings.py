@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ Hashing = Literal["mmh3", "rappor-md5"]
 HASHINGS: tuple[str, ...] = ("mmh3", "rappor-md5")
 BoolArray = npt.NDArray[np.bool_]
 Value = str | bytes
+_ONE_MEMBER = b"S" + struct.pack(">I", 1)
 
 
 def value_bytes(value: Value, field_name: str = "value") -> bytes:
@@ -81,17 +82,23 @@ def bloom_bits(
     check_int("cohort", cohort, low=0, high=2**32 - 1)
     check_int("num_bits", num_bits, low=1, high=2**20)
     check_int("num_hashes", num_hashes, low=1, high=64)
+    if hashing not in HASHINGS:
+        raise ParameterError("hashing", f"must be one of {HASHINGS}, got {hashing!r}")
+    if hashing == "rappor-md5" and num_hashes > 16:
+        raise ParameterError("num_hashes", f"must be <= 16 for rappor-md5, got {num_hashes}")
+    return _bloom_indexer(cohort, num_bits, num_hashes, hashing)(data)
+
+
+def _bloom_indexer(cohort: int, num_bits: int, num_hashes: int, hashing: str) -> Callable[[bytes], list[int]]:
+    """The derivation of :func:`bloom_bits` for one cohort, arguments already checked: bytes -> indices."""
     if hashing == "mmh3":
-        return [
-            mmh3.hash(data, cohort * num_hashes + i, signed=False) % num_bits
-            for i in range(num_hashes)
-        ]
-    if hashing == "rappor-md5":
-        if num_hashes > 16:
-            raise ParameterError("num_hashes", f"must be <= 16 for rappor-md5, got {num_hashes}")
-        digest = hashlib.md5(struct.pack(">I", cohort) + data).digest()
-        return [digest[i] % num_bits for i in range(num_hashes)]
-    raise ParameterError("hashing", f"must be one of {HASHINGS}, got {hashing!r}")
+        seeds = range(cohort * num_hashes, (cohort + 1) * num_hashes)
+        hash32 = mmh3.hash
+        return lambda data: [hash32(data, seed, signed=False) % num_bits for seed in seeds]
+    prefix = struct.pack(">I", cohort)
+    md5 = hashlib.md5
+    hashes = range(num_hashes)
+    return lambda data: [digest[i] % num_bits for digest in (md5(prefix + data).digest(),) for i in hashes]
 
 
 def canonical_value(value_or_set: Value | Iterable[Value]) -> bytes:
@@ -101,6 +108,9 @@ def canonical_value(value_or_set: Value | Iterable[Value]) -> bytes:
     count as uint32_be, then the distinct members sorted bytewise, each as
     uint32_be length || bytes. The same set always gives the same bytes.
     """
+    if isinstance(value_or_set, str | bytes):  # a set of one, without building it
+        data = value_bytes(value_or_set)
+        return _ONE_MEMBER + struct.pack(">I", len(data)) + data
     members = sorted(set(as_members(value_or_set)))
     out = [b"S", struct.pack(">I", len(members))]
     for m in members:
@@ -166,6 +176,14 @@ class BloomEncoding:
 
     def check_cohort(self, cohort: int) -> None:
         check_int("cohort", cohort, low=0, high=self.num_cohorts - 1)
+
+    def indexer(self, cohort: int) -> Callable[[bytes], list[int]]:
+        """:meth:`bits_of` in ``cohort`` for a member given as bytes, with the cohort checked once.
+
+        The client's one-report path takes it once per metric (the same derivation).
+        """
+        self.check_cohort(cohort)
+        return _bloom_indexer(cohort, self.num_bits, self.num_hashes, self.hashing)
 
     def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
         """The OR of the members' filters, as a bool vector of ``num_bits``."""
@@ -238,12 +256,20 @@ class DirectEncoding:
         check_int("cohort", cohort, low=0, high=0)
 
     def bits_of(self, value: Value, cohort: int = 0) -> list[int]:
+        return self.indexer(cohort)(value_bytes(value))
+
+    def indexer(self, cohort: int = 0) -> Callable[[bytes], list[int]]:
+        """:meth:`bits_of` for a member given as bytes, with the cohort checked once."""
         self.check_cohort(cohort)
         index: dict[bytes, int] = self._index  # type: ignore[attr-defined]
-        key = value_bytes(value)
-        if key not in index:
-            raise ParameterError("value", f"{key!r} is not in the declared domain")
-        return [index[key]]
+
+        def indices(key: bytes) -> list[int]:
+            position = index.get(key)
+            if position is None:
+                raise ParameterError("value", f"{key!r} is not in the declared domain")
+            return [position]
+
+        return indices
 
     def encode(self, value_or_set: Value | Iterable[Value], cohort: int = 0) -> BoolArray:
         out = np.zeros(self.num_bits, dtype=bool)
@@ -322,6 +348,11 @@ class PrefixEncoding:
         """Indices of one value's prefix in one cohort."""
         self.check_cohort(cohort)
         return [int(b) for b in self.prefix_bits([prefix_of(value, self.lengths[cohort])], cohort)[0]]
+
+    def indexer(self, cohort: int) -> Callable[[bytes], list[int]]:
+        """:meth:`bits_of` in ``cohort`` for a member given as bytes."""
+        self.check_cohort(cohort)
+        return lambda data: self.bits_of(data, cohort)
 
     def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
         """The OR of the members' prefix filters, as a bool vector of ``num_bits``."""

@@ -169,6 +169,27 @@ def _field(data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + data
 
 
+NOISE_LABEL = b"onesided/noise/v1"
+_SHA256_BLOCK = 64
+
+
+def noise_prefix(metric: str) -> bytes:
+    """The start of :func:`noise_message` that depends on the metric only."""
+    return NOISE_LABEL + _field(metric.encode("utf-8"))
+
+
+def noise_suffix(canonical_value: bytes, step: int) -> bytes:
+    """The rest of :func:`noise_message`: ``len32(value) || value || u32be(step)``."""
+    if step < 0:
+        raise ParameterError("step", f"must be >= 0, got {step}")
+    return _field(canonical_value) + struct.pack(">I", step)
+
+
+def noise_message(metric: str, canonical_value: bytes, step: int) -> bytes:
+    """The message :func:`noise_seed` authenticates (the secret is the HMAC key)."""
+    return noise_prefix(metric) + noise_suffix(canonical_value, step)
+
+
 def noise_seed(secret: bytes, metric: str, canonical_value: bytes, step: int) -> bytes:
     """The 32-byte seed of one memoized-noise stream.
 
@@ -177,15 +198,50 @@ def noise_seed(secret: bytes, metric: str, canonical_value: bytes, step: int) ->
     big-endian length. ``step`` 0 is the first draw; step ``s`` feeds the
     ``s``-th relaxation.
     """
-    if step < 0:
-        raise ParameterError("step", f"must be >= 0, got {step}")
-    msg = (
-        b"onesided/noise/v1"
-        + _field(metric.encode("utf-8"))
-        + _field(canonical_value)
-        + struct.pack(">I", step)
-    )
-    return hmac.new(secret, msg, hashlib.sha256).digest()
+    return hmac.digest(secret, noise_message(metric, canonical_value, step), "sha256")
+
+
+class KeyedHmac:
+    """HMAC-SHA256 under one key (RFC 2104) with the key schedule, and optionally a message prefix, done once.
+
+    ``KeyedHmac(key).digest(msg) == hmac.digest(key, msg, "sha256")`` and
+    ``KeyedHmac(key, prefix).digest(msg)`` is the HMAC of ``prefix || msg``:
+    the inner hash is kept after ``(key ^ ipad) || prefix`` and copied per
+    message, so a client's per-report HMACs (noise seed, fingerprint) hash
+    only the part that changes. The same function, not a variant of it.
+    """
+
+    def __init__(self, key: bytes, prefix: bytes = b"") -> None:
+        if len(key) > _SHA256_BLOCK:
+            key = hashlib.sha256(key).digest()
+        block = key.ljust(_SHA256_BLOCK, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._inner.update(prefix)
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def extended(self, prefix: bytes) -> KeyedHmac:
+        """The same key with ``prefix`` appended to the fixed part of the message."""
+        out = object.__new__(KeyedHmac)
+        out._inner = self._inner.copy()
+        out._inner.update(prefix)
+        out._outer = self._outer
+        return out
+
+    def digest(self, message: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
+def keyed_stream(seed: bytes, num_words: int) -> bytes:
+    """The first ``num_words`` 64-bit words of the keyed stream of ``seed``: ``SHAKE-256(seed)``, 8 bytes a word.
+
+    Read as little-endian words (docs/wire.md 3). :class:`KeyedRandom` and the
+    client's one-report path (:mod:`client_sdk.memo`) both read the stream here.
+    """
+    return hashlib.shake_256(seed).digest(8 * num_words)
 
 
 class KeyedRandom(RandomSource):
@@ -202,7 +258,7 @@ class KeyedRandom(RandomSource):
     def __init__(self, seed: bytes) -> None:
         if len(seed) < 16:
             raise ParameterError("seed", f"must be at least 16 bytes, got {len(seed)}")
-        self._shake = hashlib.shake_256(seed)
+        self._seed = seed
         self._offset = 0
         self._buffer = b""
 
@@ -214,7 +270,7 @@ class KeyedRandom(RandomSource):
         n = _size_of(shape)
         end = self._offset + 8 * n
         if end > len(self._buffer):
-            self._buffer = self._shake.digest(max(end, 2 * len(self._buffer), 1024))
+            self._buffer = keyed_stream(self._seed, max(end, 2 * len(self._buffer), 1024) // 8)
         chunk = self._buffer[self._offset : end]
         self._offset = end
         return words_to_uniforms(np.frombuffer(chunk, dtype="<u8")).reshape(shape)
@@ -235,12 +291,18 @@ __all__: list[Any] = [
     "BULK_BYTES",
     "ByteArray",
     "FloatArray",
+    "KeyedHmac",
     "KeyedRandom",
     "RandomSource",
     "SecureRandom",
     "SeededRandom",
+    "NOISE_LABEL",
     "as_rng",
+    "keyed_stream",
+    "noise_message",
+    "noise_prefix",
     "noise_seed",
+    "noise_suffix",
     "os_random_bytes",
     "words_to_uniforms",
 ]

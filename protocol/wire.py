@@ -225,8 +225,17 @@ def pack_payload_mask(*, cohort: int, level: float, mask: int, num_bits: int) ->
     """
     if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0 or mask >> num_bits:
         raise ParameterError("bits", f"must be a mask of {num_bits} bits")
+    return payload_header(cohort, level) + mask.to_bytes((num_bits + 7) // 8, "little")
+
+
+def payload_header(cohort: int, level: float) -> bytes:
+    """The payload's first 11 bytes, ``u8 1 || u16be cohort || f64be level``, checked.
+
+    The bits follow, packed LSB first (:func:`pack_payload_mask`); the client
+    makes the header once per metric and level.
+    """
     ReportPayload.check_header(cohort, level)
-    return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, cohort, level) + mask.to_bytes((num_bits + 7) // 8, "little")
+    return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, cohort, level)
 
 
 def unpack_payload(data: bytes, *, num_bits: int, num_cohorts: int) -> ReportPayload:
@@ -954,6 +963,7 @@ __all__ = [
     "parse_batch_binary",
     "parse_batch_json",
     "parse_upload_response",
+    "payload_header",
     "report_aad",
     "seal_report",
     "sealed_report_id",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hmac
 import math
 import random
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -11,20 +13,25 @@ import pytest
 from clocks import Clock
 
 from client_sdk import Client
-from client_sdk.client import EphemeralPool, PrefetchedUniforms, ReportsDropped, _empty_after_fork
+from client_sdk.client import EphemeralPool, IrrPool, ReportsDropped, _empty_after_fork
 from client_sdk.memo import (
     GRID,
-    SCALAR_MAX_BITS,
+    CutTable,
+    FreshCut,
+    ReportPlan,
     _fresh_permanent,
+    _GivenUniforms,
     bits_of_mask,
     encoded_mask,
     fresh_cuts,
+    irr_masks,
     keyed_words,
     mask_of_bits,
     noise_key,
     permanent_bits,
     report_bits,
     report_mask,
+    value_fingerprint,
 )
 from client_sdk.queue import envelope_of
 from client_sdk.testing import FakeAggregator
@@ -33,7 +40,17 @@ from protocol.crypto import b64d, b64e
 from protocol.encodings import BloomEncoding, DirectEncoding, canonical_value
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL, Mode, Randomizer
-from protocol.rng import KeyedRandom, SecureRandom, SeededRandom, words_to_uniforms
+from protocol.rng import (
+    KeyedHmac,
+    KeyedRandom,
+    SecureRandom,
+    SeededRandom,
+    Shape,
+    noise_prefix,
+    noise_seed,
+    noise_suffix,
+    words_to_uniforms,
+)
 from protocol.wire import (
     ReportPayload,
     build_report,
@@ -74,7 +91,7 @@ def test_scalar_path_equals_the_vectorized_path_bit_for_bit() -> None:
     # scalar cut-over), sets and categorical values (the none value included), both hashings.
     rs = random.Random(7)
     for case in range(3000):
-        num_bits = rs.choice([1, 7, 16, 32, 64, 128, 200, SCALAR_MAX_BITS + 88])
+        num_bits = rs.choice([1, 7, 16, 32, 64, 128, 200, 600])
         params = random_params(rs, num_bits)
         secret = rs.randbytes(32)
         chain = sorted({params.level, *(rs.uniform(params.level, MAX_LEVEL) for _ in range(rs.randint(0, 2)))})
@@ -145,8 +162,9 @@ ASYM_IRR = MetricParams(name="places", encoding=BloomEncoding(num_bits=128, num_
 
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("clock", Clock(WINDOW + 3600.0))
+    kwargs.setdefault("max_epsilon", 100.0)
     return Client("http://agg.test", path, server_public_keys=[fake.sign_public], session=fake,
-                  max_epsilon=100.0, **kwargs)  # type: ignore[arg-type]
+                  **kwargs)  # type: ignore[arg-type]
 
 
 def test_report_returns_the_id_the_aggregator_sees_and_queues_it_unsealed(tmp_path: Path) -> None:
@@ -209,29 +227,38 @@ def test_a_queue_of_sealed_reports_from_before_still_sends(tmp_path: Path) -> No
     assert [r for (_, r) in fake.stored] == [old.report_id_text]
 
 
-def test_keys_and_uniforms_made_ahead_are_handed_out_once_and_dropped_in_a_forked_child() -> None:
+def test_keys_and_irr_made_ahead_are_handed_out_once_and_dropped_in_a_forked_child() -> None:
     pool = EphemeralPool(size=8)
     pool.refill()
     taken = [pool.take() for _ in range(12)]  # 8 made ahead, 4 made on the spot
-    assert len({public for _, public in taken}) == 12 and len(pool) == 0
+    assert len({public for _, public, _ in taken}) == 12 and len(pool) == 0
+    assert all(rid == b64e(sealed_report_id(public)) for _, public, rid in taken)
     pool.refill()
+    randomizer = Randomizer(mode="symmetric", level=1.0, irr_p=0.3, irr_q=0.8)
+    ahead = IrrPool(SeededRandom(9), randomizer, 37, size=16)
+    ahead.refill()
+    assert len(ahead) == 16
+    drawn = [ahead.take() for _ in range(20)]  # 16 drawn ahead in one call, 4 on the spot
     source = SeededRandom(9)
-    ahead = PrefetchedUniforms(SeededRandom(9), chunk=64)
-    drawn = np.concatenate([ahead.uniform(n) for n in (10, 60, 7, 100)])
-    assert np.array_equal(drawn, source.uniform(len(drawn)))  # the source's stream, in order, once each
+    expected = irr_masks(randomizer, source.uniform((16, 37))) + [irr_masks(randomizer, source.uniform((1, 37)))[0]
+                                                                   for _ in range(4)]
+    assert drawn == expected  # the source's stream, in order, once each
+    ahead.refill()
     _empty_after_fork()  # what os.register_at_fork runs in a child: nothing of the parent's is reused
-    assert len(pool) == 0 and len(ahead._buffer) == 0
+    assert len(pool) == 0 and len(ahead) == 0
 
 
-def test_the_irr_comes_from_the_os_csprng_and_the_sender_fills_the_pool(tmp_path: Path) -> None:
+def test_the_irr_comes_from_the_os_csprng_and_the_sender_fills_the_pools(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM_IRR])
     client = make_client(fake, tmp_path / "s", autosave=False)
-    assert isinstance(client._irr, PrefetchedUniforms) and isinstance(client._irr.source, SecureRandom)
+    assert isinstance(client._rng, SecureRandom) and not client._irr
     assert len(client._ephemeral) == 0
     client.sync()
+    (irr,) = client._irr.values()
+    assert isinstance(irr.source, SecureRandom) and len(irr) == irr.size
     assert len(client._ephemeral) == client._ephemeral.size
     client.report("places", {"home"})
-    assert len(client._ephemeral) == client._ephemeral.size - 1
+    assert len(client._ephemeral) == client._ephemeral.size - 1 and len(irr) == irr.size - 1
     client.flush()
     assert len(client._ephemeral) == client._ephemeral.size
 
@@ -247,3 +274,124 @@ def test_a_round_resend_is_queued_pending_with_its_own_id(tmp_path: Path) -> Non
     assert client.report("places", {"home"}) == ids[1]  # the window's latest report
     client.flush()
     assert {r for (_, r) in fake.stored} == set(ids)
+
+
+def test_the_report_plan_equals_the_vectorized_path_bit_for_bit() -> None:
+    # The client's per-metric plan (precomputed HMAC states, cut tables, IRR masks drawn ahead) against the
+    # definition, on 3000 random cases: modes, IRR on and off, levels up to MAX_LEVEL, 1 to 600 bits, sets,
+    # categorical values and the none value, both hashings, and direct encodings.
+    rs = random.Random(11)
+    for case in range(3000):
+        if rs.random() < 0.2:
+            domain = tuple(f"v{i}" for i in range(rs.choice([2, 16, 128, 300])))
+            kind: ValueKind = rs.choice(["set", "categorical"])
+            mode: Mode = rs.choice(["symmetric", "asymmetric"])
+            irr = rs.random() < 0.5
+            params = MetricParams(name="d", encoding=DirectEncoding(domain=domain), mode=mode,
+                                  level=rs.uniform(0.01, MAX_LEVEL), value_kind=kind,
+                                  irr_p=0.25 if irr and mode == "symmetric" else None, irr_q=0.75 if irr else None,
+                                  none_value="v0" if kind == "categorical" else None)
+            pick = len(domain)
+        else:
+            params = random_params(rs, rs.choice([1, 7, 16, 32, 64, 128, 200, 600]))
+            pick = 100
+        if params.value_kind == "categorical":
+            value: object = rs.choice(["none", "v0", f"v{rs.randrange(pick)}"])
+            if isinstance(params.encoding, DirectEncoding) and value == "none":
+                value = "v1"
+        else:
+            value = {f"v{rs.randrange(pick)}" for _ in range(rs.randint(1, 4))}
+        cohort = rs.randrange(params.num_cohorts)
+        secret = rs.randbytes(32)
+        expected = vectorized_report(secret, params, value, cohort, [params.level], case)
+        plan = ReportPlan(secret, params, cohort, params.level)
+        masks = irr_masks(params.randomizer(), SeededRandom(case).uniform((1, params.num_bits)))[0]
+        key = noise_key(WINDOW, canonical_value(value))  # type: ignore[arg-type]
+        payload = plan.payload(value, key, masks)  # type: ignore[arg-type]
+        assert payload == pack_payload(ReportPayload(cohort=cohort, level=params.level, bits=expected)), (case, params)
+        assert plan.fingerprint(canonical_value(value)) == value_fingerprint(  # type: ignore[arg-type]
+            secret, params.name, canonical_value(value))  # type: ignore[arg-type]
+
+
+def test_cut_tables_decide_ties_on_the_whole_word() -> None:
+    # Words built around each cut: the top byte ties with the cut's (decided by the whole word), one above,
+    # one below, and the extremes; the table's mask equals FreshCut.bit word by word.
+    rs = random.Random(5)
+    cuts = [FreshCut(cut=c, rising=r) for r in (False, True)
+            for c in (0, 1, 4095, 2**44, 2**44 + 1, rs.randrange(1, GRID), GRID - 1, GRID)]
+    for cut in cuts:
+        threshold = cut.cut << 12
+        words = [0, 2**64 - 1]
+        for delta in (-4097, -4096, -1, 0, 1, 4095, 4096):
+            if 0 <= threshold + delta < 2**64:
+                words.append(threshold + delta)
+        words += [rs.randrange(2**64) for _ in range(40)]
+        words += [(min(threshold >> 56, 255) << 56) | rs.randrange(2**56) for _ in range(40)]  # top-byte ties
+        rs.shuffle(words)
+        stream = struct.pack(f"<{len(words)}Q", *words)
+        got = CutTable(cut).mask(stream[7::8], stream)
+        assert [bool(got >> j & 1) for j in range(len(words))] == [cut.bit(w >> 12) for w in words], cut
+
+
+def test_keyed_hmac_is_hmac_sha256() -> None:
+    rs = random.Random(2)
+    for length in (0, 1, 32, 63, 64, 65, 200):
+        key = rs.randbytes(length)
+        prefix, message = rs.randbytes(rs.randrange(100)), rs.randbytes(rs.randrange(300))
+        keyed = KeyedHmac(key)
+        assert keyed.digest(prefix + message) == hmac.digest(key, prefix + message, "sha256")
+        assert keyed.extended(prefix).digest(message) == hmac.digest(key, prefix + message, "sha256")
+        assert KeyedHmac(key, prefix).digest(message) == hmac.digest(key, prefix + message, "sha256")
+    secret = rs.randbytes(32)
+    seed = KeyedHmac(secret).extended(noise_prefix("places")).digest(noise_suffix(b"W-key", 2))
+    assert seed == noise_seed(secret, "places", b"W-key", 2)
+
+
+class Recording(SeededRandom):
+    """A seeded source that keeps every block of uniforms it hands out."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.blocks: list[np.ndarray] = []
+
+    def uniform(self, shape: Shape) -> np.ndarray:
+        out = super().uniform(shape)
+        self.blocks.append(out.copy())
+        return out
+
+
+def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: Path) -> None:
+    # Through the whole client: the IRR pool draws its uniforms ahead, in blocks, from the client's source; each
+    # queued payload equals the vectorized definition (encode, permanent_bits, instantaneous) fed the next row.
+    params = MetricParams(name="urls", encoding=BloomEncoding(num_bits=32, num_hashes=2, num_cohorts=4,
+                                                              hashing="rappor-md5"),
+                          mode="symmetric", level=1.3, irr_p=0.4, irr_q=0.7, value_kind="categorical",
+                          time_precision=DAY)
+    fake = FakeAggregator([params])
+    clock = Clock(WINDOW + 60.0)
+    source = Recording(4)
+    client = make_client(fake, tmp_path / "s", autosave=False, clock=clock, rng=source, max_epsilon=1e9,
+                         insecure_rng_for_testing=True)
+    client.sync()
+    items: list[dict[str, object]] = []
+    for day in range(100):  # the pool's 64, then 16 drawn inline (empty pool), then a refill by flush()
+        value = f"https://example.org/{day % 7}"
+        rid = client.report("urls", value)
+        items.extend(i for i in client._queue if i["report_id"] == rid)
+        if day == 79:
+            client.flush()
+        clock.now += DAY
+    blocks = [b for b in source.blocks if b.ndim == 2 and b.shape[1] == 32]
+    assert [len(b) for b in blocks] == [64] + [1] * 16 + [64]
+    rows = iter(np.concatenate(blocks))
+    record = client._state.metrics["urls"]
+    randomizer = params.randomizer()
+    for day, item in enumerate(items):
+        value, window = f"https://example.org/{day % 7}", WINDOW + day * DAY
+        assert item["window"] == window
+        bits = params.encode(value, record.cohort)
+        permanent = permanent_bits(client._state.secret, params, bits, noise_key(window, canonical_value(value)),
+                                   [params.level])
+        expected = randomizer.instantaneous(permanent, _GivenUniforms(next(rows)))
+        payload = b64d(item["pending"], "pending")[64:]
+        assert payload == pack_payload(ReportPayload(cohort=record.cohort, level=params.level, bits=expected)), day
