@@ -67,20 +67,28 @@ def relax_laplace(
     e1, e2 = float(level_from), float(level_to)
     ax = np.abs(x)
     r, s = e2 - e1, e1 + e2
-    decay = np.exp(-r * ax)
-    t1 = (e1 / e2) * decay  # case 1: stay, y = x
-    t2 = t1 + r / (2 * e2)  # case 2: the other side of 0
-    t3 = t2 + s / (2 * e2) * (1.0 - decay)  # case 3: between 0 and |x|; else case 4: beyond |x|
+    # The cuts t1 <= t2 <= t3 of u_case, computed in place (the same doubles as the formulas):
+    # case 0 below t1 (stay, y = x), 1 in [t1, t2), 2 in [t2, t3), 3 from t3 on.
+    decay = np.multiply(ax, -r)
+    np.exp(decay, out=decay)  # exp(-r |x|)
+    cut = np.multiply(decay, e1 / e2)  # t1 = (e1/e2) decay
+    case = np.greater_equal(u_case, cut).view(np.int8)
+    cut += r / (2 * e2)  # t2 = t1 + r/(2 e2): the other side of 0
+    case += u_case >= cut
+    np.subtract(1.0, decay, out=decay)
+    decay *= s / (2 * e2)
+    cut += decay  # t3 = t2 + s/(2 e2) (1 - decay): between 0 and |x|; beyond: case 3, beyond |x|
+    case += u_case >= cut
+    del cut, decay
     out = x.copy()
     # Each case's formula is evaluated only where it is chosen (same values, less work).
-    flip = (u_case >= t1) & (u_case < t2)  # z <= 0 with density ~ exp(s z): z = log(u)/s
+    flip = case == 1  # z <= 0 with density ~ exp(s z): z = log(u)/s
     out[flip] = np.log(u_draw[flip]) / s
-    inner = (u_case >= t2) & (u_case < t3)  # z in [0, |x|], density ~ exp(-r z): stable inverse CDF
+    inner = case == 2  # z in [0, |x|], density ~ exp(-r z): stable inverse CDF
     out[inner] = -np.log1p(u_draw[inner] * np.expm1(-r * ax[inner])) / r
-    outer = u_case >= t3  # z >= |x| with density ~ exp(-s z): |x| + Exp(s)
+    outer = case == 3  # z >= |x| with density ~ exp(-s z): |x| + Exp(s)
     out[outer] = ax[outer] - np.log(u_draw[outer]) / s
-    moved = ~(u_case < t1)
-    out[moved & (x < 0)] *= -1.0  # y = sgn(x) z (sgn(0) taken as +1)
+    np.negative(out, out=out, where=(case > 0) & (x < 0))  # y = sgn(x) z (sgn(0) taken as +1)
     return out
 
 
@@ -121,8 +129,10 @@ def relax_exponential(
         return np.zeros_like(x)
     if level_to == level_from:
         return x.copy()
-    fresh = -np.log(u) / (level_to - level_from)
-    return np.minimum(x, fresh)
+    fresh = np.log(u, out=u)  # in place: the same doubles as -log(u) / (level_to - level_from)
+    np.negative(fresh, out=fresh)
+    fresh /= level_to - level_from
+    return np.minimum(x, fresh, out=fresh)
 
 
 def relax_exponential_bits(

@@ -164,3 +164,32 @@ def test_exponential_bit_relaxation_keeps_true_ones_and_checks_shapes() -> None:
     assert err.value.field == "permanent"
     with pytest.raises(TighteningRefused):
         relax_exponential_bits(bits, perm, 2.0, 1.0)
+
+
+def _laplace_reference(x: np.ndarray, e1: float, e2: float, u_case: np.ndarray, u_draw: np.ndarray) -> np.ndarray:
+    """Algorithm 1 written plainly: every case's formula everywhere, then chosen (the values the device pins)."""
+    ax = np.abs(x)
+    r, s = e2 - e1, e1 + e2
+    decay = np.exp(-r * ax)
+    t1 = (e1 / e2) * decay
+    t2 = t1 + r / (2 * e2)
+    t3 = t2 + s / (2 * e2) * (1.0 - decay)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(u_case < t2, np.log(u_draw) / s,
+                     np.where(u_case < t3, -np.log1p(u_draw * np.expm1(-r * ax)) / r, ax - np.log(u_draw) / s))
+    moved = np.where(x < 0, -z, z)
+    return np.where(u_case < t1, x, moved)
+
+
+@pytest.mark.parametrize(("e1", "e2"), [(1.3, 3.0), (0.5, 0.7), (2.0, 30.0), (1.0, 1.0000001), (0.1, 32.0)])
+def test_noise_steps_are_bit_for_bit_their_formulas(e1: float, e2: float) -> None:
+    # The in-place evaluations must give the plain formulas' doubles exactly (keyed noise is pinned by vectors).
+    x = np.concatenate([SeededRandom(31).laplace(e1, 100_000), [0.0, -0.0, 1e-300, -1e-300, 0.5, -0.5, 60.0, -60.0]])
+    u = SeededRandom(32)
+    u_case, u_draw = u.uniform(x.shape), u.uniform(x.shape)
+    got = relax_laplace(x, e1, e2, SeededRandom(32))
+    assert np.array_equal(got.view(np.uint64), _laplace_reference(x, e1, e2, u_case, u_draw).view(np.uint64))
+    v = np.abs(x)
+    fresh = -np.log(SeededRandom(33).uniform(v.shape)) / (e2 - e1)
+    got = relax_exponential(v, e1, e2, SeededRandom(33))
+    assert np.array_equal(got.view(np.uint64), np.minimum(v, fresh).view(np.uint64))
