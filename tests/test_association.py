@@ -146,6 +146,9 @@ def test_association_over_http_and_cli(server: tuple[str, str], capsys: pytest.C
     posted = requests.post(f"{url}/v1/metrics/os-country/association", headers=bearer(token), timeout=60,
                            json={"values_a": list(A), "values_b": list(B), "method": "em"})
     assert posted.status_code == 200 and posted.json()["joint"]["method"] == "em"
+    em = posted.json()["joint"]["em"]
+    assert em["converged"] is True and 0 < em["gap"] <= 1e-3 and em["iterations"] >= 1
+    assert body["joint"]["em"] is None  # the projection has no iterations
     assert main(["association", "--server", url, "--token", token, "os-country", "--values-a", ",".join(A),
                  "--values-b", ",".join(B), "--format", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -21,14 +21,18 @@ each variable):
   shares onto the simplex; ``"em"`` maximizes the composite likelihood of the bit counts,
   ``c_jb ~ Binomial(N_j, p* + (q* - p*) sum_i X[(j,b), i] pi_i)`` over the
   simplex with the EM of a mixture whose weights are shared by every
-  (cohort, bit) row (:func:`em_bit_counts`). Measured (docs/decoding.md 9)
-  the projection is as good or better at equal epsilon, and far faster:
-  the EM converges slowly when ``p*`` and ``q*`` are close.
+  (cohort, bit) row (:func:`em_bit_counts_run`). The plain EM is a
+  contraction of rate ~0.9999 here (nearly all the information is missing),
+  so both EMs are accelerated (:func:`accelerated_em`, SQUAREM) and stop on
+  the duality gap of the concave log-likelihood; converged, the EM is as
+  accurate as the projection, which stays the default for its speed
+  (docs/decoding.md 9).
 
-:func:`em_reports` is RAPPOR's association EM (Fanti et al., "Building a
+:func:`em_reports_fit` is RAPPOR's association EM (Fanti et al., "Building a
 RAPPOR with the Unknown", 2016) for linked per-report data (two filters per
-report, e.g. RAPPOR's association files), with standard errors from the
-empirical information.
+report, e.g. RAPPOR's association files,
+:func:`aggregator.analysis.rappor_io.decode_rappor_association`), with
+standard errors from the empirical information.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ class JointEstimate:
             (NaN where the candidate decoder left a cell out).
         num_reports: ``N``.
         method: how ``joint`` was made.
+        em: how the EM ended (``method="em"`` only).
     """
 
     values_a: tuple[str, ...]
@@ -105,6 +110,7 @@ class JointEstimate:
     std_errors: FloatArray
     num_reports: int
     method: str
+    em: EMRun | None = None
 
     def marginals(self) -> tuple[FloatArray, FloatArray]:
         return self.joint.sum(axis=1), self.joint.sum(axis=0)
@@ -127,6 +133,8 @@ class JointEstimate:
         first, second = self.marginals()
         return {
             "method": self.method, "num_reports": self.num_reports,
+            "em": None if self.em is None else {"iterations": self.em.iterations, "converged": self.em.converged,
+                                                "gap": self.em.gap},
             "values_a": list(self.values_a), "values_b": list(self.values_b),
             "marginal_a": [float(x) for x in first], "marginal_b": [float(x) for x in second],
             "cells": self.rows(),
@@ -315,14 +323,16 @@ def estimate_joint(
                                  f"e.g. {sorted(missing)[0]!r}")
     fit = fit_candidates(counts, params, level, cells)
     n = counts.num_reports
+    run = None
     if method == "em":
-        joint = em_bit_counts(counts, params.randomizer(level).probabilities(),
-                              candidate_bit_table(params.encoding, cells))
+        run = em_bit_counts_run(counts, params.randomizer(level).probabilities(),
+                                candidate_bit_table(params.encoding, cells))
+        joint = run.shares
     else:
         joint = project_simplex(fit.estimates / max(n, 1))
     shape = (len(a), len(b))
     return JointEstimate(values_a=a, values_b=b, joint=joint.reshape(shape), estimates=fit.estimates.reshape(shape),
-                         std_errors=fit.std_errors.reshape(shape), num_reports=n, method=method)
+                         std_errors=fit.std_errors.reshape(shape), num_reports=n, method=method, em=run)
 
 
 def log_likelihoods(
@@ -433,4 +443,5 @@ def em_reports(
 
 
 __all__ = ["JOINT_METHODS", "EMRun", "JointEstimate", "PAIR_SEPARATOR", "ReportsEM", "accelerated_em",
-           "check_em_settings", "em_bit_counts", "em_bit_counts_run", "em_reports", "em_reports_fit", "estimate_joint", "log_likelihoods", "pair_domain", "pair_value", "project_simplex"]
+           "check_em_settings", "em_bit_counts", "em_bit_counts_run", "em_reports", "em_reports_fit",
+           "estimate_joint", "log_likelihoods", "pair_domain", "pair_value", "project_simplex"]

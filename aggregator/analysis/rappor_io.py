@@ -36,6 +36,15 @@ Detection differs on purpose: RAPPOR keeps coefficients above two
 resampled standard deviations; here a candidate is detected by the
 one-sided test with Bonferroni (or Benjamini-Hochberg) control of
 :mod:`aggregator.analysis.decoding.fit`.
+
+**Association** (RAPPOR's ``bin/decode-assoc``, ``analysis/R/association.R``):
+:func:`decode_rappor_association` reads a schema CSV (``metric, var,
+var_type, params``; ``string`` or ``boolean``), ``<params-dir>/<params>.csv``,
+a map per string variable and the reports CSV (a header with ``cohort`` and
+the two variables' columns; bit strings most significant bit first, a boolean
+one character), and decodes the joint with the per-report EM
+(:func:`aggregator.analysis.association.em_reports_fit`), RAPPOR's ``Other``
+category included (docs/decoding.md 5 lists where we differ on purpose).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import csv
 import io
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -627,6 +637,9 @@ def decode_rappor_association(
     Raises:
         ParameterError: named after the file and, for cells, its line and column.
     """
+    check_int("max_em_iters", max_em_iters, low=1)
+    if not em_tolerance > 0.0:
+        raise ParameterError("em_tolerance", f"must be > 0 (nats), got {em_tolerance!r}")
     if var1 == var2:
         raise ParameterError("var2", f"must differ from var1, got {var2!r} twice")
     rows = read_schema(schema)
@@ -726,16 +739,21 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
 
 
 def _main_association(args: argparse.Namespace) -> int:
+    folder = None if args.output_dir is None else Path(args.output_dir)
+    if folder is not None and not folder.is_dir():
+        raise ParameterError("output_dir", f"{folder} is not a folder")
     result = decode_rappor_association(
         reports=args.reports, schema=args.schema, params_dir=args.params_dir, metric_name=args.metric_name,
         var1=args.var1, var2=args.var2, map1=args.map1, map2=args.map2, remove_bad_rows=args.remove_bad_rows,
         ignore_other=args.ignore_other, max_em_iters=args.max_em_iters, em_tolerance=args.em_tolerance,
     )
     text = result.to_csv()
-    if args.output_dir is not None:
-        folder = Path(args.output_dir)
-        (folder / "assoc-results.csv").write_text(text, encoding="utf-8")
-        (folder / "assoc-metrics.json").write_text(json.dumps(result.metrics(), indent=2) + "\n", encoding="utf-8")
+    if folder is not None:  # both written aside, then renamed: no half-written pair on a failure
+        files = {"assoc-results.csv": text, "assoc-metrics.json": json.dumps(result.metrics(), indent=2) + "\n"}
+        for name, content in files.items():
+            (folder / f".{name}.tmp").write_text(content, encoding="utf-8")
+        for name in files:
+            os.replace(folder / f".{name}.tmp", folder / name)
     if result.removed:
         print(f"note: removed {result.removed} rows with an empty report", file=sys.stderr)
     if not result.em.converged:

@@ -8,8 +8,10 @@ server's ``reason`` goes to stderr and the exit code is still 0.
 Candidate lists that would make a long URL, or hold a comma, are sent as
 a JSON body (``POST``) instead of a query string.
 
-``decode-rappor`` decodes google/rappor's params / counts / map files
-offline (:func:`aggregator.analysis.rappor_io.main_decode_rappor`; its own options).
+``decode-rappor`` decodes google/rappor's files offline
+(:func:`aggregator.analysis.rappor_io.main_decode_rappor`; its own options):
+params / counts / map for one variable, or the reports / schema / params
+folder / maps of RAPPOR's ``decode-assoc`` for the joint of two.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def register(subparsers: Subparsers) -> None:
                          help="P(safe and count > threshold) <= alpha per candidate; 0: never wrong")
     certify.set_defaults(func=run_certify)
     rappor = subparsers.add_parser(
-        "decode-rappor", help="decode RAPPOR params/counts/map files (--params P --counts C --map M)",
+        "decode-rappor", help="decode RAPPOR files: --params P --counts C --map M, or decode-assoc's "
+        "--reports R --schema S --params-dir D --metric-name M --var1 X --var2 Y [--map1 F]",
         add_help=False, prefix_chars="+",  # every argument, -h included, goes to main_decode_rappor
     )
     rappor.add_argument("arguments", nargs="*", help=argparse.SUPPRESS)
