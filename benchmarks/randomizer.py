@@ -7,8 +7,10 @@ user), symmetric randomized response at epsilon 2 (SUE / basic one-time RAPPOR:
 * plain NumPy: ``random(float32)`` then ``where`` (seeded PCG64), always;
 * onesided ``Randomizer.simulate``: seeded and the secure default (``rng=None``),
   and the previous uniform path (``permanent_from_uniforms`` + ``instantaneous``);
-* bit-level relaxation of the asymmetric mode (``relax_permanent``) and the
-  noise-level steps (``relax_exponential``, ``relax_laplace``), seeded and secure;
+* bit-level relaxation (``relax_permanent``): asymmetric, symmetric (one round
+  after the first release), and a symmetric second round from each bit's
+  2-release pattern (``relax_laplace_bits``); the noise-level steps the device
+  runs (``relax_exponential``, ``relax_laplace``); each seeded and secure;
 * multi-freq-ldpy (``UE_Client``) and pure-ldp (``UEClient``), installed from
   PyPI into a venv under a temporary folder; they loop per user in Python, so
   they run on ``--peer-users`` users and the time is scaled to ``--users``
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from protocol import BloomEncoding, KeyedRandom, Randomizer, SeededRandom, canonical_value
-from protocol.relaxation import relax_exponential, relax_laplace
+from protocol.relaxation import extend_pattern, relax_exponential, relax_laplace, relax_laplace_bits
 from protocol.rng import RandomSource, SecureRandom, as_rng
 
 EPSILON = 2.0
@@ -130,6 +132,9 @@ def main() -> None:
     perm = asym.sample_permanent(bits, SeededRandom(2))
     noise = asym.draw_noise(bits.shape, SeededRandom(3))
     lap = r.draw_noise(bits.shape, SeededRandom(4))
+    sym_perm = r.sample_permanent(bits, SeededRandom(6))
+    history = extend_pattern(sym_perm, r.relax_permanent(bits, sym_perm, 3.0, SeededRandom(7)), 1)
+    chain = (r.level, 3.0)
     seeded = SeededRandom(5)
     rows: list[tuple[str, float | str]] = [
         ("plain numpy random(float32) + where", best_of(chunked(plain_numpy, bits, chunks), args.repeat)),
@@ -141,6 +146,14 @@ def main() -> None:
             chunked(lambda b: asym.relax_permanent(b, perm, 3.0, seeded), bits, chunks), args.repeat)),
         ("relax_permanent (asym bits), secure", best_of(
             chunked(lambda b: asym.relax_permanent(b, perm, 3.0), bits, chunks), args.repeat)),
+        ("relax_permanent (sym bits), seeded", best_of(
+            chunked(lambda b: r.relax_permanent(b, sym_perm, 3.0, seeded), bits, chunks), args.repeat)),
+        ("relax_permanent (sym bits), secure", best_of(
+            chunked(lambda b: r.relax_permanent(b, sym_perm, 3.0), bits, chunks), args.repeat)),
+        ("relax_laplace_bits (sym, 2nd round: 2-bit history), seeded", best_of(
+            chunked(lambda b: relax_laplace_bits(b, history, chain, 5.0, seeded), bits, chunks), args.repeat)),
+        ("relax_laplace_bits (sym, 2nd round: 2-bit history), secure", best_of(
+            chunked(lambda b: relax_laplace_bits(b, history, chain, 5.0), bits, chunks), args.repeat)),
         ("relax_exponential (noise), seeded", best_of(
             chunked(lambda b: relax_exponential(noise, 2.0, 3.0, seeded), bits, chunks), 1)),
         ("relax_exponential (noise), secure", best_of(
@@ -157,14 +170,14 @@ def main() -> None:
 
     base = rows[0][1]
     print(f"{n:,} users x {m:,} items (SUE, eps {EPSILON:g}), chunks of {args.chunk:,} users, best of {args.repeat}")
-    print(f"| {'path':58s} | {'seconds':>8s} | {'vs numpy':>8s} |")
-    print(f"|{'-' * 60}|{'-' * 10}:|{'-' * 10}:|")
+    print(f"| {'path':62s} | {'seconds':>8s} | {'vs numpy':>8s} |")
+    print(f"|{'-' * 64}|{'-' * 10}:|{'-' * 10}:|")
     for name, value in rows:
         if isinstance(value, str):
-            print(f"| {name:58s} | {value}")
+            print(f"| {name:62s} | {value}")
             continue
         ratio = f"{base / value:.2f}x" if isinstance(base, float) else "-"
-        print(f"| {name:58s} | {value:8.3f} | {ratio:>8s} |")
+        print(f"| {name:62s} | {value:8.3f} | {ratio:>8s} |")
 
     enc = BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=64)
     one = Randomizer(mode="asymmetric", level=2.0, irr_q=0.1)

@@ -200,6 +200,26 @@ def _cuts(
     if upper is None:
         return _select(digits, choice)
     half = digits.size // 2
+    if half in (3, 4) and choice is not None:
+        # 8 digits T[x + 2y + 4z] (x, y the bits of choice < 4, z = upper) as the multilinear polynomial
+        # A(x) + y B(x) + z (C(x) + y D(x)) mod 256, each of A..D affine in x: 16 uint8 operations.
+        t = [int(d) for d in digits[:half]] + [0] * (4 - half) + [int(d) for d in digits[half:]] + [0] * (4 - half)
+        x, y = choice & np.uint8(1), choice >> np.uint8(1)
+        terms = []
+        for base, slope in ((t[0], t[1] - t[0]), (t[2] - t[0], t[3] - t[2] - t[1] + t[0]),
+                            (t[4] - t[0], t[5] - t[4] - t[1] + t[0]),
+                            (t[6] - t[4] - t[2] + t[0], t[7] - t[6] - t[5] + t[4] - t[3] + t[2] + t[1] - t[0])):
+            term = x * np.uint8(slope % 256)
+            term += np.uint8(base % 256)
+            terms.append(term)
+        a, b, c, d = terms
+        d *= y
+        c += d
+        c *= upper
+        b *= y
+        a += b
+        a += c
+        return a
     low = _select(digits[:half], choice if half > 1 else None)
     high = _select(digits[half:], choice if half > 1 else None)
     if isinstance(high, np.ndarray):
@@ -274,14 +294,17 @@ def bernoulli_choose(
             raise ParameterError("upper", "needs an even number of probabilities and the shape of choice")
         half = len(probs) // 2
     in_range = which.dtype == np.bool_ and half >= 2  # checked for free
-    if which.size and not in_range and (which.min() < 0 or which.max() >= half):
+    unsigned = which.dtype.kind == "u"  # an unsigned index is checked chunk by chunk, while in cache
+    if which.size and not in_range and not unsigned and (which.min() < 0 or which.max() >= half):
         raise ParameterError("choice", f"must index the {half} probabilities")
     source = as_rng(rng)
-    flat = np.ascontiguousarray(which).reshape(-1)
-    flat = flat.view(np.uint8) if flat.dtype == np.bool_ else flat.astype(np.uint8, copy=False)
+    raw = np.ascontiguousarray(which).reshape(-1)
+    flat = raw.view(np.uint8) if raw.dtype == np.bool_ else raw.astype(np.uint8, copy=False)
     out = np.empty(flat.size, dtype=bool)
     for start in range(0, flat.size, BERNOULLI_CHUNK):
         stop = min(start + BERNOULLI_CHUNK, flat.size)
+        if unsigned and not in_range and int(raw[start:stop].max()) >= half:
+            raise ParameterError("choice", f"must index the {half} probabilities")
         index = flat[start:stop] if half > 1 else None
         _bernoulli_pass(source, probs, index, None if high is None else high[start:stop], out[start:stop])
     return out.reshape(which.shape)

@@ -315,7 +315,9 @@ def _pattern_array(history: npt.ArrayLike, shape: tuple[int, ...], k: int) -> Pa
         raise ParameterError("levels", f"a pattern holds 1 to 7 releases, got {k}")
     if h.dtype == np.bool_:
         return h.view(np.uint8)
-    if h.size and (h.min() < 0 or h.max() >= 1 << k):
+    if h.dtype.kind not in "iu":
+        raise ParameterError("history", f"must hold integer patterns, got {h.dtype}")
+    if h.size and ((h.dtype.kind != "u" and h.min() < 0) or h.max() >= 1 << k):
         raise ParameterError("history", f"must hold patterns of {k} bits (0 to {(1 << k) - 1})")
     out: PatternArray = h.astype(np.uint8, copy=False)
     return out

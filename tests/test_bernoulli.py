@@ -99,6 +99,12 @@ def test_choose_validates_its_index() -> None:
     with pytest.raises(ParameterError) as err:
         bernoulli_choose(SeededRandom(1), [0.1, 0.2], np.array([0, 2]))
     assert err.value.field == "choice"
+    for unsigned in (np.uint8, np.uint16):  # checked chunk by chunk, the bad index in a later chunk
+        choice = np.zeros(BERNOULLI_CHUNK + 5, dtype=unsigned)
+        choice[-1] = 256 if unsigned == np.uint16 else 2
+        with pytest.raises(ParameterError) as err:
+            bernoulli_choose(SeededRandom(1), [0.1, 0.2], choice)
+        assert err.value.field == "choice"
     with pytest.raises(ParameterError):
         bernoulli_choose(SeededRandom(1), [], np.zeros(3, dtype=int))
 
@@ -189,14 +195,17 @@ def test_every_byte_sequence_gives_exactly_p_through_upper(half: int) -> None:
             assert int(got.sum()) == p * 256**2, (half, i)
 
 
-def test_upper_is_the_index_of_the_second_half() -> None:
-    # Same stream, same bits as the explicit index choice + upper * half; checks of its arguments.
+@pytest.mark.parametrize("half", [1, 2, 3, 4, 5])
+def test_upper_is_the_index_of_the_second_half(half: int) -> None:
+    # Same stream, same bits as the explicit index choice + upper * half (deterministic); argument checks.
     gen = np.random.default_rng(3)
-    table = (0.1, 0.7, Fraction(1, 3), 0.9)
-    choice = gen.integers(0, 2, 3 * BERNOULLI_CHUNK // 2).astype(np.uint8)
+    table = [Fraction(1 + 37 * i, 3 + 40 * i) for i in range(2 * half)]
+    choice = gen.integers(0, half, 3 * BERNOULLI_CHUNK // 2).astype(np.uint8)
     upper = gen.random(choice.size) < 0.5
     got = bernoulli_choose(SeededRandom(8), table, choice, upper=upper)
-    assert np.array_equal(got, bernoulli_choose(SeededRandom(8), table, choice + 2 * upper))
+    assert np.array_equal(got, bernoulli_choose(SeededRandom(8), table, choice + half * upper))
+    table = (0.1, 0.7, Fraction(1, 3), 0.9)
+    choice = choice % 2
     with pytest.raises(ParameterError) as err:
         bernoulli_choose(SeededRandom(1), (0.1, 0.2, 0.3), choice, upper=upper)
     assert err.value.field == "upper"

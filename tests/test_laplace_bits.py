@@ -130,6 +130,7 @@ def test_edges_and_checks() -> None:
     with pytest.raises(TighteningRefused):
         relax_laplace_bits(bits, perm, (2.0,), 1.0)
     for history, levels, field in ((perm[:3], (1.0,), "history"), (np.array([0, 1, 2, 1]), (1.0,), "history"),
+                                   (np.array([0.0, 1.0, 0.0, 1.0]), (1.0,), "history"),
                                    (perm, (2.0, 1.0), "levels"), (perm, (), "levels"),
                                    (perm, tuple(range(1, MAX_BIT_CHAIN_LEVELS + 2)), "levels")):
         with pytest.raises(ParameterError) as err:
