@@ -7,9 +7,10 @@ update is, for every collection ``g`` present and bit ``b``,
     ones[g, b] = sum over the batch's reports r in g of bit_b(r),
     reports[g] = number of the batch's reports in g,
 
-computed with one ``unpackbits`` and one ``add.reduceat``, so a batch costs
-one upsert row per (collection, bit with ones > 0), never a statement per
-report or per bit.
+computed with one ``unpackbits`` and one ``add.reduceat``. The ``aggregates``
+table keeps a collection's ``ones`` as one value, ``num_bits`` little-endian
+int64 counts (:func:`pack_counts`, :func:`unpack_counts`), so a batch reads
+and rewrites one row per collection it touches.
 
 >>> import numpy as np
 >>> packed = np.array([[0b101], [0b001], [0b100]], dtype=np.uint8)
@@ -28,7 +29,9 @@ import numpy.typing as npt
 from protocol.errors import ParameterError
 
 IntArray = npt.NDArray[np.int64]
-AGGREGATE_COLUMNS = ("metric_id", "window_start", "round_id", "cohort", "bit", "ones")
+COUNT_DTYPE = np.dtype("<i8")
+"""A stored count: little-endian int64, whatever the machine's byte order."""
+AGGREGATE_COLUMNS = ("metric_id", "window_start", "round_id", "cohort", "ones")
 TOTAL_COLUMNS = ("metric_id", "window_start", "round_id", "cohort", "reports")
 
 
@@ -50,13 +53,6 @@ class BatchSums:
         g = self.keys.shape[0]
         if self.keys.shape != (g, 3) or self.ones.shape[0] != g or self.reports.shape != (g,):
             raise ParameterError("keys", "keys, ones and reports must describe the same collections")
-
-    def aggregate_rows(self, metric_id: int) -> list[tuple[int, ...]]:
-        """Rows of :data:`AGGREGATE_COLUMNS` for the ``aggregates`` upsert: bits with ones > 0, in key order."""
-        groups, bits = np.nonzero(self.ones)
-        keys = self.keys[groups]
-        columns = (np.full(groups.size, metric_id), keys[:, 0], keys[:, 1], keys[:, 2], bits, self.ones[groups, bits])
-        return list(zip(*(c.tolist() for c in columns), strict=True))
 
     def total_rows(self, metric_id: int) -> list[tuple[int, ...]]:
         """Rows of :data:`TOTAL_COLUMNS` for the ``cohort_totals`` upsert, in key order."""
@@ -97,3 +93,29 @@ def sum_bits(
     ones = np.add.reduceat(bits, starts, axis=0)
     reports = np.bincount(inverse, minlength=unique.shape[0]).astype(np.int64)
     return BatchSums(keys=unique, ones=ones, reports=reports)
+
+
+def pack_counts(counts: npt.ArrayLike) -> list[bytes]:
+    """The stored form of each row of ``counts`` (``(g, num_bits)`` integers): little-endian int64 bytes.
+
+    >>> pack_counts(np.array([[1, 0, 2]]))[0].hex()
+    '010000000000000000000000000000000200000000000000'
+    """
+    rows = np.ascontiguousarray(np.atleast_2d(np.asarray(counts)), dtype=COUNT_DTYPE)
+    return [row.tobytes() for row in rows]
+
+
+def unpack_counts(values: list[bytes], num_bits: int) -> IntArray:
+    """``(len(values), num_bits)`` int64 counts from their stored form.
+
+    Raises:
+        ValueError: a value is not ``num_bits`` counts long (a damaged row:
+            nothing is guessed).
+    """
+    width = num_bits * COUNT_DTYPE.itemsize
+    for value in values:
+        if len(value) != width:
+            raise ValueError(f"an aggregates row holds {len(value)} bytes, not {width} ({num_bits} counts)")
+    if not values:
+        return np.zeros((0, num_bits), dtype=np.int64)
+    return np.frombuffer(b"".join(values), dtype=COUNT_DTYPE).reshape(len(values), num_bits).astype(np.int64)

@@ -15,21 +15,27 @@ create, and never be edited once released.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from aggregator.server.storage import schema
+from aggregator.server.storage.aggregation import AGGREGATE_COLUMNS, pack_counts
+from protocol.params import MetricParams
+from protocol.validation import check_int
 
 Migration = Callable[[Connection], None]
 ADVISORY_LOCK_ID = 0x6F6E6573  # "ones"
 
 
 def _v1_initial(conn: Connection) -> None:
-    """Metrics, rounds, reports (replay set), aggregates, cohort totals, tokens, releases."""
-    schema.metadata.create_all(conn, tables=list(schema.VERSION_1_TABLES))
+    """Metrics, rounds, reports (replay set), aggregates (one row per bit), cohort totals, tokens, releases."""
+    for table in schema.VERSION_1_TABLES:
+        table.create(conn)
 
 
 def _v2_one_open_round(conn: Connection) -> None:
@@ -49,7 +55,57 @@ def _v2_one_open_round(conn: Connection) -> None:
     conn.execute(sa.text("CREATE UNIQUE INDEX rounds_one_open ON rounds (metric_id) WHERE closed_at IS NULL"))
 
 
-MIGRATIONS: tuple[tuple[int, Migration], ...] = ((1, _v1_initial), (2, _v2_one_open_round))
+CONVERT_CHUNK = 2000  # collections per INSERT while converting aggregates
+
+
+def _v3_packed_aggregates(conn: Connection) -> None:
+    """``aggregates`` with one row per collection, its counts packed (was one row per bit).
+
+    The old table is renamed ``aggregates_v1``, the new one created, every
+    collection's counts assembled from the old rows (bits without a row count
+    0) at the metric's ``num_bits``, and the old table dropped, all in the
+    migration's transaction.
+
+    Raises:
+        RuntimeError: an old row's bit is outside its metric's ``num_bits``.
+    """
+    conn.execute(sa.text("ALTER TABLE aggregates RENAME TO aggregates_v1"))
+    schema.aggregates.create(conn)
+    widths = {
+        int(row.id): MetricParams.from_dict(json.loads(row.params)).num_bits
+        for row in conn.execute(sa.text("SELECT id, params FROM metrics"))
+    }
+    old = conn.execute(sa.text(
+        "SELECT metric_id, window_start, round_id, cohort, bit, ones FROM aggregates_v1"
+        " ORDER BY metric_id, window_start, round_id, cohort"
+    ))
+    pending: list[tuple[int, int, int, int, bytes]] = []
+    current: tuple[int, int, int, int] | None = None
+    counts = np.zeros(0, dtype=np.int64)
+    for metric_id, window, round_id, cohort, bit, ones in old:
+        key = (int(metric_id), int(window), int(round_id), int(cohort))
+        if key != current:
+            if current is not None:
+                pending.append((*current, pack_counts(counts)[0]))
+            current, counts = key, np.zeros(widths[key[0]], dtype=np.int64)
+        if not 0 <= bit < counts.size:
+            raise RuntimeError(f"aggregates row of metric {metric_id} has bit {bit}, outside its {counts.size} bits")
+        counts[bit] = ones
+        if len(pending) >= CONVERT_CHUNK:
+            conn.execute(sa.insert(schema.aggregates), [dict(zip(AGGREGATE_COLUMNS, p, strict=True)) for p in pending])
+            pending = []
+    if current is not None:
+        pending.append((*current, pack_counts(counts)[0]))
+    if pending:
+        conn.execute(sa.insert(schema.aggregates), [dict(zip(AGGREGATE_COLUMNS, p, strict=True)) for p in pending])
+    conn.execute(sa.text("DROP TABLE aggregates_v1"))
+
+
+MIGRATIONS: tuple[tuple[int, Migration], ...] = (
+    (1, _v1_initial),
+    (2, _v2_one_open_round),
+    (3, _v3_packed_aggregates),
+)
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 
@@ -61,12 +117,17 @@ def current_version(conn: Connection) -> int:
     return int(value or 0)
 
 
-def migrate(engine: Engine) -> int:
-    """Bring the database to :data:`LATEST_VERSION`; return the version reached.
+def migrate(engine: Engine, *, target: int = LATEST_VERSION) -> int:
+    """Bring the database to version ``target`` (default: the latest); return the version reached.
+
+    An older ``target`` is for tests of the migrations themselves (a database
+    as an earlier release left it).
 
     Raises:
         RuntimeError: the database is newer than this code (a downgrade).
+        ParameterError: ``target`` is not a version of this code.
     """
+    check_int("target", target, low=1, high=LATEST_VERSION)
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": ADVISORY_LOCK_ID})
@@ -77,7 +138,7 @@ def migrate(engine: Engine) -> int:
                 f"database schema version {version} is newer than this aggregator ({LATEST_VERSION}); upgrade it"
             )
         for number, migration in MIGRATIONS:
-            if number > version:
+            if version < number <= target:
                 migration(conn)
                 conn.execute(
                     sa.insert(schema.schema_version).values(version=number, applied_at=int(time.time()))

@@ -9,10 +9,10 @@
    an identical body (same SHA-256) is this request's retry and counts as
    ``accepted`` again, a different body is ``replayed``; neither is stored;
 3. insert the new reports (the replay set, primary key ``(metric, report_id)``);
-4. add their bits to ``aggregates`` and their number to ``cohort_totals``
-   with ``INSERT ... ON CONFLICT DO UPDATE SET ones = ones + excluded.ones``,
-   one row per (window, round, cohort, bit) from :func:`sum_bits`, all rows
-   of a statement in one round trip (``bulk.insert_rows``).
+4. sum their bits per collection (window, round, cohort) with :func:`sum_bits`
+   and add the sums to the collections' rows of ``aggregates`` and to
+   ``cohort_totals`` (:func:`aggregates.add_batch`: one row per collection,
+   read, added to in numpy and written back).
 
 A concurrent process inserting the same report id makes step 3 fail on the
 unique key; the whole transaction is then rolled back and run again (it now
@@ -26,7 +26,6 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +33,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from aggregator.server.storage import schema
-from aggregator.server.storage.aggregation import AGGREGATE_COLUMNS, TOTAL_COLUMNS, sum_bits
+from aggregator.server.storage.aggregates import add_batch, read_counts
+from aggregator.server.storage.aggregation import sum_bits
 from aggregator.server.storage.bulk import array_parameter, insert_rows
 from aggregator.server.storage.engine import run_transaction
 from aggregator.server.storage.metrics import load_metric
@@ -141,9 +141,7 @@ def _insert_and_aggregate(conn: Connection, rows: list[ReportRow], num_bits: int
         packed=np.frombuffer(b"".join(r.bits for r in rows), dtype=np.uint8).reshape(len(rows), width),
         num_bits=num_bits,
     )
-    metric_id = rows[0].metric_id
-    insert_rows(conn, schema.aggregates, AGGREGATE_COLUMNS, sums.aggregate_rows(metric_id), add="ones")
-    insert_rows(conn, schema.cohort_totals, TOTAL_COLUMNS, sums.total_rows(metric_id), add="reports")
+    add_batch(conn, rows[0].metric_id, sums, num_bits)
 
 
 def _store_batch(
@@ -178,15 +176,6 @@ def _sum(column: sa.Column[int]) -> sa.ColumnElement[int]:
     return sa.cast(sa.func.sum(column), sa.BigInteger)
 
 
-def _filters(table: sa.Table, metric_id: int, window: int | None, round: int | None) -> list[Any]:
-    clauses = [table.c.metric_id == metric_id]
-    if window is not None:
-        clauses.append(table.c.window_start == window)
-    if round is not None:
-        clauses.append(table.c.round_id == round)
-    return clauses
-
-
 class ReportStore:
     """Mixin of :class:`aggregator.server.storage.Storage`: reports, aggregates, cohort totals."""
 
@@ -218,6 +207,9 @@ class ReportStore:
     def bit_counts(self, metric: str, window: int | None = None, round: int | None = None) -> tuple[IntArray, IntArray]:
         """Per-cohort counts of ones and of reports, from the aggregates (no raw scan).
 
+        Exact and read-your-writes: a batch's reports are in the aggregates
+        when ``store_reports`` returns.
+
         Args:
             metric: the metric name.
             window: one window start, or ``None`` for all windows.
@@ -231,22 +223,11 @@ class ReportStore:
         Raises:
             NotFound: no such metric.
         """
-        a, t = schema.aggregates, schema.cohort_totals
         with self.engine.connect() as conn:
             record = load_metric(conn, metric)
-            q_ones = sa.select(a.c.cohort, a.c.bit, _sum(a.c.ones)).where(*_filters(a, record.id, window, round))
-            ones_rows = conn.execute(q_ones.group_by(a.c.cohort, a.c.bit)).all()
-            q_tot = sa.select(t.c.cohort, _sum(t.c.reports)).where(*_filters(t, record.id, window, round))
-            total_rows = conn.execute(q_tot.group_by(t.c.cohort)).all()
-        ones = np.zeros((record.params.num_cohorts, record.params.num_bits), dtype=np.int64)
-        if ones_rows:
-            cells = np.array(ones_rows, dtype=np.int64)
-            ones[cells[:, 0], cells[:, 1]] = cells[:, 2]
-        totals = np.zeros(record.params.num_cohorts, dtype=np.int64)
-        if total_rows:
-            cells = np.array(total_rows, dtype=np.int64)
-            totals[cells[:, 0]] = cells[:, 1]
-        return ones, totals
+            params = record.params
+            return read_counts(conn, record.id, num_cohorts=params.num_cohorts, num_bits=params.num_bits,
+                               window=window, round=round)
 
     def collections(self, metric: str) -> list[Collection]:
         """The (window, round) pairs of a metric with their report counts, in order.

@@ -12,7 +12,10 @@ Tables:
 * ``rounds``: relaxation rounds with their signed announcement.
 * ``reports``: the raw reports, which are also the replay set
   (primary key ``(metric_id, report_id)``).
-* ``aggregates``: ``(metric, window, round, cohort, bit) -> ones``.
+* ``aggregates``: ``(metric, window, round, cohort) -> ones``, the counts of
+  ones of every bit packed in one value (``num_bits`` little-endian int64,
+  :mod:`aggregator.server.storage.aggregation`); schema version 3. Versions 1
+  and 2 kept one row per bit (:data:`aggregates_v1`).
 * ``cohort_totals``: ``(metric, window, round, cohort) -> reports``.
 * ``tokens``: bearer tokens, stored as SHA-256 hex.
 * ``releases``: central releases to analysts (body is JSON).
@@ -88,11 +91,28 @@ aggregates = sa.Table(
     "aggregates",
     metadata,
     *_collection_columns(),
+    # num_bits little-endian int64 counts, cell b = reports of the collection with bit b set.
+    sa.Column("ones", sa.LargeBinary, nullable=False),
+    # Named: version 3 creates it while version 1's table (and its aggregates_pkey) still exists.
+    sa.PrimaryKeyConstraint(*_COLLECTION_KEY, name="aggregates_collection_pkey"),
+    # Every batch rewrites its collections' rows: free space per page lets PostgreSQL
+    # update without touching the index (HOT).
+    postgresql_with={"fillfactor": 50},
+)
+
+legacy_metadata = sa.MetaData()
+"""Tables as earlier schema versions created them, for the migrations that create or convert them."""
+
+aggregates_v1 = sa.Table(
+    "aggregates",
+    legacy_metadata,
+    sa.Column("metric_id", sa.Integer, sa.ForeignKey(metrics.c.id), nullable=False),
+    sa.Column("window_start", sa.BigInteger, nullable=False),
+    sa.Column("round_id", sa.Integer, nullable=False),
+    sa.Column("cohort", sa.Integer, nullable=False),
     sa.Column("bit", sa.Integer, nullable=False),
     sa.Column("ones", sa.BigInteger, nullable=False),
     sa.PrimaryKeyConstraint(*_COLLECTION_KEY, "bit"),
-    # Every batch updates these rows in place; free space per page lets PostgreSQL
-    # update without touching the index (HOT): measured 40% faster upserts.
     postgresql_with={"fillfactor": 50},
 )
 
@@ -127,4 +147,5 @@ releases = sa.Table(
     sa.Column("updated_at", sa.BigInteger, nullable=False),
 )
 
-VERSION_1_TABLES = (metrics, rounds, reports, aggregates, cohort_totals, tokens, releases)
+VERSION_1_TABLES = (metrics, rounds, reports, aggregates_v1, cohort_totals, tokens, releases)
+"""What version 1 created, in an order that satisfies the foreign keys."""
