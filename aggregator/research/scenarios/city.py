@@ -10,8 +10,8 @@ to ``level_to`` and every client whose ceiling allows it (all but
 
 Two methods, the same figures:
 
-* ``per-client``: every client's set, bits and memoized noise, in blocks of
-  ``block`` clients, each block seeded by its own child of
+* ``per-client``: every client's set and permanent bits (relaxed bit by bit
+  for the round, ``Randomizer.relax_permanent``), in blocks of ``block`` clients, each block seeded by its own child of
   ``SeedSequence.spawn`` (:mod:`aggregator.research.engine`: local or Dask,
   identical results). ``noise="keyed"`` derives each client's noise from
   its own secret exactly as the SDK does (:func:`client_sdk.memo.permanent_bits`).
@@ -133,8 +133,10 @@ def _client_secret(root: bytes, index: int) -> bytes:
 def city_block(setup: CitySetup, index: int, seed: np.random.SeedSequence) -> BlockCounts:
     """Clients ``index * block ..`` of the city: truths and both collections' ones per place.
 
-    Everything is drawn from ``SeededRandom(seed)``; with ``noise="keyed"``
-    the memoized noise comes from each client's secret
+    Everything is drawn from ``SeededRandom(seed)``: the permanent bits by
+    ``sample_permanent`` and the round's by ``relax_permanent`` (the noise
+    chain's joint law, without the noise). With ``noise="keyed"`` the
+    memoized noise comes from each client's secret
     ``HMAC-SHA256(root, uint64_be(client index))`` instead, through the SDK's
     :func:`~client_sdk.memo.permanent_bits` (window 0).
     """
@@ -143,13 +145,12 @@ def city_block(setup: CitySetup, index: int, seed: np.random.SeedSequence) -> Bl
     params = setup.params()
     pop = make_population(setup.city(), n, params.encoding, rng)
     willing = rng.uniform(n) >= setup.refusing_share
-    base, relaxed = params.randomizer(setup.level_from), params.randomizer(setup.level_to)
+    base = params.randomizer(setup.level_from)
     if setup.noise == "keyed":
         first, second = _keyed_permanent(setup, params, pop.bits, pop.item_sets, willing, index, seed)
-    else:
-        noise = base.draw_noise(pop.bits.shape, rng)
-        first = base.permanent(pop.bits, noise)
-        second = relaxed.permanent(pop.bits[willing], base.relax_noise(noise[willing], setup.level_to, rng))
+    else:  # the permanent bits drawn and relaxed without their noise (exact at the stated probabilities)
+        first = base.sample_permanent(pop.bits, rng)
+        second = base.relax_permanent(pop.bits[willing], first[willing], setup.level_to, rng)
     held = pop.item_sets[pop.item_sets >= 0]
     held_willing = pop.item_sets[willing][pop.item_sets[willing] >= 0]
     return {
