@@ -485,6 +485,8 @@ class Client:
             self.save()
 
     def _prior(self, metric: str) -> float:
+        if not self._state.lost:
+            return 0.0
         return sum(Ceiling.from_dict(lost["ceiling"]).for_metric(metric) for lost in self._state.lost)
 
     # --- config -----------------------------------------------------------------
@@ -678,24 +680,26 @@ class Client:
         if not isinstance(value_or_set, str | bytes):
             value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
         with self._lock:
-            reporting = self._reporting(metric, value_or_set)
-            entry, record, plan = reporting.entry, reporting.record, reporting.plan
+            entry, record, plan, irr = self._reporting(metric, value_or_set)
             params = entry.params
             window = window_start(self._clock(), params.time_precision)
             value_key = canonical_value(value_or_set)
-            fingerprint = plan.fingerprint(value_key)
+            value_text = b64e(value_key)
             current = record.current
             if current is not None and window <= current.window:
-                return self._repeat(record, window, fingerprint)
-            self._check(lambda: check_new_window(record, params, self._ceiling.for_metric(metric),
-                                                 self._prior(metric)), metric)
-            payload = plan.payload(value_or_set, noise_key(window, value_key), reporting.irr.take())
+                return self._repeat(record, window, value_text)
+            try:
+                check_new_window(record, params, self._ceiling.for_metric(metric), self._prior(metric))
+            except OnesidedError as exc:
+                self._event("refused", metric, str(exc))
+                raise
+            payload = plan.payload(value_or_set, noise_key(window, value_key), irr.take())
             item = self._item(entry, record, window, payload)
             record.close_window(params)
             report_id: str = item["report_id"]
+            step = len(record.levels) - 1
             record.current = WindowRelease(
-                window=window, value=b64e(value_key), fingerprint=fingerprint, first_step=record.step,
-                last_step=record.step, report_id=report_id,
+                window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
             )
             self._enqueue(item)
             self._dirty = True
@@ -711,8 +715,8 @@ class Client:
         ``value``) for a set given to a categorical metric.
         """
         cached = self._plans.get(metric)
-        if (cached is not None and cached.record is self._state.metrics.get(metric)
-                and cached.plan.level == cached.record.levels[-1]):
+        if cached is not None and cached.record is self._state.metrics.get(metric) \
+                and cached.plan.level == cached.record.levels[-1]:
             _check_kind(cached.entry.params, value_or_set)
             return cached
         entry = self._entry(metric)
@@ -733,8 +737,11 @@ class Client:
             pool = self._irr.setdefault(key, IrrPool(self._rng, params.randomizer(), params.num_bits))
         return pool
 
-    def _repeat(self, record: MetricRecord, window: int, fingerprint: str) -> str:
-        """A second report in the metric's latest window: the same value is a no-op, another is refused."""
+    def _repeat(self, record: MetricRecord, window: int, value: str) -> str:
+        """A second report in the metric's latest window: the same value is a no-op, another is refused.
+
+        ``value`` is the base64url canonical value (:attr:`WindowRelease.value`).
+        """
         current = record.current
         assert current is not None  # noqa: S101 - the caller checked
         if window < current.window:
@@ -742,7 +749,7 @@ class Client:
                 "window", f"the clock is before the window of this metric's last report ({current.window}); "
                 "a past window cannot be reported again",
             )
-        if current.fingerprint == fingerprint:
+        if current.value == value:
             return current.report_id
         raise AlreadyReported(
             "value", f"metric {record.params['name']!r} already reported another value in window {window}; "

@@ -133,35 +133,34 @@ def _window_cost(params: MetricParams, levels: tuple[float, ...]) -> tuple[float
     return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class WindowRelease:
     """The one value a metric released in one window (kept in the encrypted state only).
 
     Attributes:
         window: the window's start (seconds).
-        value: the canonical value (base64url), re-sent relaxed by a round in the same window.
-        fingerprint: its keyed fingerprint (compares values without decoding them).
+        value: the canonical value (base64url), re-sent relaxed by a round in the same window; a
+            repeat in the window is the same value when its canonical value is this one.
         first_step, last_step: the steps of the metric's level chain released in the window.
         report_id: the latest report of the window (a repeat of the same value returns it).
     """
 
     window: int
     value: str
-    fingerprint: str
     first_step: int
     last_step: int
     report_id: str
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "window": self.window, "value": self.value, "fingerprint": self.fingerprint,
+            "window": self.window, "value": self.value,
             "first_step": self.first_step, "last_step": self.last_step, "report_id": self.report_id,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WindowRelease:
         return cls(
-            window=int(data["window"]), value=str(data["value"]), fingerprint=str(data["fingerprint"]),
+            window=int(data["window"]), value=str(data["value"]),  # a "fingerprint" of older states is not used
             first_step=int(data["first_step"]), last_step=int(data["last_step"]),
             report_id=str(data["report_id"]),
         )
@@ -193,10 +192,26 @@ class MetricRecord:
     closed_micro: int = 0
     closed_windows: int = 0
     closed_exact: bool = True
+    # window_cost by chain of levels, with the parameters object it was computed for (memory only): a report
+    # asks for the same one or two costs every time, and the shared cache compares whole parameter objects.
+    _costs: dict[tuple[float, ...], tuple[MetricParams, tuple[float, bool], int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def metric_params(self) -> MetricParams:
         return MetricParams.from_dict(self.params)
 
+    def window_cost(self, params: MetricParams, levels: Sequence[float]) -> tuple[float, bool]:
+        """:func:`window_cost` of ``levels``, remembered per chain for the last ``params`` object asked about."""
+        return self._cost(params, levels)[1]
+
+    def _cost(self, params: MetricParams, levels: Sequence[float]) -> tuple[MetricParams, tuple[float, bool], int]:
+        """``(params, window_cost, its micro-epsilons)`` (``-1`` micro for an infinite cost), remembered."""
+        key = tuple(levels)
+        held = self._costs.get(key)
+        if held is None or held[0] is not params:
+            cost = window_cost(params, key)
+            held = self._costs[key] = (params, cost, -1 if math.isinf(cost[0]) else to_micro(cost[0]))
+        return held
     @property
     def step(self) -> int:
         return len(self.levels) - 1
@@ -223,18 +238,18 @@ class MetricRecord:
             return math.inf, True
         if self.current is None:
             return from_micro(self.closed_micro), self.closed_exact
-        cost, exact = window_cost(params, self.window_levels(last_step))
-        return from_micro(self.closed_micro + to_micro(cost)), exact and self.closed_exact
+        _, (_, exact), micro = self._cost(params, self.window_levels(last_step))
+        return from_micro(self.closed_micro + micro), exact and self.closed_exact
 
     def close_window(self, params: MetricParams) -> None:
         """Fold the current window into the closed sum (a report in a later window starts)."""
         if self.current is None:
             return
-        cost, exact = window_cost(params, self.window_levels())
-        if math.isinf(cost):
+        _, (_, exact), micro = self._cost(params, self.window_levels())
+        if micro < 0:
             self.closed_micro, self.closed_exact = 0, True  # trusted: spent() is inf once anything left
         else:
-            self.closed_micro += to_micro(cost)
+            self.closed_micro += micro
             self.closed_exact = self.closed_exact and exact
         self.closed_windows += 1
         self.current = None
@@ -291,7 +306,7 @@ def check_new_window(record: MetricRecord, params: MetricParams, ceiling: float,
             what is left under the ceiling.
     """
     spent, _ = record.spent(params)
-    cost, _ = window_cost(params, record.levels[-1:])
+    cost, _ = record.window_cost(params, record.levels[-1:])
     before = round_up(prior + spent)
     return _checked(round_up(before + cost), before, cost, ceiling,
                     f"metric {params.name!r}: a report in a new window costs {cost:.6g}")

@@ -43,7 +43,6 @@ Nothing in this module leaves the device; none of it is logged.
 from __future__ import annotations
 
 import functools
-import hmac
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from protocol.encodings import Value, as_members, canonical_value, value_bytes
+from protocol.encodings import Value, as_members, canonical_value
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
@@ -72,7 +71,6 @@ from protocol.wire import payload_header
 
 BoolArray = npt.NDArray[np.bool_]
 
-FINGERPRINT_LABEL = b"onesided/fingerprint/v1"
 SECRET_BYTES = 32
 GRID = 1 << 52  # keyed uniforms are u_k = (k + 1/2) / 2^52 with k = w >> 12 (protocol.rng.words_to_uniforms)
 
@@ -184,14 +182,14 @@ def bits_of_mask(mask: int, num_bits: int) -> BoolArray:
 def _members_mask(params: MetricParams, indices: Callable[[bytes], list[int]],
                   value_or_set: Value | Iterable[Value]) -> int:
     """The encoded mask given the encoding's ``indices`` of one member (cohort already checked)."""
-    if isinstance(value_or_set, str | bytes):
-        if params.is_none(value_or_set):
-            return 0
-        members: Iterable[bytes] = (value_bytes(value_or_set),)
-    else:
-        members = as_members(value_or_set)
     mask = 0
-    for member in members:
+    if isinstance(value_or_set, str | bytes):  # one value: the members' loop without building a list
+        if params.none_value is not None and params.is_none(value_or_set):
+            return 0
+        for index in indices(value_or_set.encode("utf-8") if isinstance(value_or_set, str) else value_or_set):
+            mask |= 1 << index
+        return mask
+    for member in as_members(value_or_set):
         for index in indices(member):
             mask |= 1 << index
     return mask
@@ -219,9 +217,10 @@ class CutTable:
     ``k = w >> 12 >= cut`` is ``w >= cut << 12`` for the 64-bit word ``w``.
     The top byte of ``w`` (byte 7, little-endian) decides it unless it equals
     the top byte of ``cut << 12`` (a tie, probability 1/256 a word), when the
-    whole word is compared. Every word's top byte is mapped to ``"0"`` or
-    ``"1"`` with ``bytes.translate`` and the string is read as a binary
-    number (bit ``j`` is word ``j``), so no Python loop runs over the bits.
+    whole word is compared. The words' top bytes, last word first
+    (``stream[::-8]``), are mapped to ``"0"`` or ``"1"`` with
+    ``bytes.translate`` and read as a binary number (bit ``j`` is word ``j``),
+    so no Python loop runs over the bits.
     """
 
     __slots__ = ("constant", "rising", "table", "threshold", "tie")
@@ -239,15 +238,17 @@ class CutTable:
         self.table = b"".join(above if b > self.tie else b"0" if b == self.tie else below for b in range(256))
 
     def mask(self, tops: bytes, stream: bytes) -> int:
-        """The mask whose bit ``j`` is :meth:`FreshCut.bit` of word ``j`` (``tops`` is ``stream[7::8]``)."""
+        """The mask whose bit ``j`` is :meth:`FreshCut.bit` of word ``j`` (``tops`` is ``stream[::-8]``)."""
         if self.constant is not None:
             return (1 << len(tops)) - 1 if self.constant else 0
-        out = int(tops.translate(self.table)[::-1], 2)
-        j = tops.find(self.tie)
-        while j >= 0:
+        out = int(tops.translate(self.table), 2)
+        last = len(tops) - 1
+        i = tops.find(self.tie)
+        while i >= 0:  # word last - i
+            j = last - i
             if (int.from_bytes(stream[8 * j : 8 * j + 8], "little") >= self.threshold) == self.rising:
                 out |= 1 << j
-            j = tops.find(self.tie, j + 1)
+            i = tops.find(self.tie, i + 1)
         return out
 
 
@@ -256,7 +257,7 @@ def fresh_mask(stream: bytes, mask: int, zero: CutTable, one: CutTable) -> int:
 
     ``stream`` is the keyed stream's first ``num_bits`` words (:func:`protocol.rng.keyed_stream`).
     """
-    tops = stream[7::8]
+    tops = stream[::-8]
     return (one.mask(tops, stream) & mask) | (zero.mask(tops, stream) & ~mask)
 
 
@@ -416,9 +417,9 @@ class ReportPlan:
     """A client's reports of one metric in its cohort at one level: everything that does not depend on the value.
 
     Made once (per metric, cohort and level) and reused by every report:
-    the encoding's indexer, the HMAC key schedules of the secret with the
-    metric's part of the noise and fingerprint messages already hashed
-    (:class:`~protocol.rng.KeyedHmac`: the same HMACs), the level's cut
+    the encoding's indexer, the HMAC key schedule of the secret with the
+    metric's part of the noise seed's message already hashed
+    (:class:`~protocol.rng.KeyedHmac`: the same HMAC), the level's cut
     tables and the payload header. :meth:`payload` is
     :func:`report_mask` of a window's first report, packed: the same
     functions (:func:`fresh_mask`, :func:`apply_irr`), bit for bit.
@@ -432,9 +433,7 @@ class ReportPlan:
         self.num_bits = params.num_bits
         self.randomizer = params.randomizer(level)
         self._indices = params.encoding.indexer(cohort)
-        keyed = KeyedHmac(secret)
-        self._noise = keyed.extended(noise_prefix(params.name))
-        self._fingerprint = keyed.extended(_fingerprint_prefix(params.name))
+        self._noise = KeyedHmac(secret, noise_prefix(params.name))
         self._tables = None if params.mode == "trusted" else fresh_tables(self.randomizer)
         self._header = payload_header(cohort, level)
         self._payload_bytes = (self.num_bits + 7) // 8
@@ -442,10 +441,6 @@ class ReportPlan:
     def encode(self, value_or_set: Value | Iterable[Value]) -> int:
         """:func:`encoded_mask` in the plan's cohort."""
         return _members_mask(self.params, self._indices, value_or_set)
-
-    def fingerprint(self, value_key: bytes) -> str:
-        """:func:`value_fingerprint` of ``value_key``."""
-        return self._fingerprint.digest(_len32(value_key))[:16].hex()
 
     def permanent(self, mask: int, key: bytes) -> int:
         """:func:`permanent_mask` of a window's first draw (``key`` is :func:`noise_key`)."""
@@ -455,28 +450,15 @@ class ReportPlan:
         return fresh_mask(stream, mask, *self._tables)
 
     def payload(self, value_or_set: Value | Iterable[Value], key: bytes, irr: IrrMasks) -> bytes:
-        """The packed payload of a window's first report of ``value_or_set`` with the IRR drawn as ``irr``."""
-        bits = apply_irr(self.randomizer, self.permanent(self.encode(value_or_set), key), irr)
-        return self._header + bits.to_bytes(self._payload_bytes, "little")
+        """The packed payload of a window's first report of ``value_or_set`` with the IRR drawn as ``irr``.
 
-
-def _len32(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
-
-
-def _fingerprint_prefix(metric: str) -> bytes:
-    return FINGERPRINT_LABEL + _len32(metric.encode("utf-8"))
-
-
-def value_fingerprint(secret: bytes, metric: str, value_key: bytes) -> str:
-    """A keyed fingerprint to count distinct values without storing them.
-
-    ``hex(HMAC-SHA256(secret, "onesided/fingerprint/v1" || len32(metric) ||
-    metric || len32(value_key) || value_key)[:16])``. Without the secret it
-    tells nothing about the value; it stays in the encrypted state.
-    """
-    check_secret(secret)
-    return hmac.digest(secret, _fingerprint_prefix(metric) + _len32(value_key), "sha256")[:16].hex()
+        ``apply_irr(permanent(encode(value_or_set), key), irr)`` after the header.
+        """
+        bits = _members_mask(self.params, self._indices, value_or_set)
+        if self._tables is not None:
+            stream = keyed_stream(self._noise.digest(noise_suffix(key, 0)), self.num_bits)
+            bits = fresh_mask(stream, bits, *self._tables)
+        return self._header + apply_irr(self.randomizer, bits, irr).to_bytes(self._payload_bytes, "little")
 
 
 __all__ = [
@@ -502,5 +484,4 @@ __all__ = [
     "prepare_level",
     "report_bits",
     "report_mask",
-    "value_fingerprint",
 ]

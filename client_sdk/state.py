@@ -2,7 +2,7 @@
 
 What it holds (never sent anywhere): the 32-byte secret behind every
 memoized noise, one :class:`~client_sdk.ledger.MetricRecord` per metric
-(cohort, levels, value fingerprints), the last verified signed config, the
+(cohort, levels, the current window's value), the last verified signed config, the
 ledger events, any lost-state record and a generation counter. The outgoing
 queue of sealed reports lives in its own file (:mod:`client_sdk.queue`).
 

@@ -54,9 +54,12 @@ _B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
 # --- base64url ------------------------------------------------------------
 
 
+_TO_URL = bytes.maketrans(b"+/", b"-_")
+
+
 def b64e(data: bytes) -> str:
     """Base64url without padding (RFC 4648 section 5)."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URL).rstrip(b"=").decode("ascii")
 
 
 def b64d(text: Any, field: str) -> bytes:

@@ -98,7 +98,12 @@ def _bloom_indexer(cohort: int, num_bits: int, num_hashes: int, hashing: str) ->
     prefix = struct.pack(">I", cohort)
     md5 = hashlib.md5
     hashes = range(num_hashes)
-    return lambda data: [digest[i] % num_bits for digest in (md5(prefix + data).digest(),) for i in hashes]
+
+    def indices(data: bytes) -> list[int]:
+        digest = md5(prefix + data).digest()
+        return [digest[i] % num_bits for i in hashes]
+
+    return indices
 
 
 def canonical_value(value_or_set: Value | Iterable[Value]) -> bytes:

@@ -165,8 +165,11 @@ class SeededRandom(RandomSource):
         return [SeededRandom(s) for s in self.generator.bit_generator.seed_seq.spawn(n)]  # type: ignore[attr-defined]
 
 
+_U32 = struct.Struct(">I").pack
+
+
 def _field(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
+    return _U32(len(data)) + data
 
 
 NOISE_LABEL = b"onesided/noise/v1"
@@ -182,7 +185,7 @@ def noise_suffix(canonical_value: bytes, step: int) -> bytes:
     """The rest of :func:`noise_message`: ``len32(value) || value || u32be(step)``."""
     if step < 0:
         raise ParameterError("step", f"must be >= 0, got {step}")
-    return _field(canonical_value) + struct.pack(">I", step)
+    return _U32(len(canonical_value)) + canonical_value + _U32(step)
 
 
 def noise_message(metric: str, canonical_value: bytes, step: int) -> bytes:

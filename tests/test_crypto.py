@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import stat
@@ -43,6 +44,7 @@ def test_b64_round_trip_without_padding(data: bytes) -> None:
     text = b64e(data)
     assert "=" not in text and "+" not in text and "/" not in text
     assert b64d(text, "f") == data
+    assert text == base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")  # RFC 4648 section 5, unpadded
 
 
 @pytest.mark.parametrize(
