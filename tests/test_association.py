@@ -87,7 +87,7 @@ def test_estimate_joint_recovers_a_known_joint(method: str, encoding: str) -> No
 def test_em_bit_counts_is_exact_without_noise_in_the_limit() -> None:
     # Trusted-like probabilities (p* = 0, q* = 1) on exact counts: the EM returns the truth.
     counts = BitCounts(ones=np.array([[600, 300, 100]]), totals=np.array([1000]))
-    pi = em_bit_counts(counts, (0.0, 1.0), np.arange(3)[None, :, None])
+    pi = em_bit_counts(counts, (0.0, 1.0), np.arange(3)[None, :, None], tolerance=1e-12)
     assert pi == pytest.approx([0.6, 0.3, 0.1], abs=1e-6)
 
 
@@ -211,7 +211,8 @@ def test_em_bit_counts_stops_at_the_maximum_it_certifies() -> None:
     assert _composite_loglik(counts, probs, run.shares) >= _composite_loglik(counts, probs, best.x) - 1e-4
     assert 0.5 * np.abs(run.shares - best.x).sum() < 1e-3
     # The plain EM (no extrapolation) reaches the same point, in more steps.
-    plain = em_bit_counts_run(counts, probs, table, tolerance=1e-4, accelerate=False, max_iterations=200_000)
+    plain = em_bit_counts_run(counts, probs, table, tolerance=1e-4, accelerate=False, newton=False,
+                              max_iterations=200_000)
     assert plain.converged and plain.iterations > run.iterations
     assert 0.5 * np.abs(plain.shares - run.shares).sum() < 1e-3
 
@@ -220,7 +221,7 @@ def test_the_gap_bounds_the_distance_to_the_maximum_and_a_capped_em_says_it_did_
     counts, probs, table = _small_direct_problem()
     top = _composite_loglik(counts, probs, em_bit_counts_run(counts, probs, table, tolerance=1e-6).shares)
     for steps in (1, 5, 20, 100):
-        early = em_bit_counts_run(counts, probs, table, max_iterations=steps, accelerate=False)
+        early = em_bit_counts_run(counts, probs, table, max_iterations=steps, accelerate=False, newton=False)
         assert early.iterations == steps and not early.converged and early.gap > 1e-3
         below = top - _composite_loglik(counts, probs, early.shares)
         assert 0.0 <= below <= early.gap + 1e-6  # the certificate holds at every iterate
@@ -248,3 +249,25 @@ def test_per_report_em_reports_its_convergence() -> None:
     plain = em_reports_fit(logs[0], logs[1], accelerate=False, max_iterations=100_000)
     assert plain.converged and plain.iterations > done.iterations
     assert 0.5 * np.abs(plain.joint - done.joint).sum() < 0.01
+
+
+def test_newton_steps_finish_a_maximum_on_the_boundary() -> None:
+    # A joint with empty cells: the maximum has shares at 0, which the EM approaches geometrically
+    # at a rate near 1 (the plain EM needs 19,283 steps to a 1e-6 gap here, SQUAREM 234). Newton
+    # steps on the support end it in 3, at the same point. Fixed seeds: deterministic.
+    joint = np.array([[0.45, 0.0, 0.05], [0.0, 0.2, 0.3]])
+    rng = np.random.default_rng(21)
+    values = [pair_value(A[c // 3], B[c % 3]) for c in rng.choice(6, size=20_000, p=joint.ravel())]
+    params = _direct(level=3.0)
+    reports, cohorts = _counts(params, values, seed=121)
+    counts, table = BitCounts.from_reports(reports, cohorts, 1), np.arange(6)[None, :, None]
+    probs = params.randomizer().probabilities()
+    fast = em_bit_counts_run(counts, probs, table, tolerance=1e-6)
+    assert fast.converged and fast.newton_steps >= 1 and fast.iterations < 100
+    assert fast.shares[1] == 0.0  # exactly on the boundary
+    squarem = em_bit_counts_run(counts, probs, table, tolerance=1e-6, newton=False)
+    assert squarem.converged and squarem.newton_steps == 0 and squarem.iterations > fast.iterations
+    capped = em_bit_counts_run(counts, probs, table, tolerance=1e-6, newton=False, accelerate=False,
+                               max_iterations=2000)
+    assert not capped.converged
+    assert 0.5 * np.abs(fast.shares - squarem.shares).sum() < 1e-4

@@ -163,15 +163,108 @@ class EMRun:
         shares: the estimate on the simplex.
         iterations: EM steps taken (evaluations of the EM map, extrapolations included).
         converged: ``gap <= tolerance``.
-        gap: the Frank-Wolfe duality gap ``max_i g_i - g . pi`` of the (concave) log-likelihood
-            at ``shares``: an upper bound, in nats, on how far the log-likelihood is below its
-            maximum over the simplex.
+        gap: an upper bound, in nats, on how far the log-likelihood at ``shares`` is below its
+            maximum over the simplex: the Frank-Wolfe duality gap ``max_i g_i - g . pi`` of the
+            (concave) log-likelihood, or after Newton steps the squared Newton decrement on the
+            support (:func:`newton_simplex`).
+        newton_steps: Newton steps taken (:func:`newton_simplex`).
     """
 
     shares: FloatArray
     iterations: int
     converged: bool
     gap: float
+    newton_steps: int = 0
+
+
+MAX_NEWTON_CELLS = 2_000  # a dense Hessian of this many cells is 32 MB
+NEWTON_SWITCH_GAP = 1.0  # nats: the EM has found the support well enough for Newton steps
+DECREMENT_BOUND = 0.46  # lambda^2 for lambda <= 0.68: the self-concordant bound f* - f <= lambda^2 holds
+ACTIVE_SHARE = 1e-8  # a share below this whose gradient is below the mean is taken to be 0 by Newton
+
+
+def _gap(gradient: FloatArray, pi: FloatArray) -> float:
+    return float(np.max(gradient) - gradient @ pi)
+
+
+def newton_simplex(
+    pi: FloatArray, objective: Callable[[FloatArray], float], gradient: Callable[[FloatArray], FloatArray],
+    hessian: Callable[[FloatArray, npt.NDArray[np.int64]], FloatArray], *, tolerance: float, max_steps: int = 60,
+) -> tuple[FloatArray, int, float]:
+    """Active-set Newton ascent of a concave function on the simplex, from ``pi``: ``(pi, steps, gap)``.
+
+    Each step: shares below :data:`ACTIVE_SHARE` whose gradient is below ``g . pi`` are set to 0;
+    the free cells are those above 0 and those at 0 whose gradient exceeds ``g . pi``
+    (they would enter); the Newton step of the quadratic model on them under ``sum d = 0``
+    (the KKT system, least squares when the Hessian is singular); a cell at 0 that the step would
+    push below is held at 0 and the step solved again; the step length is the largest that keeps
+    every share >= 0 (a share that reaches 0 leaves), halved until the objective rises by Armijo's
+    rule. Stops when the duality gap is at most ``tolerance``, or, no cell wanting to enter, the
+    Newton decrement squared is (the bound of a self-concordant function, which the negative
+    log-likelihood of counts is: Boyd and Vandenberghe 9.6.3), or when a step cannot raise the
+    objective (the caller's EM takes over). ``gap`` is the bound that stopped it.
+    """
+    value = objective(pi)
+    steps = 0
+    grad = gradient(pi)
+    gap = _gap(grad, pi)
+    while gap > tolerance and steps < max_steps:
+        # Shares the EM is still shrinking geometrically (below ACTIVE_SHARE, gradient below the
+        # mean): set to 0 (to first order this raises the objective by sum pi_i (g . pi - g_i));
+        # left free, they would block every step at a length of their size.
+        fading = (pi > 0.0) & (pi < ACTIVE_SHARE) & (grad < grad @ pi)
+        if fading.any():
+            pi = np.where(fading, 0.0, pi)
+            pi /= pi.sum()
+            value, grad = objective(pi), gradient(pi)
+            gap = _gap(grad, pi)
+            if gap <= tolerance:
+                break
+        free = np.nonzero((pi > 0.0) | (grad > grad @ pi))[0]
+        for _ in range(3):
+            h = hessian(pi, free)
+            size = free.size
+            kkt = np.zeros((size + 1, size + 1))
+            kkt[:size, :size], kkt[:size, size], kkt[size, :size] = h, 1.0, 1.0
+            d = np.linalg.lstsq(kkt, np.concatenate([-grad[free], [0.0]]), rcond=None)[0][:size]
+            stuck = (pi[free] <= 0.0) & (d < 0.0)
+            if not stuck.any():
+                break
+            free = free[~stuck]
+        else:
+            break
+        slope = float(grad[free] @ d)  # the Newton decrement squared on the free cells' face
+        if not (pi[free] <= 0.0).any() and slope <= min(tolerance, DECREMENT_BOUND):
+            # No cell wants to enter and the face's decrement is small: the negative log-likelihood
+            # of counts is self-concordant, so lambda^2 bounds the distance to the maximum (Boyd and
+            # Vandenberghe 9.6.3, lambda <= 0.68). The FW gap cannot certify this last part: it is
+            # the gradient's spread, which the huge curvature keeps far above the distance.
+            gap = max(slope, 0.0)
+            break
+        if not slope > 0.0:
+            break
+        down = d < 0.0
+        limit = float(np.min(pi[free][down] / -d[down])) if down.any() else np.inf
+        t = min(1.0, limit)
+        accepted = False
+        while t > 1e-10:
+            trial = pi.copy()
+            trial[free] += t * d
+            if t == limit:
+                trial[free[down][np.argmin(pi[free][down] / -d[down])]] = 0.0
+            trial = np.maximum(trial, 0.0)
+            trial /= trial.sum()
+            new = objective(trial)
+            if np.isfinite(new) and new >= value + 1e-4 * t * slope:
+                accepted = True
+                break
+            t /= 2.0
+        if not accepted:
+            break
+        pi, value, steps = trial, new, steps + 1
+        grad = gradient(pi)
+        gap = _gap(grad, pi)
+    return pi, steps, gap
 
 
 def check_em_settings(max_iterations: int, tolerance: float) -> None:
@@ -184,7 +277,7 @@ def check_em_settings(max_iterations: int, tolerance: float) -> None:
 def accelerated_em(
     step: Callable[[FloatArray], FloatArray], objective: Callable[[FloatArray], float],
     gradient: Callable[[FloatArray], FloatArray], start: FloatArray, *, max_iterations: int, tolerance: float,
-    accelerate: bool = True,
+    accelerate: bool = True, hessian: Callable[[FloatArray, npt.NDArray[np.int64]], FloatArray] | None = None,
 ) -> EMRun:
     """Run the EM map ``step`` from ``start`` until the duality gap is at most ``tolerance`` nats.
 
@@ -195,11 +288,21 @@ def accelerated_em(
     ``objective`` did not fall below ``F(F(p))``'s, so every cycle raises it as the EM does.
     The stopping rule is certified: the log-likelihood is concave over the simplex, so
     ``max_i g_i - g . pi`` (``g`` the ``gradient``) bounds the distance to its maximum.
+
+    With a ``hessian`` (of the log-likelihood on a set of cells), once the gap is below
+    :data:`NEWTON_SWITCH_GAP` the maximum is polished by :func:`newton_simplex` (the EM's
+    slow tail is the approach of the shares that end at 0); should Newton stall, the EM goes on
+    and Newton is tried again when the gap has fallen tenfold.
     """
-    pi, used = start, 0
-    grad = gradient(pi)
-    gap = float(np.max(grad) - grad @ pi)
+    pi, used, newton = start, 0, 0
+    gap = _gap(gradient(pi), pi)
+    retry = NEWTON_SWITCH_GAP
     while gap > tolerance and used < max_iterations:
+        if hessian is not None and gap <= retry:
+            pi, steps, gap = newton_simplex(pi, objective, gradient, hessian, tolerance=tolerance)
+            newton += steps
+            retry = gap / 10.0
+            continue
         first = step(pi)
         used += 1
         if not accelerate or used + 2 > max_iterations:
@@ -223,14 +326,13 @@ def accelerated_em(
                 used += 1
                 if objective(stepped) >= objective(second):
                     pi = stepped
-        grad = gradient(pi)
-        gap = float(np.max(grad) - grad @ pi)
-    return EMRun(shares=pi, iterations=used, converged=gap <= tolerance, gap=gap)
+        gap = _gap(gradient(pi), pi)
+    return EMRun(shares=pi, iterations=used, converged=gap <= tolerance, gap=gap, newton_steps=newton)
 
 
 def em_bit_counts_run(
     counts: BitCounts, probabilities: tuple[float, float], bit_table: npt.ArrayLike, *,
-    max_iterations: int = 20_000, tolerance: float = 1e-3, accelerate: bool = True,
+    max_iterations: int = 20_000, tolerance: float = 1e-3, accelerate: bool = True, newton: bool = True,
 ) -> EMRun:
     """Shares on the simplex maximizing the composite binomial likelihood of the bit counts.
 
@@ -241,7 +343,8 @@ def em_bit_counts_run(
     with ``theta_r = sum_i P_ri pi_i``; each step raises the likelihood, but
     slowly (docs/decoding.md 9: each (report, bit) trial says little about
     which candidate made it, so the missing information is nearly all of it);
-    :func:`accelerated_em` extrapolates and stops on the duality gap (nats).
+    :func:`accelerated_em` extrapolates, polishes with Newton steps (``newton``, up to
+    :data:`MAX_NEWTON_CELLS` candidates) and stops on the duality gap (nats).
     """
     check_em_settings(max_iterations, tolerance)
     p_star, q_star = probabilities
@@ -277,9 +380,17 @@ def em_bit_counts_run(
         out: FloatArray = gap * (x.T @ (ones / np.maximum(th, tiny) - (sizes - ones) / np.maximum(1.0 - th, tiny)))
         return out
 
+    def hessian(pi: FloatArray, cells: npt.NDArray[np.int64]) -> FloatArray:
+        th = np.clip(theta(pi), tiny, 1.0 - 1e-16)
+        weight = ones / th**2 + (sizes - ones) / (1.0 - th) ** 2
+        part = x[:, cells]
+        out: FloatArray = -(gap**2) * (part.T @ part.multiply(weight[:, None])).toarray()
+        return out
+
     start = np.full(table.shape[1], 1.0 / table.shape[1])
     return accelerated_em(step, objective, gradient, start, max_iterations=max_iterations, tolerance=tolerance,
-                          accelerate=accelerate)
+                          accelerate=accelerate,
+                          hessian=hessian if newton and table.shape[1] <= MAX_NEWTON_CELLS else None)
 
 
 def em_bit_counts(
@@ -442,6 +553,6 @@ def em_reports(
     return fit.joint, fit.std_errors
 
 
-__all__ = ["JOINT_METHODS", "EMRun", "JointEstimate", "PAIR_SEPARATOR", "ReportsEM", "accelerated_em",
+__all__ = ["JOINT_METHODS", "MAX_NEWTON_CELLS", "EMRun", "JointEstimate", "PAIR_SEPARATOR", "ReportsEM", "accelerated_em",
            "check_em_settings", "em_bit_counts", "em_bit_counts_run", "em_reports", "em_reports_fit",
-           "estimate_joint", "log_likelihoods", "pair_domain", "pair_value", "project_simplex"]
+           "estimate_joint", "log_likelihoods", "newton_simplex", "pair_domain", "pair_value", "project_simplex"]
