@@ -23,8 +23,10 @@ each variable):
   simplex with the EM of a mixture whose weights are shared by every
   (cohort, bit) row (:func:`em_bit_counts_run`). The plain EM is a
   contraction of rate ~0.9999 here (nearly all the information is missing),
-  so both EMs are accelerated (:func:`accelerated_em`, SQUAREM) and stop on
-  the duality gap of the concave log-likelihood; converged, the EM is as
+  so both EMs are accelerated (:func:`accelerated_em`, SQUAREM), the
+  bit-count one finished by Newton steps on the support
+  (:func:`newton_simplex`), and they stop on a bound of the distance to the
+  maximum of the concave log-likelihood; converged, the EM is as
   accurate as the projection, which stays the default for its speed
   (docs/decoding.md 9).
 

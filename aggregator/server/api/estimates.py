@@ -10,7 +10,10 @@
   candidate lists too long for a URL or holding commas.
 
 ``candidates`` is comma-separated and may be repeated; it is required for
-Bloom metrics and defaults to the whole domain of a direct metric. Window
+Bloom and prefix metrics and defaults to the whole domain of a direct metric.
+A prefix metric's candidates are decoded on the cohorts that hold them whole
+(shorter than the longest prefix, else 400 ``candidates``; discovery itself is
+``/discovered``; docs/decoding.md 8). Window
 and round default as :mod:`aggregator.server.services.estimates` says. Below the metric's
 ``min_batch_size`` the answer is 200 with ``rows`` ``null`` and a
 ``reason``: never a number.
@@ -152,7 +155,8 @@ _COLLECTION_QUERY = [
     _query("round", {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER},
            "0 (base collection) or a round id; default: the latest finished round with enough reports, else 0"),
     _query("candidates", {"type": "array", "items": {"type": "string"}},
-           "comma-separated or repeated; required for Bloom metrics, default the whole domain of a direct one"),
+           "comma-separated or repeated; required for Bloom and prefix metrics (a prefix metric's: shorter than "
+           "its longest prefix, decoded on the cohorts holding them whole), default the whole domain of a direct one"),
     _query("format", {"enum": list(FORMATS)}, "json (default) or csv"),
 ]
 _ERRORS = {
