@@ -1,10 +1,10 @@
 """Benchmark: ``Client.report()`` against RAPPOR's own ``Encoder.encode``, timed alternately in one process.
 
-Run: .venv/bin/python benchmarks/client.py [--reports N] [--rappor-dir DIR] [--bits M]
+Run: .venv/bin/python benchmarks/client.py [--reports N] [--rappor-dir DIR] [--bits M] [--table] [--callgrind]
 
-Same parameters on both sides (RAPPOR's defaults): a 16-bit Bloom filter,
-2 hashes, MD5 hashing (``hashing="rappor-md5"``), 64 cohorts, f = 0.5
-(symmetric level ``-2 ln f``), IRR p = 0.5, q = 0.75, one categorical value.
+Default parameters (RAPPOR's defaults): a 16-bit Bloom filter, 2 hashes,
+MD5 hashing (``hashing="rappor-md5"``), 64 cohorts, f = 0.5 (symmetric
+level ``-2 ln f``), IRR p = 0.5, q = 0.75, one categorical value.
 
 RAPPOR's encoder: ``DIR/rappor.py`` is google/rappor's
 ``client/python/rappor.py`` (Python 2), loaded at run time and ported
@@ -14,6 +14,8 @@ one ``print >>`` line); none of its code is in this repository. Get it with
 ``--rappor-dir rappor/client/python`` (or set ``ONESIDED_RAPPOR_DIR``).
 Without it the benchmark times :class:`RapporReimplementation`, a
 pure-Python reimplementation of the same published algorithm, and says so.
+RAPPOR's PRR takes one byte of one HMAC-SHA256 per bit, so its encoder
+stops at 32 bits: cases with more bits time it at 32 bits beside ours.
 
 Two alternating series in one process: RAPPOR's ``encode`` then
 ``report()`` with ``autosave=False``, repeated; then RAPPOR's ``encode``
@@ -23,18 +25,32 @@ advances one ``time_precision`` per report), so each is a full report, never
 a repeat. The ceiling is finite (1e9), so the ledger check runs for real.
 Between timed calls, untimed, every ``--flush-every`` reports, each client
 does what its sender does: ``flush()`` to an in-memory fake aggregator
-(seal, upload, refill the ephemeral keys and the IRR uniforms). The sender's
-own cost is timed separately. Numbers go to benchmarks/RESULTS.md.
+(seal, upload, refill the ephemeral keys and the IRR masks). The sender's
+own cost is timed separately.
+
+``--table``: the autosave-off series for each case (Bloom 16 and 128 bits,
+a direct encoding of 128 items) as a Markdown table, load average included.
+``--callgrind``: the same calls counted in instructions instead of time
+(``valgrind --tool=callgrind``, counting only inside the two calls: each
+series runs inside a C function of its own, ``functools.reduce`` for RAPPOR
+and ``itertools.starmap`` for ``report()``, toggled with
+``--toggle-collect``); insensitive to the machine's load. Numbers go to benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import hashlib
 import hmac
+import itertools
 import os
+import shutil
 import statistics
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -46,7 +62,7 @@ from typing import Any
 from client_sdk import Client
 from client_sdk.queue import envelope_of
 from client_sdk.testing import FakeAggregator
-from protocol.encodings import BloomEncoding
+from protocol.encodings import BloomEncoding, DirectEncoding
 from protocol.params import MetricParams
 from protocol.randomizers import laplace_rate_from_f
 
@@ -137,11 +153,38 @@ def make_client(folder: Path, fake: FakeAggregator, clock: Clock, *, autosave: b
     return client
 
 
+def bloom_params(bits: int) -> MetricParams:
+    """RAPPOR's defaults (f .5, p .5, q .75, 2 md5 hashes, 64 cohorts), one categorical value."""
+    return MetricParams(
+        name="word", encoding=BloomEncoding(num_bits=bits, num_hashes=2, num_cohorts=64, hashing="rappor-md5"),
+        mode="symmetric", level=laplace_rate_from_f(F), irr_p=P, irr_q=Q, value_kind="categorical", time_precision=1,
+    )
+
+
+def direct_params(items: int) -> MetricParams:
+    """One bit per item of a declared domain, the same f, p and q."""
+    return MetricParams(
+        name="word", encoding=DirectEncoding(domain=tuple(f"value-{i}" for i in range(items))),
+        mode="symmetric", level=laplace_rate_from_f(F), irr_p=P, irr_q=Q, value_kind="categorical", time_precision=1,
+    )
+
+
+CASES = {  # name: (params, RAPPOR's number of bits)
+    "Bloom 16 bits (RAPPOR's defaults)": (bloom_params(16), 16),
+    "Bloom 128 bits": (bloom_params(128), 32),
+    "direct, 128 items": (direct_params(128), 32),
+}
+
+
 def stats(times: list[int]) -> str:
     ordered = sorted(times)
     median = statistics.median(ordered) / 1e3
     p90 = ordered[int(0.9 * (len(ordered) - 1))] / 1e3
     return f"median {median:7.1f} us, p90 {p90:7.1f} us"
+
+
+def median_us(times: list[int]) -> float:
+    return statistics.median(times) / 1e3
 
 
 def timed(fn: Callable[[], object], into: list[int]) -> None:
@@ -150,56 +193,172 @@ def timed(fn: Callable[[], object], into: list[int]) -> None:
     into.append(time.perf_counter_ns() - t0)
 
 
+class Series:
+    """One client and one RAPPOR encoder, called alternately, one new window per report."""
+
+    def __init__(self, folder: Path, params: MetricParams, rappor_dir: str | None, rappor_bits: int, *,
+                 autosave: bool) -> None:
+        self.fake = FakeAggregator([params])
+        self.clock = Clock()
+        self.client = make_client(folder, self.fake, self.clock, autosave=autosave)
+        self.encoder, self.label = rappor_encoder(rappor_dir, rappor_bits, 7, os.urandom(32))
+        self.words = [f"value-{i}" for i in range(50)]
+        self.returned: list[str] = []
+
+    def report(self, i: int) -> str:
+        self.clock.now += 1
+        rid = self.client.report("word", self.words[i % len(self.words)])
+        self.returned.append(rid)
+        return rid
+
+    def encode(self, i: int) -> int:
+        return int(self.encoder.encode(self.words[i % len(self.words)].encode()))
+
+    def timed(self, reports: int, flush_every: int) -> tuple[list[int], list[int]]:
+        """RAPPOR's encode then report(), ``reports`` times; the sender's work between, untimed."""
+        rappor: list[int] = []
+        ours: list[int] = []
+        for i in range(reports):
+            timed(lambda: self.encode(i), rappor)  # noqa: B023 - called at once
+            timed(lambda: self.report(i), ours)  # noqa: B023 - called at once
+            if (i + 1) % flush_every == 0:
+                self.client.flush()  # untimed: the sender's work
+        self.client.flush()
+        return rappor, ours
+
+    def counted(self, reports: int, flush_every: int) -> None:
+        """The same calls for callgrind: RAPPOR's inside ``functools.reduce``, report()'s inside ``starmap``.
+
+        Callgrind counts only inside those two C functions (``--toggle-collect``), which nothing else here calls.
+        """
+        for start in range(0, reports, flush_every):
+            chunk = range(start, min(reports, start + flush_every))
+            functools.reduce(lambda _, i: self.encode(i), chunk, 0)
+            collections.deque(itertools.starmap(self.report, ((i,) for i in chunk)), maxlen=0)
+            self.client.flush()
+
+    def check_delivered(self) -> None:
+        received = {rid for metric, rid in self.fake.stored if metric == "word"}
+        if not set(self.returned) <= received:
+            raise SystemExit("a returned report id was not delivered")
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reports", type=int, default=3000)
     ap.add_argument("--bits", type=int, default=16)
     ap.add_argument("--rappor-dir", default=os.environ.get("ONESIDED_RAPPOR_DIR"))
     ap.add_argument("--flush-every", type=int, default=16, help="untimed sender work every this many reports")
+    ap.add_argument("--table", action="store_true", help="every case (Bloom 16/128 bits, direct), autosave off")
+    ap.add_argument("--callgrind", action="store_true", help="instruction counts under valgrind instead of times")
+    ap.add_argument("--case", help=argparse.SUPPRESS)  # the case one --callgrind child counts
     args = ap.parse_args()
-    params = MetricParams(
-        name="word", encoding=BloomEncoding(num_bits=args.bits, num_hashes=2, num_cohorts=64, hashing="rappor-md5"),
-        mode="symmetric", level=laplace_rate_from_f(F), irr_p=P, irr_q=Q, value_kind="categorical", time_precision=1,
-    )
-    words = [f"value-{i}" for i in range(50)]
-    fake = FakeAggregator([params])
+    if args.case is not None:
+        count_case(args)
+    elif args.callgrind:
+        callgrind(args)
+    elif args.table:
+        table(args)
+    else:
+        default(args)
+
+
+def default(args: argparse.Namespace) -> None:
+    params = bloom_params(args.bits)
     with tempfile.TemporaryDirectory() as tmp:
-        clocks = {"off": Clock(), "on": Clock()}
-        clients = {k: make_client(Path(tmp) / k, fake, clocks[k], autosave=k == "on") for k in clocks}
-        encoder, label = rappor_encoder(args.rappor_dir, args.bits, 7, os.urandom(32))
-        print(f"Bloom m={args.bits}, k=2, md5, f={F}, p={P}, q={Q}; {args.reports} reports a pair, timed alternately")
-        returned: list[str] = []
-        for key, what in (("off", "autosave off"), ("on", "autosave on (fsync'ed)")):
-            times: dict[str, list[int]] = {"rappor": [], key: []}
-            client = clients[key]
-            for i in range(args.reports):
-                word = words[i % len(words)]
-                raw = word.encode()
-                timed(lambda: encoder.encode(raw), times["rappor"])  # noqa: B023 - called at once
-                clocks[key].now += 1
-                t0 = time.perf_counter_ns()
-                returned.append(client.report("word", word))
-                times[key].append(time.perf_counter_ns() - t0)
-                if (i + 1) % args.flush_every == 0:
-                    client.flush()  # untimed: the sender's work
-            client.flush()
-            print(f"  {label}: {stats(times['rappor'])}")
-            print(f"  Client.report(), {what}: {stats(times[key])}")
-        received = {rid for metric, rid in fake.stored if metric == "word"}
-        assert set(returned) <= received, "a returned id was not delivered"  # noqa: S101 - a benchmark's check
-        sender_and_fallback(clients["off"], clocks["off"], words, min(args.reports, 1000))
-        for client in clients.values():
-            client.close()
+        print(f"Bloom m={args.bits}, k=2, md5, f={F}, p={P}, q={Q}; {args.reports} reports a pair, timed alternately; "
+              f"load average {load_average()}")
+        for autosave, what in ((False, "autosave off"), (True, "autosave on (fsync'ed)")):
+            series = Series(Path(tmp) / what.split()[1], params, args.rappor_dir, min(args.bits, 32), autosave=autosave)
+            rappor, ours = series.timed(args.reports, args.flush_every)
+            series.check_delivered()
+            print(f"  {series.label}: {stats(rappor)}")
+            print(f"  Client.report(), {what}: {stats(ours)}")
+            if not autosave:
+                sender_and_fallback(series, min(args.reports, 1000))
+            series.close()
 
 
-def sender_and_fallback(client: Client, clock: Clock, words: list[str], n: int) -> None:
+def table(args: argparse.Namespace) -> None:
+    print(f"`benchmarks/client.py --table --reports {args.reports}`, load average before: {load_average()}\n")
+    print("| case | RAPPOR `Encoder.encode` median (bits) | `Client.report()` median, autosave off | p90 | ratio |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, (name, (params, rappor_bits)) in enumerate(CASES.items()):
+            series = Series(Path(tmp) / str(n), params, args.rappor_dir, rappor_bits, autosave=False)
+            rappor, ours = series.timed(args.reports, args.flush_every)
+            series.check_delivered()
+            series.close()
+            p90 = sorted(ours)[int(0.9 * (len(ours) - 1))] / 1e3
+            print(f"| {name} | {median_us(rappor):.1f} us ({rappor_bits}) | {median_us(ours):.1f} us | {p90:.1f} us "
+                  f"| {median_us(ours) / median_us(rappor):.2f} |")
+    print(f"\nRAPPOR's encoder: {series.label}; load average after: {load_average()}")
+
+
+def callgrind(args: argparse.Namespace) -> None:
+    """Run each case under callgrind in a child process and print instructions per call."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--callgrind needs valgrind (apt-get install valgrind)")
+    print(f"Instructions per call (callgrind, {args.reports} calls each, alternating in chunks of {args.flush_every})\n")
+    print("| case | RAPPOR `Encoder.encode` (bits) | `Client.report()`, autosave off | ratio |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (_, rappor_bits) in CASES.items():
+            out = Path(tmp) / "callgrind.out"
+            command = [
+                "valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
+                "--toggle-collect=starmap_next", f"--callgrind-out-file={out}", sys.executable, __file__,
+                "--case", name, "--reports", str(args.reports), "--flush-every", str(args.flush_every),
+            ] + (["--rappor-dir", args.rappor_dir] if args.rappor_dir else [])
+            subprocess.run(command, check=True, capture_output=True)
+            counts = inclusive_counts(out, ("functools_reduce", "starmap_next"))
+            rappor, ours = counts["functools_reduce"] / args.reports, counts["starmap_next"] / args.reports
+            print(f"| {name} | {rappor:,.0f} ({rappor_bits}) | {ours:,.0f} | {ours / rappor:.2f} |")
+
+
+def count_case(args: argparse.Namespace) -> None:
+    """The child of :func:`callgrind`: one case's calls, each kind inside its own builtin."""
+    params, rappor_bits = CASES[args.case]
+    with tempfile.TemporaryDirectory() as tmp:
+        series = Series(Path(tmp), params, args.rappor_dir, rappor_bits, autosave=False)
+        series.counted(args.reports, args.flush_every)
+        series.check_delivered()
+        series.close()
+
+
+def inclusive_counts(out: Path, functions: tuple[str, ...]) -> dict[str, int]:
+    """Inclusive instruction counts of ``functions`` from a callgrind output file (callgrind_annotate)."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], check=True, capture_output=True,
+                          text=True).stdout
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        for name in functions:
+            if fields and any(f.endswith(":" + name) or f == name for f in fields[1:]) and name not in counts:
+                counts[name] = int(fields[0].replace(",", ""))
+    missing = set(functions) - set(counts)
+    if missing:
+        raise SystemExit(f"callgrind_annotate did not list {sorted(missing)}")
+    return counts
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def sender_and_fallback(series: Series, n: int) -> None:
     """What moved off the caller's thread, and report() when nothing was made ahead of time."""
+    client = series.client
     empty: list[int] = []
     for i in range(n):
         client._ephemeral.clear()  # as after a restart, before the first sync() or flush()
-        clock.now += 1
-        word = words[i % len(words)]
-        timed(lambda: client.report("word", word), empty)  # noqa: B023 - called at once
+        timed(lambda: series.report(i), empty)  # noqa: B023 - called at once
     print(f"  Client.report(), no key made ahead (inline X25519 key generation): {stats(empty)}")
     items = list(client._queue)[-n:]
     sealing: list[int] = []
@@ -213,6 +372,7 @@ def sender_and_fallback(client: Client, clock: Clock, words: list[str], n: int) 
     per_key = statistics.median(keys) / client._ephemeral.size / 1e3
     print(f"  sender: make one ephemeral key ahead of time:                     median {per_key:7.1f} us")
     client.flush()
+    series.check_delivered()
 
 
 if __name__ == "__main__":

@@ -20,22 +20,33 @@ then leaks which days differ (an infinite loss without IRR; docs/privacy.md).
   chain of the window's releases (``levels[0]`` the window's first report).
 
 One report, two code paths, one definition. :func:`permanent_bits` (numpy)
-is the definition; :func:`report_mask` (what the client sends, also behind
-:func:`report_bits`) computes the same bits as Python integers for one
-report, without numpy round trips on 16-128 element arrays:
+is the definition; :func:`report_mask` (also behind :func:`report_bits`)
+and :class:`ReportPlan` (what :meth:`client_sdk.Client.report` runs) compute
+the same bits as Python integers for one report, without numpy round trips
+on 16-128 element arrays:
 
 * a fresh draw (a window's first report) reads the keyed stream once and
   compares each 52-bit stream index ``k = w >> 12`` with an integer cut.
   The cut is not a formula of its own: :func:`fresh_cuts` finds it by
   running the vectorized path (``draw_noise`` then ``permanent``) on grid
   uniforms, so ``[b + V(u_k) > 1/2]`` and the cut test agree on every
-  ``k`` (``V`` is monotone in ``u``: sampling by inversion);
+  ``k`` (``V`` is monotone in ``u``: sampling by inversion). The test runs
+  on all words at once (:class:`CutTable`: the words' top bytes through
+  ``bytes.translate``, the whole word where the top byte ties);
 * a relaxed chain (a round's re-send) takes the vectorized noise as is;
-* the IRR compares the injected source's uniforms with ``irr_p`` / ``irr_q``
-  exactly as :meth:`~protocol.randomizers.Randomizer.instantaneous` does,
-  one uniform per bit, drawn in one call.
+* the IRR compares uniforms with ``irr_p`` / ``irr_q`` exactly as
+  :meth:`~protocol.randomizers.Randomizer.instantaneous` does, one uniform
+  per bit, as two masks (:func:`irr_masks`, :func:`apply_irr`); the client
+  compares its reports' uniforms ahead of time, in blocks
+  (:class:`client_sdk.client.IrrPool`).
 
-``tests/test_client_fast.py`` checks the two paths bit for bit.
+A plan holds what does not depend on the value (the encoding's indexer,
+the secret's HMAC key schedule with the metric's part of the noise seed's
+message hashed, the level's cut tables, the payload header): the seed is
+``noise_seed`` itself (:class:`~protocol.rng.KeyedHmac`), so which stream a
+bit's noise comes from is unchanged (``tests/vectors/noise.json``).
+
+``tests/test_client_fast.py`` checks the paths bit for bit.
 
 Nothing in this module leaves the device; none of it is logged.
 """
