@@ -7,7 +7,7 @@ update is, for every collection ``g`` present and bit ``b``,
     ones[g, b] = sum over the batch's reports r in g of bit_b(r),
     reports[g] = number of the batch's reports in g,
 
-computed with one ``unpackbits`` and one ``add.reduceat``. The ``aggregates``
+computed with one ``lexsort``, one ``unpackbits`` and one ``add.reduceat``. The ``aggregates``
 table keeps a collection's ``ones`` as one value, ``num_bits`` little-endian
 int64 counts (:func:`pack_counts`, :func:`unpack_counts`), so a batch reads
 and rewrites one row per collection it touches.
@@ -85,14 +85,13 @@ def sum_bits(
     if keys.shape[0] == 0:
         empty = np.zeros((0, 3), dtype=np.int64)
         return BatchSums(keys=empty, ones=np.zeros((0, num_bits), dtype=np.int64), reports=np.zeros(0, dtype=np.int64))
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    order = np.argsort(inverse, kind="stable")
-    bits = np.unpackbits(packed_arr[order], axis=1, count=num_bits, bitorder="little").astype(np.int64)
-    starts = np.searchsorted(inverse[order], np.arange(unique.shape[0]))
-    ones = np.add.reduceat(bits, starts, axis=0)
-    reports = np.bincount(inverse, minlength=unique.shape[0]).astype(np.int64)
-    return BatchSums(keys=unique, ones=ones, reports=reports)
+    order = np.lexsort(keys.T[::-1])  # by window, then round, then cohort (np.unique(axis=0) cost 70 us of 130)
+    ordered = keys[order]
+    starts = np.flatnonzero(np.concatenate(([True], np.any(ordered[1:] != ordered[:-1], axis=1))))
+    bits = np.unpackbits(packed_arr[order], axis=1, count=num_bits, bitorder="little")
+    ones = np.add.reduceat(bits, starts, axis=0, dtype=np.int64)
+    reports = np.diff(np.append(starts, keys.shape[0])).astype(np.int64)
+    return BatchSums(keys=ordered[starts], ones=ones, reports=reports)
 
 
 def pack_counts(counts: npt.ArrayLike) -> list[bytes]:
