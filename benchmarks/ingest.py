@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/ingest.py [--reports 100000] [--batch 1000] [--uploaders 2]
          [--backend sqlite|postgresql|both] [--form binary|json] [--pg-workers 2] [--decrypt-processes 2]
-     .venv/bin/python benchmarks/ingest.py --table [--reports 20000]   (JSON and binary x batches 10/100/1000)
+     .venv/bin/python benchmarks/ingest.py --table [--reports 100000] [--batches 10,100,1000] [--forms json,binary]
 
 What it does:
 
@@ -13,25 +13,34 @@ What it does:
    without and with ``--decrypt-processes`` helper processes for opening
    envelopes; PostgreSQL: ``--pg-workers`` gunicorn workers, in a fresh
    schema of database ``test`` on 127.0.0.1:5432), registers the metric;
-3. ``--uploaders`` processes post the pre-encoded batches (keep-alive
-   a connection per batch, retrying transport errors and 5xx) and the wall time from the
-   first request to the last answer gives reports per second;
-4. checks zero loss: every report ``accepted``, the stored aggregates equal
-   the exact per-cohort bit sums of the reports, and the raw report count
-   equals ``--reports``.
+3. sends a warm-up batch of 200 reports (another window; it starts the
+   decrypt helpers), then ``--uploaders`` processes post the pre-encoded
+   batches (one kept-alive ``http.client`` connection each, retrying
+   transport errors and 5xx) and the wall time from the first request to the
+   last answer gives reports per second;
+4. measures CPU time over the same span: the server's processes from
+   ``/proc/PID/stat`` (the gunicorn master and worker, and apart from them
+   their descendants: the decrypt helpers and the forkserver), and the
+   uploaders' own (``resource.getrusage``), each per report;
+5. checks zero loss: every report ``accepted``, the stored aggregates of the
+   timed window equal the exact per-cohort bit sums of the reports, and the
+   raw report count equals ``--reports`` plus the warm-up.
 
 It also times the per-report CPU parts of the server (opening the X25519
 envelope, checking the payload) on one core, to show what bounds the rate.
-Client and server share this machine's cores.
+Client and server share this machine's cores: read reports/s with the CPU
+per report and the load average printed beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import multiprocessing
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -39,6 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -109,28 +119,90 @@ def encode(batches: list[list[ReportEnvelope]], form: str) -> tuple[list[bytes],
     return [json.dumps(encode_batch_json(b), separators=(",", ":")).encode() for b in batches], CONTENT_TYPE_JSON
 
 
-def upload(url: str, bodies: list[bytes], content_type: str, start_at: float) -> tuple[int, int]:
-    """Post every body (retrying transport errors and 5xx); return (accepted, retries)."""
-    session = requests.Session()
-    # A new connection per batch lets whichever worker is free accept it; a kept-alive
-    # connection stays with one worker process even when the other is idle.
-    headers = {"Content-Type": content_type, "Connection": "close"}
+def upload(url: str, bodies: list[bytes], content_type: str, start_at: float) -> tuple[int, int, float]:
+    """Post every body (retrying transport errors and 5xx); return (accepted, retries, CPU seconds).
+
+    One kept-alive connection (``http.client``: a tenth of ``requests``' CPU per
+    request, which matters when the uploaders share the server's cores).
+    """
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    headers = {"Content-Type": content_type}
     accepted = retries = 0
     time.sleep(max(0.0, start_at - time.time()))
+    cpu = _own_cpu()
     for body in bodies:
         for attempt in range(20):
+            status, text = 0, b""
             try:
-                answer = session.post(f"{url}/v1/reports", data=body, headers=headers, timeout=120)
-            except requests.RequestException:
-                answer = None
-            if answer is not None and answer.status_code < 500:
+                connection.request("POST", "/v1/reports", body=body, headers=headers)
+                answer = connection.getresponse()
+                status, text = answer.status, answer.read()
+            except (OSError, http.client.HTTPException):
+                connection.close()  # reconnects on the next request
+            if 0 < status < 500:
                 break
             retries += 1
             time.sleep(min(2.0, 0.05 * 2**attempt))
-        if answer is None or answer.status_code != 200:
-            raise RuntimeError(f"upload failed: {None if answer is None else answer.text}")
-        accepted += answer.json()["accepted"]
-    return accepted, retries
+        if status != 200:
+            raise RuntimeError(f"upload failed: {status} {text[:300]!r}")
+        accepted += json.loads(text)["accepted"]
+    connection.close()
+    return accepted, retries, _own_cpu() - cpu
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _proc_stats() -> dict[int, tuple[int, float]]:
+    """Every process's (parent pid, CPU seconds) from ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return stats
+
+
+def server_cpu(root: int) -> dict[int, tuple[int, float]]:
+    """CPU seconds of ``root`` and its descendants: ``{pid: (depth, seconds)}`` (depth 0: ``root``)."""
+    stats = _proc_stats()
+    depth = {root: 0}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _) in stats.items():
+            if ppid == parent and pid not in depth:
+                depth[pid] = depth[parent] + 1
+                frontier.append(pid)
+    return {pid: (d, stats[pid][1]) for pid, d in depth.items() if pid in stats}
+
+
+def cpu_spent(before: dict[int, tuple[int, float]], after: dict[int, tuple[int, float]]) -> tuple[float, float]:
+    """(master + worker, their descendants) CPU seconds between two :func:`server_cpu` snapshots.
+
+    Depth <= 1 is gunicorn's master and its worker (which parses, checks and
+    stores); deeper are the worker's helper processes (decrypt helpers,
+    forkserver, the analysts' decode helper). A process started in between
+    counts whole; one that exited in between is missed (none do here).
+    """
+    spent = [0.0, 0.0]
+    for pid, (d, seconds) in after.items():
+        spent[d > 1] += seconds - before.get(pid, (d, 0.0))[1]
+    return spent[0], spent[1]
+
+
+def load_average() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def free_port() -> int:
@@ -140,8 +212,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(args: list[str]) -> Iterator[str]:
-    """``onesided serve ARGS`` as a child process until the block ends."""
+def server(args: list[str]) -> Iterator[tuple[str, int]]:
+    """``onesided serve ARGS`` as a child process until the block ends: its URL and pid."""
     port = free_port()
     code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     log = tempfile.TemporaryFile()
@@ -158,45 +230,98 @@ def server(args: list[str]) -> Iterator[str]:
                 if requests.get(f"{url}/v1/health", timeout=2).ok:
                     break
             time.sleep(0.1)
-        yield url
+        yield url, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
         log.close()
 
 
-def run_backend(label: str, db_url: str, serve_args: list[str], bodies: list[bytes], content_type: str,
-                n: int, expected: tuple[np.ndarray, np.ndarray], uploaders: int) -> dict[str, object]:
+@dataclass(frozen=True)
+class Workload:
+    """Pre-encoded batches of one window, their expected counts, and a warm-up batch of another window."""
+
+    bodies: list[bytes]
+    content_type: str
+    reports: int
+    window: int
+    ones: npt.NDArray[np.int64]
+    totals: npt.NDArray[np.int64]
+    warmup: bytes
+    warmup_reports: int
+
+
+def run_backend(label: str, db_url: str, serve_args: list[str], work: Workload, uploaders: int) -> dict[str, object]:
     storage = Storage.open(db_url)
     token = storage.create_token(role="admin", name="bench")[1]
-    with server(serve_args) as url:
+    with server(serve_args) as (url, pid):
         answer = requests.post(f"{url}/v1/metrics", json=PARAMS.to_dict(), headers={"Authorization": f"Bearer {token}"}, timeout=30)
         answer.raise_for_status()
+        warm = requests.post(f"{url}/v1/reports", data=work.warmup, headers={"Content-Type": work.content_type}, timeout=60)
+        if warm.status_code != 200 or warm.json()["accepted"] != work.warmup_reports:
+            raise RuntimeError(f"warm-up batch failed: {warm.text[:300]}")
+        time.sleep(0.5)  # the helpers have started
         start_at = time.time() + 1.0
-        shares = [bodies[i::uploaders] for i in range(uploaders)]
+        shares = [work.bodies[i::uploaders] for i in range(uploaders)]
+        load_before = load_average()
         with multiprocessing.get_context("fork").Pool(uploaders) as pool:
-            pending = pool.starmap_async(upload, [(url, share, content_type, start_at) for share in shares])
+            pending = pool.starmap_async(upload, [(url, share, work.content_type, start_at) for share in shares])
+            time.sleep(max(0.0, start_at - time.time() - 0.05))
+            cpu_before = server_cpu(pid)
             outcome = pending.get()
         elapsed = time.time() - start_at
-    ones, totals = storage.bit_counts(PARAMS.name)
+        cpu_after = server_cpu(pid)
+        load_after = load_average()
+    worker_cpu, helper_cpu = cpu_spent(cpu_before, cpu_after)
+    ones, totals = storage.bit_counts(PARAMS.name, window=work.window)
     counts = storage.table_counts()
     storage.close()
-    accepted = sum(a for a, _ in outcome)
+    n = work.reports
+    accepted = sum(a for a, _, _ in outcome)
     lossless = (
         accepted == n
-        and counts["reports"] == n
-        and np.array_equal(totals, expected[1])
-        and np.array_equal(ones, expected[0])
+        and counts["reports"] == n + work.warmup_reports
+        and np.array_equal(totals, work.totals)
+        and np.array_equal(ones, work.ones)
     )
     return {
         "backend": label,
         "reports": n,
         "seconds": round(elapsed, 3),
         "reports_per_second": round(n / elapsed),
+        "worker_cpu_us_per_report": round(worker_cpu / n * 1e6, 1),
+        "helpers_cpu_us_per_report": round(helper_cpu / n * 1e6, 1),
+        "uploaders_cpu_us_per_report": round(sum(c for _, _, c in outcome) / n * 1e6, 1),
+        "load_average": f"{load_before} -> {load_after}",
         "accepted": accepted,
-        "retries": sum(r for _, r in outcome),
+        "retries": sum(r for _, r, _ in outcome),
         "zero_loss": lossless,
     }
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Sealed reports of the current window with their expected counts, and 200 warm-up reports of the previous one."""
+
+    envelopes: list[ReportEnvelope]
+    window: int
+    ones: npt.NDArray[np.int64]
+    totals: npt.NDArray[np.int64]
+    warmup: list[ReportEnvelope]
+
+    @classmethod
+    def make(cls, keys: AggregatorKeys, n: int) -> Prepared:
+        window = int(time.time() // PARAMS.time_precision) * PARAMS.time_precision
+        envelopes, ones, totals = generate(keys.seal_public_raw, n, window)
+        warmup = make_chunk(keys.seal_public_raw, n, 200, window - PARAMS.time_precision)[0]
+        return cls(envelopes=envelopes, window=window, ones=ones, totals=totals, warmup=warmup)
+
+    def workload(self, size: int, form: str) -> Workload:
+        """The reports in ``form`` batches of ``size``."""
+        n = len(self.envelopes)
+        bodies, content_type = encode([self.envelopes[i : i + size] for i in range(0, n, size)], form)
+        return Workload(bodies=bodies, content_type=content_type, reports=n, window=self.window, ones=self.ones,
+                        totals=self.totals, warmup=encode([self.warmup], form)[0][0], warmup_reports=len(self.warmup))
 
 
 def cpu_parts(keys: AggregatorKeys, envelopes: list[ReportEnvelope]) -> dict[str, float]:
@@ -229,25 +354,25 @@ def main() -> None:
     parser.add_argument("--table", action="store_true",
                         help="SQLite, 1 worker + --decrypt-processes helpers: reports/s for JSON and binary "
                              "batches of 10, 100 and 1,000 (the table of benchmarks/RESULTS.md)")
+    parser.add_argument("--batches", default="10,100,1000", help="--table: batch sizes, comma-separated")
+    parser.add_argument("--forms", default="json,binary", help="--table: forms, comma-separated")
     args = parser.parse_args()
     if args.table:
         table(args)
         return
 
     folder = Path(tempfile.mkdtemp(prefix="onesided-bench-"))
+    folder.chmod(0o700)
     keys = AggregatorKeys.generate()
     keys.save(folder / "keys")
-    window = int(time.time() // PARAMS.time_precision) * PARAMS.time_precision
     t0 = time.perf_counter()
-    envelopes, ones, totals = generate(keys.seal_public_raw, args.reports, window)
-    batches = [envelopes[i : i + args.batch] for i in range(0, len(envelopes), args.batch)]
-    bodies, content_type = encode(batches, args.form)
-    prepared = time.perf_counter() - t0
+    prepared = Prepared.make(keys, args.reports)
+    work = prepared.workload(args.batch, args.form)
     results: dict[str, object] = {
         "setup": {"reports": args.reports, "batch": args.batch, "uploaders": args.uploaders, "form": args.form,
-                  "cores": os.cpu_count(), "prepare_seconds": round(prepared, 1),
-                  "mean_body_bytes": round(sum(map(len, bodies)) / len(bodies))},
-        "cpu_per_report": cpu_parts(keys, envelopes),
+                  "cores": os.cpu_count(), "prepare_seconds": round(time.perf_counter() - t0, 1),
+                  "mean_body_bytes": round(sum(map(len, work.bodies)) / len(work.bodies))},
+        "cpu_per_report": cpu_parts(keys, prepared.envelopes),
         "runs": [],
     }
     common = ["--key-dir", str(folder / "keys"), "--threads", str(args.threads), "--max-reports", str(max(args.batch, 1000))]
@@ -258,50 +383,59 @@ def main() -> None:
             label = "sqlite (1 worker)" if helpers == 0 else f"sqlite (1 worker, {helpers} decrypt helpers)"
             runs.append(run_backend(label, Settings(data_dir=data_dir).database_url,
                                     ["--data-dir", str(data_dir), "--decrypt-processes", str(helpers), *common],
-                                    bodies, content_type, args.reports, (ones, totals), args.uploaders))
+                                    work, args.uploaders))
     if args.backend in ("postgresql", "both"):
         with scratch_schema(PG_BASE, "onesided_bench") as url:
             runs.append(run_backend(f"postgresql ({args.pg_workers} workers)", url,
-                                    ["--db", url, "--workers", str(args.pg_workers), *common],
-                                    bodies, content_type, args.reports, (ones, totals), args.uploaders))
+                                    ["--db", url, "--workers", str(args.pg_workers), *common], work, args.uploaders))
     results["runs"] = runs
     if args.json:
         print(json.dumps(results, indent=2))
         return
     setup = results["setup"]
     print(f"prepared {args.reports} sealed reports in {setup['prepare_seconds']} s "  # type: ignore[index]
-          f"({len(bodies)} {args.form} batches of {args.batch}, ~{setup['mean_body_bytes']} bytes each)")  # type: ignore[index]
+          f"({len(work.bodies)} {args.form} batches of {args.batch}, ~{setup['mean_body_bytes']} bytes each)")  # type: ignore[index]
     cpu = results["cpu_per_report"]
     print(f"server CPU per report on one core: open_sealed {cpu['open_sealed_us']} us, "  # type: ignore[index]
           f"unpack_payload {cpu['unpack_payload_us']} us")  # type: ignore[index]
     for run in runs:
-        print(f"{run['backend']:<26} {run['reports_per_second']:>8} reports/s  ({run['seconds']} s, "
-              f"{args.uploaders} uploaders, retries {run['retries']})  zero loss: {run['zero_loss']}")
+        print(f"{run['backend']:<38} {run['reports_per_second']:>8} reports/s  ({run['seconds']} s, retries "
+              f"{run['retries']}); CPU us/report: worker {run['worker_cpu_us_per_report']}, helpers "
+              f"{run['helpers_cpu_us_per_report']}, uploaders {run['uploaders_cpu_us_per_report']}; "
+              f"load {run['load_average']}; zero loss: {run['zero_loss']}")
+
+
+TABLE_HEADER = (
+    "| form | batch | reports/s | worker CPU us/report | helpers CPU us/report | uploaders CPU us/report "
+    "| load average (before -> after) | zero loss |\n|---|---:|---:|---:|---:|---:|---|---|"
+)
 
 
 def table(args: argparse.Namespace) -> None:
-    """Reports/s per (form, batch size) on SQLite with one worker and the decrypt helpers."""
+    """Reports/s and CPU per report per (form, batch size) on SQLite with one worker and the decrypt helpers."""
     folder = Path(tempfile.mkdtemp(prefix="onesided-bench-"))
     folder.chmod(0o700)
     keys = AggregatorKeys.generate()
     keys.save(folder / "keys")
-    window = int(time.time() // PARAMS.time_precision) * PARAMS.time_precision
-    envelopes, ones, totals = generate(keys.seal_public_raw, args.reports, window)
+    prepared = Prepared.make(keys, args.reports)
     rows = []
-    for form in ("json", "binary"):
-        for size in (10, 100, 1000):
-            bodies, content_type = encode([envelopes[i : i + size] for i in range(0, len(envelopes), size)], form)
+    for form in args.forms.split(","):
+        for size in (int(b) for b in args.batches.split(",")):
             data_dir = folder / f"sqlite-{form}-{size}"
             serve_args = ["--data-dir", str(data_dir), "--decrypt-processes", str(args.decrypt_processes),
-                          "--key-dir", str(folder / "keys"), "--threads", str(args.threads), "--max-reports", "1000"]
-            run = run_backend(f"{form} {size}", Settings(data_dir=data_dir).database_url, serve_args, bodies,
-                              content_type, args.reports, (ones, totals), args.uploaders)
-            rows.append((form, size, run["reports_per_second"], run["zero_loss"]))
-    print(f"SQLite, 1 worker, {args.decrypt_processes} decrypt helpers, {args.uploaders} uploaders, "
-          f"{args.reports} reports, {os.cpu_count()} cores")
-    print("| form | batch | reports/s | zero loss |\n|---|---|---|---|")
-    for form, size, rate, lossless in rows:
-        print(f"| {form} | {size} | {rate:,} | {lossless} |")
+                          "--key-dir", str(folder / "keys"), "--threads", str(args.threads),
+                          "--max-reports", str(max(size, 1000))]
+            run = run_backend(f"{form} {size}", Settings(data_dir=data_dir).database_url, serve_args,
+                              prepared.workload(size, form), args.uploaders)
+            rows.append((form, size, run))
+            print(f"  {form} {size}: {run['reports_per_second']:,} reports/s", file=sys.stderr)
+    print(f"SQLite, 1 worker, {args.decrypt_processes} decrypt helpers, {args.threads} threads, {args.uploaders} "
+          f"uploaders, {args.reports} reports, {os.cpu_count()} cores")
+    print(TABLE_HEADER)
+    for form, size, run in rows:
+        print(f"| {form} | {size:,} | {run['reports_per_second']:,} | {run['worker_cpu_us_per_report']} "
+              f"| {run['helpers_cpu_us_per_report']} | {run['uploaders_cpu_us_per_report']} | {run['load_average']} "
+              f"| {'yes' if run['zero_loss'] else 'NO'} |")
 
 
 if __name__ == "__main__":
