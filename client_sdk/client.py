@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from protocol.crypto import b64d, b64e, ephemeral_keypair, key_id
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from protocol.crypto import b64d, b64e, ephemeral_key, key_id
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import (
     OnesidedError,
@@ -109,7 +111,7 @@ _DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
 # once, and both are emptied in a forked child (which must never reuse its parent's keys or uniforms).
 EPHEMERAL_POOL = 32
 IRR_AHEAD = 64
-_AHEAD: weakref.WeakSet[EphemeralPool | IrrPool] = weakref.WeakSet()
+_AHEAD: weakref.WeakSet[EphemeralPool | IrrPool | HeldKeys] = weakref.WeakSet()
 
 
 def _empty_after_fork() -> None:
@@ -120,9 +122,12 @@ def _empty_after_fork() -> None:
 os.register_at_fork(after_in_child=_empty_after_fork)
 
 
-def _with_id(pair: tuple[bytes, bytes]) -> tuple[bytes, bytes, str]:
-    private, public = pair
-    return private, public, b64e(sealed_report_id(public))
+Ephemeral = tuple[X25519PrivateKey, bytes, bytes, str]
+
+
+def _ephemeral() -> Ephemeral:
+    key, private, public = ephemeral_key()
+    return key, private, public, b64e(sealed_report_id(public))
 
 
 class EphemeralPool:
@@ -135,22 +140,53 @@ class EphemeralPool:
 
     def __init__(self, size: int = EPHEMERAL_POOL) -> None:
         self.size = size
-        self._keys: collections.deque[tuple[bytes, bytes, str]] = collections.deque()
+        self._keys: collections.deque[Ephemeral] = collections.deque()
         _AHEAD.add(self)
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def take(self) -> tuple[bytes, bytes, str]:
-        """``(private, public, report id)``: raw keys never handed out before, and ``b64e(sealed_report_id(public))``."""
+    def take(self) -> Ephemeral:
+        """``(key, private, public, report id)``: a key never handed out before, its raw halves, and
+        ``b64e(sealed_report_id(public))``."""
         try:
             return self._keys.popleft()
         except IndexError:
-            return _with_id(ephemeral_keypair())
+            return _ephemeral()
 
     def refill(self) -> None:
         while len(self._keys) < self.size:
-            self._keys.append(_with_id(ephemeral_keypair()))
+            self._keys.append(_ephemeral())
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+class HeldKeys:
+    """The ephemeral key objects of the reports queued since start, by report id, for the sender.
+
+    Sealing from the queued raw bytes would derive each key's public half
+    again (~30 us); the object already has it. Memory only: after a restart
+    the sender loads the bytes. Emptied in a forked child. Thread-safe
+    (single dict operations).
+    """
+
+    def __init__(self) -> None:
+        self._keys: dict[str, X25519PrivateKey] = {}
+        _AHEAD.add(self)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def put(self, report_id: str, key: X25519PrivateKey) -> None:
+        self._keys[report_id] = key
+
+    def get(self, report_id: str) -> X25519PrivateKey | None:
+        return self._keys.get(report_id)
+
+    def forget(self, report_ids: Iterable[str]) -> None:
+        for report_id in report_ids:
+            self._keys.pop(report_id, None)
 
     def clear(self) -> None:
         self._keys.clear()
@@ -395,6 +431,7 @@ class Client:
         self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
         self._queue = ReportQueue(self._store.queue_path, self._store.key)
         self._ephemeral = EphemeralPool()
+        self._held = HeldKeys()
         self._irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self._plans: dict[str, _Reporting] = {}
         self._dirty = False
@@ -779,7 +816,8 @@ class Client:
         config = self._config
         if config is None:  # pragma: no cover - _entry checked it under the same lock
             raise ParameterError("metric", "no verified config yet: call sync() first")
-        private, _, report_id = self._ephemeral.take()
+        key, private, _, report_id = self._ephemeral.take()
+        self._held.put(report_id, key)
         return pending_item(
             report_id=report_id, metric=entry.params.name, round=record.round, window=window,
             params_digest=entry.digest, payload=payload, ephemeral_private=private,
@@ -813,6 +851,7 @@ class Client:
         """Remove queued reports for good: counted, an event, ``ReportsDropped`` to ``on_error``."""
         with self._lock:
             count = self._queue.remove(ids)
+            self._held.forget(ids)
             if count:
                 self._state.dropped += count
                 self._event("dropped", None, f"{count} {'oldest ' if oldest else ''}report(s) dropped: {why}")
@@ -941,7 +980,7 @@ class Client:
         batch, malformed = [], []
         for item in items:
             try:
-                batch.append(envelope_of(item))
+                batch.append(envelope_of(item, self._held.get(str(item.get("report_id")))))
             except (ReportRejected, ValueError, KeyError, TypeError):
                 malformed.append(str(item.get("report_id")))
         if malformed:
@@ -973,6 +1012,7 @@ class Client:
         failed = [r for r in results if r.status not in _DELIVERED]
         with self._lock:
             self._queue.remove([r.report_id for r in results])
+            self._held.forget(r.report_id for r in results)
             self.save()
         log.info("uploaded %d reports: %d delivered, %d rejected", len(results), len(results) - len(failed),
                  len(failed))

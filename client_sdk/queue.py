@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
 from protocol.crypto import (
     PUBLIC_KEY_BYTES,
     b64d,
@@ -326,8 +328,12 @@ def check_item(item: Item) -> None:
         ReportEnvelope.from_json(item)
 
 
-def envelope_of(item: Item) -> ReportEnvelope:
+def envelope_of(item: Item, ephemeral: X25519PrivateKey | None = None) -> ReportEnvelope:
     """The envelope to upload: a sealed item as it is, a pending one sealed now (same bytes every time).
+
+    ``ephemeral``: the item's key as an object, kept in memory since it was
+    made (its raw bytes must be the item's, else they are loaded anew): no
+    second derivation of its public half.
 
     Raises:
         ReportRejected, ValueError, KeyError, TypeError: a malformed item, or a
@@ -335,10 +341,11 @@ def envelope_of(item: Item) -> ReportEnvelope:
     """
     if not (isinstance(item, dict) and "pending" in item):
         return ReportEnvelope.from_json(item)
-    plain, ephemeral, seal_public = _pending_parts(item)
+    plain, private, seal_public = _pending_parts(item)
+    key = ephemeral if ephemeral is not None and ephemeral.private_bytes_raw() == private else private
     return seal_report(
         payload=plain.body, metric=plain.metric, round=plain.round, window=plain.window,
-        params_digest=plain.params_digest, seal_public=seal_public, ephemeral_private=ephemeral,
+        params_digest=plain.params_digest, seal_public=seal_public, ephemeral_private=key,
         report_id=plain.report_id,
     )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clocks import Clock
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from client_sdk import Client
 from client_sdk.client import EphemeralPool, IrrPool, ReportsDropped, _empty_after_fork
@@ -197,6 +198,29 @@ def test_a_crash_after_report_returns_loses_nothing(tmp_path: Path) -> None:
     assert result.delivered == 1 and [r for (_, r) in fake.stored] == [rid]
 
 
+def test_the_sender_seals_with_the_key_object_it_kept_and_forgets_it_once_delivered(tmp_path: Path) -> None:
+    fake = FakeAggregator([ASYM_IRR])
+    clock = Clock(WINDOW + 3600.0)
+    client = make_client(fake, tmp_path / "s", autosave=False, clock=clock)
+    client.sync()
+    ids = []
+    for _ in range(5):
+        ids.append(client.report("places", {"home"}))
+        clock.advance(DAY)
+    assert len(client._held) == 5
+    for item in client._queue:  # the kept object seals to the same bytes as the queued raw key
+        held = client._held.get(item["report_id"])
+        assert held is not None and envelope_of(item, held).sealed == envelope_of(item).sealed
+    other = X25519PrivateKey.generate()  # an object that is not the item's key is not used
+    item = client._queue[0]
+    assert envelope_of(item, other).sealed == envelope_of(item).sealed
+    assert client.flush().delivered == 5 and len(client._held) == 0
+    assert {r for (_, r) in fake.stored} == set(ids)
+    client.report("places", {"home"})
+    _empty_after_fork()
+    assert len(client._held) == 0 and client.flush().delivered == 1  # sealed from the queued bytes
+
+
 def test_a_pending_report_whose_key_does_not_give_its_id_is_dropped(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM_IRR])
     errors: list[Exception] = []
@@ -231,8 +255,10 @@ def test_keys_and_irr_made_ahead_are_handed_out_once_and_dropped_in_a_forked_chi
     pool = EphemeralPool(size=8)
     pool.refill()
     taken = [pool.take() for _ in range(12)]  # 8 made ahead, 4 made on the spot
-    assert len({public for _, public, _ in taken}) == 12 and len(pool) == 0
-    assert all(rid == b64e(sealed_report_id(public)) for _, public, rid in taken)
+    assert len({public for _, _, public, _ in taken}) == 12 and len(pool) == 0
+    assert all(rid == b64e(sealed_report_id(public)) for _, _, public, rid in taken)
+    assert all(key.private_bytes_raw() == private and key.public_key().public_bytes_raw() == public
+               for key, private, public, _ in taken)
     pool.refill()
     randomizer = Randomizer(mode="symmetric", level=1.0, irr_p=0.3, irr_q=0.8)
     ahead = IrrPool(SeededRandom(9), randomizer, 37, size=16)
