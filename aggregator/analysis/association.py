@@ -180,6 +180,7 @@ class EMRun:
 
 
 MAX_NEWTON_CELLS = 2_000  # a dense Hessian of this many cells is 32 MB
+MAX_NEWTON_WORK = 10**10  # per-report Hessians: reports x cells^2 multiply-adds (~5 s on one core)
 NEWTON_SWITCH_GAP = 1.0  # nats: the EM has found the support well enough for Newton steps
 DECREMENT_BOUND = 0.46  # lambda^2 for lambda <= 0.68: the self-concordant bound f* - f <= lambda^2 holds
 ACTIVE_SHARE = 1e-8  # a share below this whose gradient is below the mean is taken to be 0 by Newton
@@ -484,6 +485,7 @@ class ReportsEM:
         iterations: EM steps taken.
         converged: the duality gap is at most the tolerance.
         gap: the duality gap (nats; :class:`EMRun`).
+        newton_steps: Newton steps taken.
     """
 
     joint: FloatArray
@@ -491,18 +493,20 @@ class ReportsEM:
     iterations: int
     converged: bool
     gap: float
+    newton_steps: int = 0
 
 
 def em_reports_fit(
     log_a: FloatArray, log_b: FloatArray, *, max_iterations: int = 2000, tolerance: float = 1e-3,
-    chunk: int = 20_000, accelerate: bool = True,
+    chunk: int = 20_000, accelerate: bool = True, newton: bool = True,
 ) -> ReportsEM:
     """RAPPOR's association EM on linked reports, with its iterations and whether it converged.
 
     ``pi_ab <- pi_ab mean_r La[r, a] Lb[r, b] / sum_cd La[r, c] pi_cd Lb[r, d]`` from the uniform
     joint, accelerated and stopped when the log-likelihood is within ``tolerance`` nats of its
-    maximum (:func:`accelerated_em`; RAPPOR stops when no share moves by 1e-6, which a slow EM
-    satisfies far from the maximum), or after ``max_iterations`` steps. Standard errors: the
+    maximum (:func:`accelerated_em`, with Newton steps when ``newton`` and the Hessian, reports x
+    cells^2, is at most :data:`MAX_NEWTON_WORK`; RAPPOR stops when no share moves by 1e-6, which a
+    slow EM satisfies far from the maximum), or after ``max_iterations`` steps. Standard errors: the
     empirical information ``J = sum_r s_r s_r'`` of the scores ``s_r = (La Lb)[r] / denominator_r - 1``,
     inverted on the simplex's tangent space.
 
@@ -531,8 +535,20 @@ def em_reports_fit(
     def objective(pi: FloatArray) -> float:
         return float(np.log(((la @ pi.reshape(size_a, size_b)) * lb).sum(axis=1)).sum())
 
-    run = accelerated_em(step, objective, gradient, np.full(size_a * size_b, 1.0 / (size_a * size_b)),
-                         max_iterations=max_iterations, tolerance=tolerance, accelerate=accelerate)
+    def hessian(pi: FloatArray, cells: npt.NDArray[np.int64]) -> FloatArray:
+        denom = ((la @ pi.reshape(size_a, size_b)) * lb).sum(axis=1)
+        out = np.zeros((cells.size, cells.size))
+        rows, cols = np.divmod(cells, size_b)
+        for start in range(0, n, chunk):
+            part = slice(start, start + chunk)
+            scaled = la[part][:, rows] * lb[part][:, cols] / denom[part, None]
+            out -= scaled.T @ scaled
+        return out
+
+    cells = size_a * size_b
+    polish = newton and cells <= MAX_NEWTON_CELLS and n * cells * cells <= MAX_NEWTON_WORK
+    run = accelerated_em(step, objective, gradient, np.full(cells, 1.0 / cells), max_iterations=max_iterations,
+                         tolerance=tolerance, accelerate=accelerate, hessian=hessian if polish else None)
     pi = run.shares.reshape(size_a, size_b)
     denom = ((la @ pi) * lb).sum(axis=1)
     info = np.zeros((size_a * size_b, size_a * size_b))
@@ -543,7 +559,8 @@ def em_reports_fit(
     basis = np.linalg.svd(np.eye(size_a * size_b) - 1.0 / (size_a * size_b))[0][:, : size_a * size_b - 1]
     cov = basis @ np.linalg.pinv(basis.T @ info @ basis) @ basis.T
     return ReportsEM(joint=pi, std_errors=np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(size_a, size_b),
-                     iterations=run.iterations, converged=run.converged, gap=run.gap)
+                     iterations=run.iterations, converged=run.converged, gap=run.gap,
+                     newton_steps=run.newton_steps)
 
 
 def em_reports(
