@@ -715,6 +715,9 @@ class Client:
                 clock is before the window of the metric's last report.
         """
         if not isinstance(value_or_set, str | bytes):
+            if not isinstance(value_or_set, Iterable):
+                raise ParameterError("value", "must be str, bytes or a set (any iterable) of them, got "
+                                     f"{type(value_or_set).__name__}")
             value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
         with self._lock:
             entry, record, plan, irr = self._reporting(metric, value_or_set)

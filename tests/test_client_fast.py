@@ -39,6 +39,7 @@ from client_sdk.testing import FakeAggregator
 from protocol.accounting import ValueKind
 from protocol.crypto import b64d, b64e
 from protocol.encodings import BloomEncoding, DirectEncoding, canonical_value
+from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL, Mode, Randomizer
 from protocol.rng import (
@@ -427,3 +428,17 @@ def test_a_window_release_of_an_older_state_still_opens() -> None:
            "last_step": 0, "report_id": "r"}
     release = WindowRelease.from_dict(old)
     assert release.value == old["value"] and "fingerprint" not in release.to_dict()
+
+
+@pytest.mark.parametrize("value", [5, None, 2.5, object()])
+def test_a_value_that_is_neither_text_nor_a_set_is_refused_naming_the_field(tmp_path: Path, value: object) -> None:
+    fake = FakeAggregator([ASYM_IRR])
+    client = make_client(fake, tmp_path / "s", autosave=False)
+    client.sync()
+    with pytest.raises(ParameterError) as refused:
+        client.report("places", value)  # type: ignore[arg-type]
+    assert refused.value.field == "value" and type(value).__name__ in str(refused.value)
+    with pytest.raises(ParameterError) as member:
+        client.report("places", {"home", 7})  # type: ignore[arg-type]
+    assert member.value.field == "value"
+    assert len(client._queue) == 0 and client.ledger()["places"].windows == 0
