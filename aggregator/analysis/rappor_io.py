@@ -611,7 +611,7 @@ class AssocResult:
         return {"num_reports": self.num_reports, "removed_rows": self.removed,
                 "estimate_dimensions": [len(self.values[0]), len(self.values[1])],
                 "sum_estimates": float(self.em.joint.sum()), "num_em_iters": self.em.iterations,
-                "em_converged": self.em.converged, "em_gap": self.em.gap}
+                "num_newton_steps": self.em.newton_steps, "em_converged": self.em.converged, "em_gap": self.em.gap}
 
     def to_csv(self) -> str:
         buf = io.StringIO()
