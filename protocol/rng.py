@@ -210,8 +210,8 @@ class KeyedHmac:
     ``KeyedHmac(key).digest(msg) == hmac.digest(key, msg, "sha256")`` and
     ``KeyedHmac(key, prefix).digest(msg)`` is the HMAC of ``prefix || msg``:
     the inner hash is kept after ``(key ^ ipad) || prefix`` and copied per
-    message, so a client's per-report HMACs (noise seed, fingerprint) hash
-    only the part that changes. The same function, not a variant of it.
+    message, so a client's per-report noise seed hashes only the part that
+    changes. The same function, not a variant of it.
     """
 
     def __init__(self, key: bytes, prefix: bytes = b"") -> None:
