@@ -107,8 +107,9 @@ _DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
 # Randomness made ahead of time, off the caller's thread (by sync(), flush() and the sender), so that
 # report() neither generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms and compares
 # them through numpy (~5 us) per call. Apps report a few values a day; a burst beyond the pools makes
-# its keys and IRR inline (slower, the same reports). Both are memory only, each item is handed out
-# once, and both are emptied in a forked child (which must never reuse its parent's keys or uniforms).
+# its keys and IRR inline (slower, the same reports). Both, and the key objects kept for the sender
+# (HeldKeys), are memory only; each item is handed out once, and all are emptied in a forked child
+# (which must never reuse its parent's keys or uniforms).
 EPHEMERAL_POOL = 32
 IRR_AHEAD = 64
 _AHEAD: weakref.WeakSet[EphemeralPool | IrrPool | HeldKeys] = weakref.WeakSet()
