@@ -224,17 +224,24 @@ def newton_simplex(
             if gap <= tolerance:
                 break
         free = np.nonzero((pi > 0.0) | (grad > grad @ pi))[0]
+        solved = False
         for _ in range(3):
             h = hessian(pi, free)
+            if not np.all(np.isfinite(h)):  # a rate at 0 or 1 (p* = 0 or q* = 1): leave it to the EM
+                break
             size = free.size
             kkt = np.zeros((size + 1, size + 1))
             kkt[:size, :size], kkt[:size, size], kkt[size, :size] = h, 1.0, 1.0
-            d = np.linalg.lstsq(kkt, np.concatenate([-grad[free], [0.0]]), rcond=None)[0][:size]
+            try:
+                d = np.linalg.lstsq(kkt, np.concatenate([-grad[free], [0.0]]), rcond=None)[0][:size]
+            except np.linalg.LinAlgError:
+                break
             stuck = (pi[free] <= 0.0) & (d < 0.0)
             if not stuck.any():
+                solved = True
                 break
             free = free[~stuck]
-        else:
+        if not solved:
             break
         slope = float(grad[free] @ d)  # the Newton decrement squared on the free cells' face
         if not (pi[free] <= 0.0).any() and slope <= min(tolerance, DECREMENT_BOUND):
