@@ -442,3 +442,30 @@ def test_a_value_that_is_neither_text_nor_a_set_is_refused_naming_the_field(tmp_
         client.report("places", {"home", 7})  # type: ignore[arg-type]
     assert member.value.field == "value"
     assert len(client._queue) == 0 and client.ledger()["places"].windows == 0
+
+
+def test_a_round_resend_equals_the_definition_with_the_irr_drawn_ahead(tmp_path: Path) -> None:
+    # relax() re-sends the window's value along its chain (vectorized noise, relax_noise) with the IRR from the
+    # same pool as report(): each payload is the definition fed the next row of the source's uniforms.
+    params = MetricParams(name="urls", encoding=BloomEncoding(num_bits=24, num_hashes=3, num_cohorts=4),
+                          mode="symmetric", level=1.0, irr_p=0.3, irr_q=0.6, value_kind="set", time_precision=DAY)
+    fake = FakeAggregator([params])
+    source = Recording(8)
+    client = make_client(fake, tmp_path / "s", autosave=False, rng=source, insecure_rng_for_testing=True,
+                         max_epsilon=1e9)
+    client.sync()
+    value = {"https://a.example/", "https://b.example/"}
+    first = client.report("urls", value)
+    client.relax("urls", 2.5, round_id=1)
+    client.relax("urls", 4.0, round_id=2)
+    items = list(client._queue)
+    assert items[0]["report_id"] == first and len(items) == 3
+    rows = iter(np.concatenate([b for b in source.blocks if b.ndim == 2 and b.shape[1] == 24]))
+    record = client._state.metrics["urls"]
+    bits = params.encode(value, record.cohort)
+    key = noise_key(WINDOW, canonical_value(value))
+    for item, chain in zip(items, ([1.0], [1.0, 2.5], [1.0, 2.5, 4.0]), strict=True):
+        permanent = permanent_bits(client._state.secret, params, bits, key, chain)
+        expected = params.randomizer(chain[-1]).instantaneous(permanent, _GivenUniforms(next(rows)))
+        payload = b64d(item["pending"], "pending")[64:]
+        assert payload == pack_payload(ReportPayload(cohort=record.cohort, level=chain[-1], bits=expected)), chain
