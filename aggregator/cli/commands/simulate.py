@@ -51,7 +51,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--clients", type=_positive_int, default=None, metavar="N",
                         help="simulated clients (default: the scale's; thresholds scale with it)")
     parser.add_argument("--method", choices=("per-client", "aggregate"), default="per-client",
-                        help="per-client: every client's bits and noise (default); aggregate: the cells' counts "
+                        help="per-client: every client's set and bits (default); aggregate: the cells' counts "
                              "drawn exactly (10^9 clients in seconds)")
     parser.add_argument("--engine", choices=("local", "dask"), default="local",
                         help="where a per-client path's blocks run (default local; the same figures)")

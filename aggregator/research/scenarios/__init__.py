@@ -27,8 +27,9 @@ Every scenario has a ``small`` setup (seconds; what the tests run) and a
 ``paper`` setup (up to a million simulated clients, minutes). Randomness
 comes from one :class:`~protocol.rng.SeededRandom` per run. The scenarios
 with clients also take ``clients`` (any number) and ``method``:
-``"per-client"`` (every client's bits and noise) or ``"aggregate"`` (the
-cells' counts drawn exactly, 10^9 clients in seconds; docs/simulation.md).
+``"per-client"`` (every client's set and bits; rounds relax the bits
+without the noise) or ``"aggregate"`` (the cells' counts drawn exactly,
+10^9 clients in seconds; docs/simulation.md).
 Their per-client paths run in seeded blocks on an engine (local or Dask,
 identical figures for the same seed).
 

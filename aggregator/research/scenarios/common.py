@@ -16,7 +16,7 @@ from protocol.validation import check_int, check_number
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 MODES: tuple[Mode, ...] = ("symmetric", "asymmetric")
-# How a scenario simulates its clients: every client's bits and noise, or the cells' counts directly.
+# How a scenario simulates its clients: every client's set and bits, or the cells' counts directly.
 METHODS: tuple[str, ...] = ("per-client", "aggregate")
 
 
