@@ -171,7 +171,7 @@ def test_bad_inputs_name_the_file_line_and_column(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], reports: str, schema: str | None, expected: str
 ) -> None:
     _tiny(tmp_path, reports, schema)
-    assert main_decode_rappor(_options(tmp_path)) == 2
+    assert main_decode_rappor(_options(tmp_path, "--output-dir", str(tmp_path))) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expected in err, err
     assert str(tmp_path) in err
