@@ -29,7 +29,9 @@ does what its sender does: ``flush()`` to an in-memory fake aggregator
 own cost is timed separately.
 
 ``--table``: the autosave-off series for each case (Bloom 16 and 128 bits,
-a direct encoding of 128 items) as a Markdown table, load average included.
+a direct encoding of 128 items, and a set of three places in an asymmetric
+direct metric: RAPPOR encodes one string there, so that row only places
+the set path beside it) as a Markdown table, load average included.
 ``--callgrind``: the same calls counted in instructions instead of time
 (``valgrind --tool=callgrind``, counting only inside the two calls: each
 series runs inside a C function of its own, ``functools.reduce`` for RAPPOR
@@ -169,10 +171,26 @@ def direct_params(items: int) -> MetricParams:
     )
 
 
-CASES = {  # name: (params, RAPPOR's number of bits)
-    "Bloom 16 bits (RAPPOR's defaults)": (bloom_params(16), 16),
-    "Bloom 128 bits": (bloom_params(128), 32),
-    "direct, 128 items": (direct_params(128), 32),
+def places_params(items: int) -> MetricParams:
+    """The demo's kind of metric: the set of places visited, asymmetric (Mangat) with a one-sided IRR."""
+    return MetricParams(
+        name="word", encoding=DirectEncoding(domain=tuple(f"value-{i}" for i in range(items))),
+        mode="asymmetric", level=2.0, irr_q=0.1, value_kind="set", time_precision=1,
+    )
+
+
+def three_places(word: str) -> tuple[str, ...]:
+    """A set of three places around ``word`` (report()'s value in the set case)."""
+    i = int(word.rsplit("-", 1)[1])
+    return tuple(f"value-{(i + d) % 50}" for d in (0, 7, 19))
+
+
+CASES: dict[str, tuple[MetricParams, int, Callable[[str], Any]]] = {
+    # name: (params, RAPPOR's number of bits, report()'s value of RAPPOR's word)
+    "Bloom 16 bits (RAPPOR's defaults)": (bloom_params(16), 16, str),
+    "Bloom 128 bits": (bloom_params(128), 32, str),
+    "direct, 128 items": (direct_params(128), 32, str),
+    "direct, 128 items, a set of 3 (asymmetric, IRR q .1)": (places_params(128), 32, three_places),
 }
 
 
@@ -197,17 +215,18 @@ class Series:
     """One client and one RAPPOR encoder, called alternately, one new window per report."""
 
     def __init__(self, folder: Path, params: MetricParams, rappor_dir: str | None, rappor_bits: int, *,
-                 autosave: bool) -> None:
+                 autosave: bool, value: Callable[[str], Any] = str) -> None:
         self.fake = FakeAggregator([params])
         self.clock = Clock()
         self.client = make_client(folder, self.fake, self.clock, autosave=autosave)
         self.encoder, self.label = rappor_encoder(rappor_dir, rappor_bits, 7, os.urandom(32))
         self.words = [f"value-{i}" for i in range(50)]
+        self.values = [value(word) for word in self.words]
         self.returned: list[str] = []
 
     def report(self, i: int) -> str:
         self.clock.now += 1
-        rid = self.client.report("word", self.words[i % len(self.words)])
+        rid = self.client.report("word", self.values[i % len(self.values)])
         self.returned.append(rid)
         return rid
 
@@ -287,8 +306,8 @@ def table(args: argparse.Namespace) -> None:
     print("| case | RAPPOR `Encoder.encode` median (bits) | `Client.report()` median, autosave off | p90 | ratio |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for n, (name, (params, rappor_bits)) in enumerate(CASES.items()):
-            series = Series(Path(tmp) / str(n), params, args.rappor_dir, rappor_bits, autosave=False)
+        for n, (name, (params, rappor_bits, value)) in enumerate(CASES.items()):
+            series = Series(Path(tmp) / str(n), params, args.rappor_dir, rappor_bits, autosave=False, value=value)
             rappor, ours = series.timed(args.reports, args.flush_every)
             series.check_delivered()
             series.close()
@@ -306,7 +325,7 @@ def callgrind(args: argparse.Namespace) -> None:
     print("| case | RAPPOR `Encoder.encode` (bits) | `Client.report()`, autosave off | ratio |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (_, rappor_bits) in CASES.items():
+        for name, (_, rappor_bits, _) in CASES.items():
             out = Path(tmp) / "callgrind.out"
             command = [
                 "valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
@@ -321,9 +340,9 @@ def callgrind(args: argparse.Namespace) -> None:
 
 def count_case(args: argparse.Namespace) -> None:
     """The child of :func:`callgrind`: one case's calls, each kind inside its own builtin."""
-    params, rappor_bits = CASES[args.case]
+    params, rappor_bits, value = CASES[args.case]
     with tempfile.TemporaryDirectory() as tmp:
-        series = Series(Path(tmp), params, args.rappor_dir, rappor_bits, autosave=False)
+        series = Series(Path(tmp), params, args.rappor_dir, rappor_bits, autosave=False, value=value)
         series.counted(args.reports, args.flush_every)
         series.check_delivered()
         series.close()
