@@ -143,3 +143,14 @@ def test_run_scenario_takes_an_engine_for_per_client_paths_only() -> None:
     with pytest.raises(ParameterError) as err:
         run_scenario("collusion", engine=engine)
     assert err.value.field == "method"
+
+
+def test_a_bounded_window_of_tasks_changes_nothing() -> None:
+    # One task in flight at a time (each submitted when the previous one is summed): the same figures.
+    local = relaxation(RELAXATION, SeededRandom(23), engine=LocalEngine())
+    dask = relaxation(RELAXATION, SeededRandom(23),
+                      engine=DaskEngine(workers=2, processes=False, blocks_per_task=1, in_flight=1))
+    assert _without_engine(dask) == _without_engine(local)
+    with pytest.raises(ParameterError) as err:
+        DaskEngine(in_flight=0)
+    assert err.value.field == "in_flight"

@@ -15,6 +15,7 @@ runs its blocks one after the other, so its memory is bounded by one block.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -108,18 +109,26 @@ class DaskEngine:
         processes: LocalCluster workers as processes (``False``: threads in
             this process, what the tests use).
         blocks_per_task: blocks one task runs in a row.
+        in_flight: tasks submitted and not yet summed, at most (``None``: 4 per
+            worker thread of the cluster, at least 8). Tasks are submitted as
+            earlier ones finish, so the driver and the scheduler hold a bounded
+            number of them whatever the number of clients (10^8 clients are
+            50,000 blocks).
     """
 
     scheduler: str | None = None
     workers: int = 2
     processes: bool = True
     blocks_per_task: int = 4
+    in_flight: int | None = None
     name: str = "dask"
 
     def __post_init__(self) -> None:
         for field in ("workers", "blocks_per_task"):
             value = getattr(self, field)
             check_int(field, value, low=1)
+        if self.in_flight is not None:
+            check_int("in_flight", self.in_flight, low=1)
 
     def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
             progress: Callable[[str], None]) -> BlockCounts:
@@ -133,12 +142,20 @@ class DaskEngine:
             cluster = self.scheduler
         try:
             with Client(cluster) as client:
-                progress(f"dask: {len(tasks)} tasks of <= {self.blocks_per_task} blocks on {client.scheduler.address}")
-                futures = client.map(run_task, [fn] * len(tasks), [setup] * len(tasks), tasks, pure=False)
+                threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+                window = self.in_flight or max(8, 4 * threads)
+                progress(f"dask: {len(tasks)} tasks of <= {self.blocks_per_task} blocks on {client.scheduler.address}, "
+                         f"<= {window} in flight")
+                waiting = iter(tasks)
+                running = as_completed([client.submit(run_task, fn, setup, task, pure=False)
+                                        for task in itertools.islice(waiting, window)])
                 total: BlockCounts | None = None
-                for done, future in enumerate(as_completed(futures), start=1):
+                for done, future in enumerate(running, start=1):
                     total = add_counts(total, future.result())
                     future.release()
+                    following = next(waiting, None)
+                    if following is not None:
+                        running.add(client.submit(run_task, fn, setup, following, pure=False))
                     if done % max(1, len(tasks) // 10) == 0:
                         progress(f"dask: {done}/{len(tasks)} tasks")
         finally:
