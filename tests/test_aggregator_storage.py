@@ -264,3 +264,14 @@ def test_sum_bits_matches_a_plain_loop(data: st.DataObject) -> None:
     for g, key in enumerate(sorted(expected)):
         np.testing.assert_array_equal(sums.ones[g], expected[key])
         assert sums.reports[g] == sum(k == key for k in keys)
+
+
+def test_sqlite_checkpoints_the_wal_every_10000_pages(tmp_path: Path) -> None:
+    store = Storage.open(f"sqlite:///{tmp_path / 'wal.db'}")
+    try:
+        with store.engine.connect() as conn:
+            pragma = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar_one()
+                      for name in ("journal_mode", "wal_autocheckpoint", "journal_size_limit")}
+    finally:
+        store.close()
+    assert pragma == {"journal_mode": "wal", "wal_autocheckpoint": 10_000, "journal_size_limit": 64 * 1024 * 1024}
