@@ -595,6 +595,7 @@ class Client:
                 record = self._state.metrics.get(entry.params.name)
                 if record is None or record.digest == entry.digest:
                     prepare_level(entry.params, entry.params.level if record is None else record.levels[-1])
+                if record is not None and record.digest == entry.digest:  # metrics this client reports
                     self._irr_pool(entry.params).refill()
         except Exception:  # work ahead of time only; report() redoes what is missing
             log.exception("preparing reports ahead of time failed")

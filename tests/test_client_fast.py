@@ -277,17 +277,21 @@ def test_keys_and_irr_made_ahead_are_handed_out_once_and_dropped_in_a_forked_chi
 
 def test_the_irr_comes_from_the_os_csprng_and_the_sender_fills_the_pools(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM_IRR])
-    client = make_client(fake, tmp_path / "s", autosave=False)
+    clock = Clock(WINDOW + 3600.0)
+    client = make_client(fake, tmp_path / "s", autosave=False, clock=clock)
     assert isinstance(client._rng, SecureRandom) and not client._irr
     assert len(client._ephemeral) == 0
     client.sync()
+    assert len(client._ephemeral) == client._ephemeral.size and not client._irr  # no IRR for unused metrics
+    client.report("places", {"home"})  # the first report of the metric draws its IRR on the spot
     (irr,) = client._irr.values()
-    assert isinstance(irr.source, SecureRandom) and len(irr) == irr.size
-    assert len(client._ephemeral) == client._ephemeral.size
+    assert isinstance(irr.source, SecureRandom) and len(irr) == 0
+    assert len(client._ephemeral) == client._ephemeral.size - 1
+    client.flush()  # the sender refills both
+    assert len(client._ephemeral) == client._ephemeral.size and len(irr) == irr.size
+    clock.advance(DAY)
     client.report("places", {"home"})
-    assert len(client._ephemeral) == client._ephemeral.size - 1 and len(irr) == irr.size - 1
-    client.flush()
-    assert len(client._ephemeral) == client._ephemeral.size
+    assert len(irr) == irr.size - 1
 
 
 def test_a_round_resend_is_queued_pending_with_its_own_id(tmp_path: Path) -> None:
@@ -399,7 +403,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
                          insecure_rng_for_testing=True)
     client.sync()
     items: list[dict[str, object]] = []
-    for day in range(100):  # the pool's 64, then 16 drawn inline (empty pool), then a refill by flush()
+    for day in range(100):  # 80 drawn inline (the pool is filled by the sender), then the pool's after flush()
         value = f"https://example.org/{day % 7}"
         rid = client.report("urls", value)
         items.extend(i for i in client._queue if i["report_id"] == rid)
@@ -407,7 +411,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
             client.flush()
         clock.now += DAY
     blocks = [b for b in source.blocks if b.ndim == 2 and b.shape[1] == 32]
-    assert [len(b) for b in blocks] == [64] + [1] * 16 + [64]
+    assert [len(b) for b in blocks] == [1] * 80 + [64]
     rows = iter(np.concatenate(blocks))
     record = client._state.metrics["urls"]
     randomizer = params.randomizer()
