@@ -37,7 +37,7 @@ from aggregator.server.storage.aggregation import (
     pack_counts,
     unpack_counts,
 )
-from aggregator.server.storage.bulk import array_text, insert_rows
+from aggregator.server.storage.bulk import array_text, insert_rows, sqlite_many, sqlite_rows
 
 IntArray = npt.NDArray[np.int64]
 Key = tuple[int, int, int]  # window, round, cohort
@@ -73,7 +73,7 @@ def _stored_counts(conn: Connection, metric_id: int, keys: list[Key]) -> dict[Ke
         chunk = keys[start : start + SQLITE_KEYS_PER_STATEMENT]
         sql = _LITE_SELECT.format(values=",".join(["(?,?,?)"] * len(chunk)))
         flat = [value for key in chunk for value in key]
-        found.update(((w, r, c), bytes(ones)) for w, r, c, ones in conn.exec_driver_sql(sql, (*flat, metric_id)))
+        found.update(((w, r, c), bytes(ones)) for w, r, c, ones in sqlite_rows(conn, sql, (*flat, metric_id)))
     return found
 
 
@@ -85,7 +85,7 @@ def _update_counts(conn: Connection, metric_id: int, rows: list[tuple[Key, bytes
         params.update({name: array_text([key[i] for key, _ in rows]) for i, name in enumerate("wrc")})
         conn.exec_driver_sql(_PG_UPDATE, params)
         return
-    conn.exec_driver_sql(_LITE_UPDATE, [(ones, metric_id, *key) for key, ones in rows])
+    sqlite_many(conn, _LITE_UPDATE, [(ones, metric_id, *key) for key, ones in rows])
 
 
 def add_batch(conn: Connection, metric_id: int, sums: BatchSums, num_bits: int) -> None:

@@ -41,7 +41,13 @@ from sqlalchemy.engine import Connection, Engine
 from aggregator.server.storage import schema
 from aggregator.server.storage.aggregates import add_batch, read_counts
 from aggregator.server.storage.aggregation import sum_bits
-from aggregator.server.storage.bulk import array_slot, array_text, compiled_sql, insert_rows
+from aggregator.server.storage.bulk import (
+    array_slot,
+    array_text,
+    compiled_sql,
+    insert_rows,
+    sqlite_rows,
+)
 from aggregator.server.storage.engine import run_transaction
 from aggregator.server.storage.metrics import load_metric
 from aggregator.server.storage.records import Collection, loads
@@ -110,10 +116,10 @@ def _lock_state(conn: Connection, rows: Sequence[ReportRow]) -> tuple[dict[int, 
         return digests, closed
     sql = "SELECT id, {} FROM {} WHERE id IN ({})"
     metrics_sql = sql.format("digest", "metrics", _placeholders(len(metric_ids)))
-    digests = dict(conn.exec_driver_sql(metrics_sql, tuple(metric_ids)).all())
+    digests = dict(sqlite_rows(conn, metrics_sql, metric_ids))
     if round_ids:
         rounds_sql = sql.format("closed_at", "rounds", _placeholders(len(round_ids)))
-        closed = dict(conn.exec_driver_sql(rounds_sql, tuple(round_ids)).all())
+        closed = dict(sqlite_rows(conn, rounds_sql, round_ids))
     return digests, closed
 
 
@@ -148,7 +154,7 @@ def _stored_hashes(conn: Connection, metric_id: int, report_ids: list[bytes]) ->
     for start in range(0, len(report_ids), SQLITE_IDS_PER_STATEMENT):
         chunk = report_ids[start : start + SQLITE_IDS_PER_STATEMENT]
         sql = f"SELECT report_id, body_hash FROM reports WHERE metric_id = ? AND report_id IN ({_placeholders(len(chunk))})"
-        found.update(conn.exec_driver_sql(sql, (metric_id, *chunk)).all())
+        found.update(sqlite_rows(conn, sql, (metric_id, *chunk)))
     return found
 
 
