@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,9 +289,10 @@ def _remaining(ceiling: float, spent: float) -> float:
     return max(0.0, ceiling - spent)
 
 
-def _checked(total: float, before: float, cost: float, ceiling: float, what: str) -> float:
+def _checked(total: float, before: float, cost: float, ceiling: float, what: Callable[[], str]) -> float:
+    """``total`` if within ``ceiling``; the refusal's text is made only when refusing."""
     if total > ceiling:
-        raise BudgetExceeded(cost, _remaining(ceiling, before), what)
+        raise BudgetExceeded(cost, _remaining(ceiling, before), what())
     return total
 
 
@@ -307,9 +308,11 @@ def check_new_window(record: MetricRecord, params: MetricParams, ceiling: float,
     """
     spent, _ = record.spent(params)
     cost, _ = record.window_cost(params, record.levels[-1:])
-    before = round_up(prior + spent)
+    # spent is a count of micro-epsilons as a double (from_micro) or inf, which round_up returns as they
+    # are (it is idempotent on its own results): without a prior the first rounding changes nothing.
+    before = spent if prior == 0 else round_up(prior + spent)
     return _checked(round_up(before + cost), before, cost, ceiling,
-                    f"metric {params.name!r}: a report in a new window costs {cost:.6g}")
+                    lambda: f"metric {params.name!r}: a report in a new window costs {cost:.6g}")
 
 
 def check_relaxation(
@@ -343,7 +346,7 @@ def check_relaxation(
     after, _ = extended.spent(params, last_step=extended.step)
     total = round_up(prior + after)
     return _checked(total, before, round_up(after - spent), ceiling,
-                    f"metric {params.name!r}: relaxing to level {level_to:.6g}")
+                    lambda: f"metric {params.name!r}: relaxing to level {level_to:.6g}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from client_sdk import Client
 from client_sdk.client import EphemeralPool, IrrPool, ReportsDropped, _empty_after_fork
-from client_sdk.ledger import WindowRelease
+from client_sdk.ledger import MetricRecord, WindowRelease, check_new_window, window_cost
 from client_sdk.memo import (
     GRID,
     CutTable,
@@ -36,10 +36,10 @@ from client_sdk.memo import (
 )
 from client_sdk.queue import envelope_of
 from client_sdk.testing import FakeAggregator
-from protocol.accounting import ValueKind
+from protocol.accounting import ValueKind, from_micro, round_up
 from protocol.crypto import b64d, b64e
 from protocol.encodings import BloomEncoding, DirectEncoding, canonical_value
-from protocol.errors import ParameterError
+from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL, Mode, Randomizer
 from protocol.rng import (
@@ -473,3 +473,28 @@ def test_a_round_resend_equals_the_definition_with_the_irr_drawn_ahead(tmp_path:
         expected = params.randomizer(chain[-1]).instantaneous(permanent, _GivenUniforms(next(rows)))
         payload = b64d(item["pending"], "pending")[64:]
         assert payload == pack_payload(ReportPayload(cohort=record.cohort, level=chain[-1], bits=expected)), chain
+
+
+def test_the_ledger_check_without_a_prior_is_the_rounded_formula() -> None:
+    # check_new_window skips round_up(0 + spent): spent is from_micro(n), which round_up returns as it is.
+    rs = random.Random(13)
+    for _ in range(20000):
+        n = rs.choice([rs.randrange(10**3), rs.randrange(10**7), rs.randrange(10**13)])
+        assert round_up(from_micro(n)) == from_micro(n)
+    params = ASYM_IRR
+    for case in range(3000):
+        levels = sorted({rs.uniform(0.1, MAX_LEVEL) for _ in range(rs.randint(1, 3))})
+        record = MetricRecord(params=params.to_dict(), digest="d", cohort=0, levels=levels,
+                              rounds=list(range(len(levels))), closed_micro=rs.randrange(10**rs.randint(1, 12)),
+                              closed_windows=1)
+        if rs.random() < 0.8:
+            first = rs.randrange(len(levels))
+            record.current = WindowRelease(window=WINDOW, value="x", first_step=first, last_step=len(levels) - 1,
+                                           report_id="r")
+        prior = 0.0 if case % 2 else rs.uniform(0, 5)
+        spent, _ = record.spent(params)
+        cost, _ = window_cost(params, levels[-1:])
+        total = round_up(round_up(prior + spent) + cost)
+        assert check_new_window(record, params, total, prior) == total
+        with pytest.raises(BudgetExceeded):
+            check_new_window(record, params, math.nextafter(total, 0.0), prior)
