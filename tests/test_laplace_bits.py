@@ -142,3 +142,21 @@ def test_edges_and_checks() -> None:
     with pytest.raises(ParameterError) as err:
         extend_pattern(np.array([0, 1, 2, 3]), bits, 1)
     assert err.value.field == "history"
+
+
+@pytest.mark.parametrize("levels", CHAINS)
+def test_after_a_one_the_next_release_forgets_the_history(levels: tuple[float, ...]) -> None:
+    # Closed form, independent of the quadrature: for y > 1/2 the lazy step gives
+    # P(V' > 1/2 | V = y) = (e + e') exp(-(e' - e)/2) / (2 e'), the same for every y (the exponential tail
+    # is memoryless). So for b = 0 every history ending in 1 has that conditional, and by symmetry for
+    # b = 1 every history ending in 0 has 1 minus it (within the quadrature's 1e-13 relative).
+    e, e_next = levels[-2], levels[-1]
+    after_one = (e + e_next) * math.exp(-(e_next - e) / 2) / (2 * e_next)
+    k = len(levels) - 1
+    cond = laplace_bit_conditionals(levels)
+    for h in range(1 << k):
+        last = (h >> (k - 1)) & 1
+        if last == 1:
+            assert float(cond[0][h]) == pytest.approx(after_one, rel=1e-13)
+        else:
+            assert float(cond[1][h]) == pytest.approx(1 - after_one, rel=1e-13)
