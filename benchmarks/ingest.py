@@ -19,9 +19,10 @@ What it does:
    transport errors and 5xx) and the wall time from the first request to the
    last answer gives reports per second;
 4. measures CPU time over the same span: the server's processes from
-   ``/proc/PID/stat`` (the gunicorn master and worker, and apart from them
+   ``/proc/PID/stat`` (the gunicorn master and its worker processes, and apart from them
    their descendants: the decrypt helpers and the forkserver), and the
-   uploaders' own (``resource.getrusage``), each per report;
+   uploaders' own (``resource.getrusage``), each per report (PostgreSQL's
+   own server processes are not counted);
 5. checks zero loss: every report ``accepted``, the stored aggregates of the
    timed window equal the exact per-cohort bit sums of the reports, and the
    raw report count equals ``--reports`` plus the warm-up.
@@ -187,10 +188,10 @@ def server_cpu(root: int) -> dict[int, tuple[int, float]]:
 
 
 def cpu_spent(before: dict[int, tuple[int, float]], after: dict[int, tuple[int, float]]) -> tuple[float, float]:
-    """(master + worker, their descendants) CPU seconds between two :func:`server_cpu` snapshots.
+    """(master + workers, their descendants) CPU seconds between two :func:`server_cpu` snapshots.
 
-    Depth <= 1 is gunicorn's master and its worker (which parses, checks and
-    stores); deeper are the worker's helper processes (decrypt helpers,
+    Depth <= 1 is gunicorn's master and its workers (which parse, check and
+    store); deeper are the workers' helper processes (decrypt helpers,
     forkserver, the analysts' decode helper). A process started in between
     counts whole; one that exited in between is missed (none do here).
     """
