@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import math
 import os
@@ -238,29 +239,60 @@ def payload_header(cohort: int, level: float) -> bytes:
     return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, cohort, level)
 
 
+class PayloadCheck:
+    """The checks of :func:`unpack_payload` for one metric's ``num_bits`` and ``num_cohorts``, made once.
+
+    :meth:`header` validates a payload exactly as :func:`unpack_payload` does
+    (same order, same fields and messages) without building its bit array:
+    the aggregator checks every report of a batch against the same metric and
+    keeps the packed bits as they are.
+    """
+
+    __slots__ = ("num_bits", "num_cohorts", "size", "spare")
+
+    def __init__(self, num_bits: int, num_cohorts: int) -> None:
+        if isinstance(num_bits, bool) or not isinstance(num_bits, int) or num_bits < 1:
+            raise ParameterError("num_bits", f"must be an integer >= 1, got {num_bits!r}")
+        if isinstance(num_cohorts, bool) or not isinstance(num_cohorts, int) or not 1 <= num_cohorts <= MAX_COHORT + 1:
+            raise ParameterError("num_cohorts", f"must be an integer in [1, 65536], got {num_cohorts!r}")
+        self.num_bits = num_bits
+        self.num_cohorts = num_cohorts
+        self.size = payload_size(num_bits)
+        self.spare = num_bits % 8
+
+    def header(self, data: bytes) -> tuple[int, float]:
+        """The payload's ``(cohort, level)``, all of it checked (bits: their padding).
+
+        Raises:
+            ReportRejected: fields ``payload`` (length), ``payload.version``,
+                ``payload.cohort``, ``payload.bits`` (padding), ``payload.level``.
+        """
+        if len(data) != self.size:
+            raise ReportRejected("payload", f"must be {self.size} bytes for {self.num_bits} bits, got {len(data)}")
+        version, cohort, level = _PAYLOAD_HEADER_UNPACK(data)
+        if version != PAYLOAD_VERSION:
+            raise ReportRejected("payload.version", f"must be {PAYLOAD_VERSION}, got {version}")
+        if cohort >= self.num_cohorts:
+            raise ReportRejected("payload.cohort", f"must be < {self.num_cohorts}, got {cohort}")
+        if self.spare and data[-1] >> self.spare:
+            raise ReportRejected("payload.bits", "unused high bits of the last byte must be zero")
+        if not level > 0:  # NaN too: ReportPayload.check_header tells the two apart
+            ReportPayload.check_header(cohort, level)
+        return cohort, level
+
+
+_PAYLOAD_HEADER_UNPACK = PAYLOAD_HEADER.unpack_from
+
+
 def unpack_payload(data: bytes, *, num_bits: int, num_cohorts: int) -> ReportPayload:
     """Parse and validate a payload for a metric of ``num_bits`` and ``num_cohorts``.
 
     Raises:
         ReportRejected: fields ``payload`` (length), ``payload.version``,
-            ``payload.cohort``, ``payload.level``, ``payload.bits`` (padding).
+            ``payload.cohort``, ``payload.bits`` (padding), ``payload.level``.
     """
-    if isinstance(num_bits, bool) or not isinstance(num_bits, int) or num_bits < 1:
-        raise ParameterError("num_bits", f"must be an integer >= 1, got {num_bits!r}")
-    if isinstance(num_cohorts, bool) or not isinstance(num_cohorts, int) or not 1 <= num_cohorts <= MAX_COHORT + 1:
-        raise ParameterError("num_cohorts", f"must be an integer in [1, 65536], got {num_cohorts!r}")
-    expected = payload_size(num_bits)
-    if len(data) != expected:
-        raise ReportRejected("payload", f"must be {expected} bytes for {num_bits} bits, got {len(data)}")
-    version, cohort, level = PAYLOAD_HEADER.unpack_from(data)
-    if version != PAYLOAD_VERSION:
-        raise ReportRejected("payload.version", f"must be {PAYLOAD_VERSION}, got {version}")
-    if cohort >= num_cohorts:
-        raise ReportRejected("payload.cohort", f"must be < {num_cohorts}, got {cohort}")
+    cohort, level = PayloadCheck(num_bits, num_cohorts).header(data)
     packed = np.frombuffer(data, dtype=np.uint8, offset=PAYLOAD_HEADER.size)
-    spare = num_bits % 8
-    if spare and packed[-1] >> spare:
-        raise ReportRejected("payload.bits", "unused high bits of the last byte must be zero")
     bits = np.unpackbits(packed, count=num_bits, bitorder="little").astype(bool)
     return ReportPayload(cohort=cohort, level=level, bits=bits)
 
@@ -322,9 +354,14 @@ class ReportEnvelope:
     @property
     def report_id_text(self) -> str:
         """``report_id`` in base64url, as in JSON and in results."""
-        return b64e(self.report_id)
+        text: str | None = self.__dict__.get("_report_id_text")
+        return b64e(self.report_id) if text is None else text
 
     def aad(self) -> bytes:
+        """:func:`report_aad` of the metadata (kept from the batch by the parsers' fast paths)."""
+        aad: bytes | None = self.__dict__.get("_aad")
+        if aad is not None:
+            return aad
         return report_aad(
             report_id=self.report_id,
             metric=self.metric,
@@ -332,6 +369,25 @@ class ReportEnvelope:
             round=self.round,
             window=self.window,
         )
+
+    @classmethod
+    def _checked(
+        cls, report_id: bytes, metric: str, round: int, window: int, params_digest: str, body_name: str,
+        body: bytes, report_id_text: str | None, aad: bytes,
+    ) -> ReportEnvelope:
+        """An envelope whose fields a batch parser has already validated as ``__post_init__`` would.
+
+        ``report_id_text`` (the canonical text of ``report_id``, when the
+        batch had it) and ``aad`` are kept beside the fields (not fields:
+        ``dataclasses.replace`` and ``==`` do not see them).
+        """
+        env = object.__new__(cls)
+        env.__dict__.update({
+            "report_id": report_id, "metric": metric, "round": round, "window": window,
+            "params_digest": params_digest, "sealed": body if body_name == "sealed" else None,
+            "plain": body if body_name == "plain" else None, "_report_id_text": report_id_text, "_aad": aad,
+        })
+        return env
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -408,6 +464,9 @@ def parse_batch_json(obj: Any, *, max_reports: int) -> list[ReportEnvelope]:
     if not isinstance(items, list):
         raise ReportRejected("reports", "must be a list")
     _check_batch_size(len(items), max_reports)
+    fast = _fast_json_reports(items)
+    if fast is not None:
+        return fast
     reports = []
     for i, item in enumerate(items):
         try:
@@ -489,6 +548,9 @@ def parse_batch_binary(data: bytes, *, max_reports: int) -> list[ReportEnvelope]
         raise ReportRejected("version", f"must be {WIRE_VERSION}, got {version}")
     (count,) = reader.unpack(">I", "reports")
     _check_batch_size(count, max_reports)
+    fast = _fast_binary_reports(data, reader.pos, count)
+    if fast is not None:
+        return fast
     reports = []
     for i in range(count):
         try:
@@ -501,6 +563,184 @@ def parse_batch_binary(data: bytes, *, max_reports: int) -> list[ReportEnvelope]
         check_report_id(report, f"reports[{i}].report_id")
     _check_unique(reports)
     return reports
+
+
+# --- batch fast paths ------------------------------------------------------------
+#
+# A batch is parsed by a fast path that validates every report at once and
+# gives up (``None``) at the first thing it does not expect; the careful
+# parser then runs on the whole batch, so every rejection (which error, which
+# field, which report first) and every unusual but valid batch (mixed sealed
+# and plain reports, bodies that need padding) takes the careful path. The
+# fast path accepts only batches the careful one accepts, with equal
+# envelopes: tests/test_wire_fast.py compares the two.
+
+_SEALED_KEYS = frozenset(("report_id", "metric", "round", "window", "params_digest", "sealed"))
+_PLAIN_KEYS = frozenset(("report_id", "metric", "round", "window", "params_digest", "plain"))
+_B64URL_TEXT = re.compile(r"[A-Za-z0-9_-]*")
+_URL_TO_STD = bytes.maketrans(b"-_", b"+/")
+_MAX_BODY_TEXT = (MAX_BODY_BYTES * 4 + 2) // 3
+_REPORT_ID_TEXT = (REPORT_ID_BYTES * 4 + 2) // 3
+# Canonical unpadded base64url: after 2 (3) characters of a last quad, the last one's low 4 (2) bits are unused.
+_LAST_CHARS = {
+    2: frozenset("AQgw"),
+    3: frozenset("AEIMQUYcgkosw048"),
+}
+_FILL = ("", "", "AA", "A")
+_ROUND_WINDOW = struct.Struct(">IQ")
+_RECORD_FIXED = struct.Struct(">16sB")
+_KIND_LENGTH = struct.Struct(">BH")
+
+
+def _b64_many(texts: list[str]) -> list[bytes] | None:
+    """Strict base64url decoding (as :func:`~protocol.crypto.b64d`) of many strings in one C call.
+
+    ``None`` when any is not canonical unpadded base64url. Each text is
+    completed to whole quads with ``A`` (zero bits) and the decoded bytes cut
+    back to its own length.
+    """
+    filled = []
+    for text in texts:
+        rest = len(text) % 4
+        if rest:
+            if rest == 1 or text[-1] not in _LAST_CHARS[rest]:
+                return None
+            text += _FILL[rest]
+        filled.append(text)
+    joined = "".join(filled)
+    if not _B64URL_TEXT.fullmatch(joined):
+        return None
+    raw = binascii.a2b_base64(joined.encode("ascii").translate(_URL_TO_STD))
+    out = []
+    start = 0
+    for text in texts:
+        out.append(raw[start : start + len(text) * 3 // 4])
+        start += (len(text) + 3) // 4 * 3
+    return out
+
+
+def _valid_once(values: list[Any], check: Any, field: str) -> bool:
+    """Every distinct value passes ``check(value, field)`` (a ``_metric_name``-like validator)."""
+    try:
+        for value in set(values):
+            check(value, field)
+    except (TypeError, ReportRejected):  # unhashable, or invalid: the careful parser names it
+        return False
+    return True
+
+
+def _ints_in(values: list[Any], high: int) -> bool:
+    """All plain ``int`` (not ``bool``) in ``[0, high]``."""
+    return set(map(type, values)) == {int} and min(values) >= 0 and max(values) <= high
+
+
+def _aad_parts(metrics: list[str], digests: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    names = {m: bytes([len(m)]) + m.encode("ascii") for m in set(metrics)}
+    return names, {d: bytes.fromhex(d) for d in set(digests)}
+
+
+def _finish(reports: list[ReportEnvelope]) -> list[ReportEnvelope] | None:
+    """The batch's whole-batch checks (sealed ids, unique ids); ``None`` if one fails."""
+    if len({r.report_id for r in reports}) != len(reports):
+        return None
+    for r in reports:
+        if r.sealed is not None and r.report_id != sealed_report_id(r.sealed):
+            return None
+    return reports
+
+
+def _fast_json_reports(items: list[Any]) -> list[ReportEnvelope] | None:
+    """:func:`parse_batch_json`'s reports for a batch of only sealed (or only plain) reports, or ``None``."""
+    first = items[0]
+    if type(first) is not dict:
+        return None
+    body_name = "sealed" if "sealed" in first else "plain"
+    keys = _SEALED_KEYS if body_name == "sealed" else _PLAIN_KEYS
+    for item in items:
+        if type(item) is not dict or item.keys() != keys:
+            return None
+    id_texts = [item["report_id"] for item in items]
+    metrics = [item["metric"] for item in items]
+    rounds = [item["round"] for item in items]
+    windows = [item["window"] for item in items]
+    digests = [item["params_digest"] for item in items]
+    texts = [item[body_name] for item in items]
+    if set(map(type, id_texts)) != {str} or set(map(type, texts)) != {str}:
+        return None
+    if set(map(len, id_texts)) != {_REPORT_ID_TEXT} or not all(0 < len(t) <= _MAX_BODY_TEXT for t in texts):
+        return None
+    if not (_ints_in(rounds, MAX_ROUND) and _ints_in(windows, MAX_WINDOW)):
+        return None
+    if not (_valid_once(metrics, _metric_name, "metric") and _valid_once(digests, _digest, "params_digest")):
+        return None
+    report_ids = _b64_many(id_texts)
+    bodies = _b64_many(texts)
+    if report_ids is None or bodies is None or not all(0 < len(b) <= MAX_BODY_BYTES for b in bodies):
+        return None
+    names, digest_bytes = _aad_parts(metrics, digests)
+    pack = _ROUND_WINDOW.pack
+    checked = ReportEnvelope._checked
+    return _finish([
+        checked(rid, metric, round_, window, digest, body_name, body, text,
+                REPORT_AAD_LABEL + rid + names[metric] + digest_bytes[digest] + pack(round_, window))
+        for rid, text, metric, round_, window, digest, body in zip(
+            report_ids, id_texts, metrics, rounds, windows, digests, bodies, strict=True)
+    ])
+
+
+def _fast_binary_reports(data: bytes, pos: int, count: int) -> list[ReportEnvelope] | None:
+    """:func:`parse_batch_binary`'s reports read from ``pos``, or ``None`` at anything unexpected."""
+    data = bytes(data)
+    size = len(data)
+    names: dict[bytes, str | None] = {}
+    digests: dict[bytes, str] = {}
+    unpack_fixed, unpack_rw, unpack_kl = _RECORD_FIXED.unpack_from, _ROUND_WINDOW.unpack_from, _KIND_LENGTH.unpack_from
+    checked = ReportEnvelope._checked
+    reports = []
+    for _ in range(count):
+        start = pos
+        if pos + 17 > size:
+            return None
+        report_id, name_len = unpack_fixed(data, pos)
+        pos += 17
+        name_raw = data[pos : pos + name_len]
+        pos += name_len
+        digest_raw = data[pos : pos + DIGEST_BYTES]
+        pos += DIGEST_BYTES
+        if pos + 15 > size:
+            return None
+        round_, window = unpack_rw(data, pos)
+        kind, length = unpack_kl(data, pos + 12)
+        header_end = pos + 12
+        pos += 15
+        body = data[pos : pos + length]
+        pos += length
+        if pos > size or kind not in (BODY_SEALED, BODY_PLAIN) or not 0 < length <= MAX_BODY_BYTES:
+            return None
+        if window > MAX_WINDOW:
+            return None
+        metric = names.get(name_raw, "")
+        if metric == "":
+            metric = names[name_raw] = _binary_metric_name(name_raw)
+        if metric is None:
+            return None
+        digest = digests.get(digest_raw)
+        if digest is None:
+            digest = digests[digest_raw] = digest_raw.hex()
+        reports.append(checked(report_id, metric, round_, window, digest,
+                               "sealed" if kind == BODY_SEALED else "plain", body, None,
+                               REPORT_AAD_LABEL + data[start:header_end]))
+    if pos != size:
+        return None
+    return _finish(reports)
+
+
+def _binary_metric_name(raw: bytes) -> str | None:
+    """A record's metric name as the careful parser reads it, or ``None`` if it would refuse it."""
+    try:
+        return _metric_name(raw.decode("ascii"), "metric")
+    except (UnicodeDecodeError, ReportRejected):
+        return None
 
 
 # --- client and aggregator ends ---------------------------------------------------

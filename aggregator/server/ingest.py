@@ -54,9 +54,9 @@ from protocol.wire import (
     STATUS_REPLAYED,
     STATUS_TOO_EARLY,
     STATUS_UNKNOWN_METRIC,
+    PayloadCheck,
     ReportEnvelope,
     ReportResult,
-    unpack_payload,
 )
 
 BODY_HASH_BYTES = 16
@@ -136,19 +136,25 @@ def plain_payload(env: ReportEnvelope, allow_plain: bool) -> bytes:
     return env.body
 
 
-def check_payload(data: bytes, item: Candidate) -> ReportRow:
+def check_payload(data: bytes, item: Candidate, check: PayloadCheck | None = None) -> ReportRow:
     """Step 6: parse the payload and check it against the metric or the round.
+
+    ``check`` is the metric's :class:`~protocol.wire.PayloadCheck` (made
+    once per batch and metric; default: made here): the same checks as
+    :func:`~protocol.wire.unpack_payload`, without its bit array.
 
     Raises:
         ReportRejected: ``invalid_message`` with field ``payload``, ``payload.level``...
     """
     params, round_ = item.metric.params, item.round
-    payload = unpack_payload(data, num_bits=params.num_bits, num_cohorts=params.num_cohorts)
+    if check is None:
+        check = PayloadCheck(params.num_bits, params.num_cohorts)
+    cohort, level = check.header(data)
     expected = params.level if round_ is None else round_.level_to
-    if payload.level != expected:
+    if level != expected:
         where = "the metric's level" if round_ is None else f"round {round_.id}'s level_to"
-        raise ReportRejected("payload.level", f"must be {where} ({expected}), got {payload.level}")
-    if round_ is not None and round_.cohorts is not None and payload.cohort not in round_.cohorts:
+        raise ReportRejected("payload.level", f"must be {where} ({expected}), got {level}")
+    if round_ is not None and round_.cohorts is not None and cohort not in round_.cohorts:
         raise ReportRejected("payload.cohort", f"round {round_.id} is for cohorts {list(round_.cohorts)}")
     env = item.envelope
     return ReportRow(
@@ -156,10 +162,13 @@ def check_payload(data: bytes, item: Candidate) -> ReportRow:
         report_id=env.report_id,
         round=env.round,
         window=env.window,
-        cohort=payload.cohort,
-        bits=data[PAYLOAD_HEADER.size :],  # packed LSB first, padding checked by unpack_payload
-        body_hash=hashlib.sha256(env.body).digest()[:BODY_HASH_BYTES],
+        cohort=cohort,
+        bits=data[PAYLOAD_HEADER.size :],  # packed LSB first, padding checked by PayloadCheck.header
+        body_hash=_sha256(env.body).digest()[:BODY_HASH_BYTES],
     )
+
+
+_sha256 = hashlib.sha256
 
 
 def item_limit(params: MetricParams) -> int | None:
@@ -307,9 +316,14 @@ class Ingestor:
         rows: list[ReportRow] = []
         positions: list[int] = []
         clipped: dict[int, str] = {}
+        checks: dict[int, PayloadCheck] = {}
         for item, data in opened:
+            check = checks.get(item.metric.id)
+            if check is None:
+                params = item.metric.params
+                check = checks[item.metric.id] = PayloadCheck(params.num_bits, params.num_cohorts)
             try:
-                row, dropped = clip_report(check_payload(data, item), item.metric.params, self.rng)
+                row, dropped = clip_report(check_payload(data, item, check), item.metric.params, self.rng)
             except ReportRejected as exc:
                 results[item.index] = ReportResult.from_error(item.envelope.report_id, exc)
                 continue
