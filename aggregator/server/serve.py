@@ -25,11 +25,11 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from gunicorn import util
+from gunicorn import glogging, util
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from aggregator.server.logs import logging_config
+from aggregator.server.logs import access_log_from_env, logging_config
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
@@ -128,6 +128,34 @@ def deadline_worker(read_timeout: float) -> type[DeadlineThreadWorker]:
     return type("OnesidedThreadWorker", (DeadlineThreadWorker,), {"read_timeout": float(read_timeout)})
 
 
+class SwitchedAccessLogger(glogging.Logger):
+    """gunicorn's logger whose access log is on only when ``access_log`` says so.
+
+    gunicorn turns its access log on whenever a logging configuration is
+    given (ours always is, for the formats), whatever ``accesslog`` says, and
+    then builds every request's line. Here the switch is ours alone: off, no
+    line is built or written.
+    """
+
+    access_log_on: bool = False
+
+    @property
+    def access_log_enabled(self) -> bool:
+        return self.access_log_on
+
+    def _compute_access_log_enabled(self) -> bool:
+        return self.access_log_on
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        if self.access_log_on:
+            super().access(resp, req, environ, request_time)
+
+
+def access_logger(access_log: bool) -> type[SwitchedAccessLogger]:
+    """A logger class with the access log on or off."""
+    return type("OnesidedLogger", (SwitchedAccessLogger,), {"access_log_on": bool(access_log)})
+
+
 class GunicornServer(BaseApplication):
     """gunicorn without its command line: options from us, the app from :func:`create_app` per worker."""
 
@@ -155,13 +183,14 @@ def _child_exit(_server: Any, worker: Any) -> None:
 
 def gunicorn_options(
     *, host: str, port: int, workers: int, threads: int, read_timeout: float = 30.0,
-    timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text",
+    timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text", access_log: bool = False,
 ) -> dict[str, Any]:
     """The gunicorn settings we use (threads let one worker overlap I/O and keep connections alive).
 
     ``read_timeout`` bounds each read of a client's socket; ``timeout`` is
     gunicorn's: a worker silent that long is killed and replaced;
-    ``graceful_timeout``: how long a stopping worker may finish its requests.
+    ``graceful_timeout``: how long a stopping worker may finish its requests;
+    ``access_log``: one line per request in the log (default off).
     """
     return {
         "bind": f"{host}:{port}",
@@ -171,12 +200,13 @@ def gunicorn_options(
         "timeout": timeout,
         "graceful_timeout": graceful_timeout,
         "keepalive": 5,
-        "accesslog": None,
+        "accesslog": None,  # lines go through logconfig_dict's handler when access_log is on
+        "logger_class": access_logger(access_log),
         "errorlog": "-",
         "loglevel": "info",
         "proc_name": "onesided",
         "control_socket_disable": True,  # gunicorn >= 25 would share one socket in $HOME between servers
-        "logconfig_dict": logging_config(log_format),
+        "logconfig_dict": logging_config(log_format, access_log=access_log),
         "child_exit": _child_exit,  # a dead worker's live gauges leave /metrics
     }
 
@@ -208,15 +238,27 @@ def metrics_dir() -> Iterator[None]:
 
 def serve(
     settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1, threads: int = 4,
-    timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text",
+    timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text", access_log: bool | None = None,
 ) -> None:
-    """Run until interrupted (SIGINT / SIGTERM stop gracefully)."""
-    logging.config.dictConfig(logging_config(log_format))
+    """Run until interrupted (SIGINT / SIGTERM stop gracefully).
+
+    ``access_log``: gunicorn's line per request on or off; ``None`` reads
+    ``ONESIDED_ACCESS_LOG`` (``1``/``true``/``yes``; default off).
+
+    Raises:
+        ParameterError: ``workers``, ``threads``, or ``access_log`` (a bad ``ONESIDED_ACCESS_LOG``).
+    """
+    if access_log is None:
+        try:
+            access_log = access_log_from_env(os.environ)
+        except ValueError as exc:
+            raise ParameterError("access_log", str(exc)) from exc
+    logging.config.dictConfig(logging_config(log_format, access_log=access_log))
     check_workers(settings, workers)
     check_int("threads", threads, low=1, high=256)
     options = gunicorn_options(
         host=host, port=port, workers=workers, threads=threads, read_timeout=settings.read_timeout_seconds,
-        timeout=timeout, graceful_timeout=graceful_timeout, log_format=log_format,
+        timeout=timeout, graceful_timeout=graceful_timeout, log_format=log_format, access_log=access_log,
     )
     with metrics_dir():
         prepare(settings)

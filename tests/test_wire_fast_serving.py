@@ -1,0 +1,108 @@
+"""Serving side of the ingestion fast paths: gunicorn's access log switch, and the upload response."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from aggsupport import REPO, free_port
+
+from aggregator.server.logs import access_log_from_env, logging_config
+from aggregator.server.serve import access_logger, gunicorn_options
+
+
+def _serve_log(tmp_path: Path, env: dict[str, str], *args: str) -> str:
+    """Run ``onesided serve``, send three requests, stop it; its whole output."""
+    port = free_port()
+    code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
+    clean = {k: v for k, v in os.environ.items() if k != "ONESIDED_ACCESS_LOG"}
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port), *args],
+            stdout=log, stderr=subprocess.STDOUT, env={**clean, **env}, cwd=REPO,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert process.poll() is None, "the server exited"
+                try:
+                    if requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=2).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            for _ in range(3):
+                requests.get(f"http://127.0.0.1:{port}/v1/health?probe=access-log-check", timeout=10)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+        log.seek(0)
+        return log.read().decode("utf-8", "replace")
+
+
+def test_access_log_is_off_by_default_and_on_when_asked(tmp_path: Path) -> None:
+    quiet = _serve_log(tmp_path, {})
+    assert "Booting worker" in quiet  # gunicorn's error log still writes
+    assert "access-log-check" not in quiet
+    loud = _serve_log(tmp_path, {"ONESIDED_ACCESS_LOG": "1"}, "--log-format", "json")
+    lines = [json.loads(line) for line in loud.splitlines() if "access-log-check" in line]
+    assert len(lines) == 3
+    assert {entry["logger"] for entry in lines} == {"gunicorn.access"}
+    assert all('"GET /v1/health?probe=access-log-check HTTP/1.1" 200' in entry["message"] for entry in lines)
+
+
+def test_access_log_setting() -> None:
+    assert access_log_from_env({}) is False
+    assert access_log_from_env({"ONESIDED_ACCESS_LOG": "0"}) is False
+    assert access_log_from_env({"ONESIDED_ACCESS_LOG": "True"}) is True
+    with pytest.raises(ValueError, match="ONESIDED_ACCESS_LOG"):
+        access_log_from_env({"ONESIDED_ACCESS_LOG": "maybe"})
+    off, on = logging_config("text"), logging_config("json", access_log=True)
+    assert off["loggers"]["gunicorn.access"]["handlers"] == [] and off["loggers"]["gunicorn.access"]["level"] == "WARNING"
+    assert on["loggers"]["gunicorn.access"]["handlers"] == ["main"]
+    options = gunicorn_options(host="127.0.0.1", port=1, workers=1, threads=1, access_log=True)
+    assert options["logger_class"].access_log_on is True
+    assert options["logconfig_dict"]["loggers"]["gunicorn.access"]["handlers"] == ["main"]
+
+
+def test_a_switched_off_logger_builds_no_line() -> None:
+    """gunicorn would build and log a line whenever a logging config is given; ours does not when off."""
+    built: list[str] = []
+
+    def atoms(*args: object) -> dict[str, str]:
+        built.append("atoms")
+        return {"r": "GET /"}
+
+    class Config:
+        accesslog = None
+        logconfig = logconfig_json = syslog = None
+        logconfig_dict = logging_config("text")
+        access_log_format = "%(r)s"
+        loglevel = "info"
+        errorlog = "-"
+        capture_output = False
+        disable_redirect_access_to_syslog = False
+
+    names = ("", "gunicorn.error", "gunicorn.access")
+    saved = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).level) for name in names}
+    try:
+        for on in (False, True):
+            logger = access_logger(on)(Config())  # runs Config's dictConfig, as gunicorn does
+            logger.atoms = atoms
+            logger.access(None, None, {}, None)
+            assert logger.access_log_enabled is on
+    finally:
+        for name, (handlers, level) in saved.items():
+            logging.getLogger(name).handlers[:] = handlers
+            logging.getLogger(name).setLevel(level)
+    assert built == ["atoms"]
