@@ -878,6 +878,14 @@ class ReportResult:
                 raise ReportRejected(name, "must be a string or null")
 
     @classmethod
+    def of(cls, report_id: str, status: str, detail: str | None = None) -> ReportResult:
+        """A result the aggregator makes itself: ``status`` one of :data:`STATUSES`, ``report_id`` and
+        ``detail`` strings (or ``detail`` ``None``), taken as they are (no checks, no field)."""
+        result = object.__new__(cls)
+        result.__dict__.update({"report_id": report_id, "status": status, "field": None, "detail": detail})
+        return result
+
+    @classmethod
     def from_error(cls, report_id: bytes, error: ReportRejected) -> ReportResult:
         """A rejection: the status is the error's code when it is a status, else ``invalid_message``."""
         status = error.code if error.code in STATUSES else STATUS_INVALID_MESSAGE
@@ -896,10 +904,10 @@ class ReportResult:
 
 def upload_response(results: Sequence[ReportResult]) -> dict[str, Any]:
     """``{"results": [...], "accepted": n}``."""
-    return {
-        "results": [r.to_dict() for r in results],
-        "accepted": sum(r.status == STATUS_ACCEPTED for r in results),
-    }
+    items = [
+        {"report_id": r.report_id, "status": r.status, "field": r.field, "detail": r.detail} for r in results
+    ]
+    return {"results": items, "accepted": [item["status"] for item in items].count(STATUS_ACCEPTED)}
 
 
 def parse_upload_response(obj: Any) -> list[ReportResult]:

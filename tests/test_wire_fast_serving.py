@@ -18,6 +18,8 @@ from aggsupport import REPO, free_port
 
 from aggregator.server.logs import access_log_from_env, logging_config
 from aggregator.server.serve import access_logger, gunicorn_options
+from protocol.errors import ReportRejected
+from protocol.wire import STATUSES, ReportResult, parse_upload_response, upload_response
 
 
 def _serve_log(tmp_path: Path, env: dict[str, str], *args: str) -> str:
@@ -106,3 +108,15 @@ def test_a_switched_off_logger_builds_no_line() -> None:
             logging.getLogger(name).handlers[:] = handlers
             logging.getLogger(name).setLevel(level)
     assert built == ["atoms"]
+
+
+def test_results_made_by_the_aggregator_answer_as_checked_ones() -> None:
+    made = [ReportResult.of("AAAAAAAAAAAAAAAAAAAAAA", status, detail)
+            for status in STATUSES for detail in (None, "why")]
+    checked = [ReportResult(report_id=r.report_id, status=r.status, detail=r.detail) for r in made]
+    assert made == checked
+    body = upload_response(made)
+    assert body == {"results": [r.to_dict() for r in checked], "accepted": 2}
+    assert parse_upload_response(json.loads(json.dumps(body))) == checked
+    with pytest.raises(ReportRejected):
+        ReportResult(report_id="x", status="fine")

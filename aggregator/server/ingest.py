@@ -337,12 +337,12 @@ class Ingestor:
             for m in ctx.metrics.values()
         }
         statuses = self.storage.store_reports(rows, bindings, now=int(now))
+        of = ReportResult.of
         for i, status in zip(positions, statuses, strict=True):
-            env = envelopes[i]
-            if status == STATUS_ACCEPTED:
-                results[i] = ReportResult(report_id=env.report_id_text, status=status, detail=clipped.get(i))
-            else:
-                results[i] = ReportResult(report_id=env.report_id_text, status=status, detail=_STORE_DETAILS[status])
+            if status not in _STORE_STATUSES:
+                raise ValueError(f"store_reports answered {status!r}")  # a storage bug, not the client's
+            detail = clipped.get(i) if status == STATUS_ACCEPTED else _STORE_DETAILS[status]
+            results[i] = of(envelopes[i].report_id_text, status, detail)
         return [r for r in results if r is not None]
 
 
@@ -351,3 +351,4 @@ _STORE_DETAILS = {
     STATUS_OUTDATED_CONFIG: "the metric's parameters changed while this batch was processed",
     STATUS_EXPIRED: "the round was closed while this batch was processed",
 }
+_STORE_STATUSES = frozenset((STATUS_ACCEPTED, *_STORE_DETAILS))
