@@ -61,6 +61,8 @@ def test_access_log_is_off_by_default_and_on_when_asked(tmp_path: Path) -> None:
     assert len(lines) == 3
     assert {entry["logger"] for entry in lines} == {"gunicorn.access"}
     assert all('"GET /v1/health?probe=access-log-check HTTP/1.1" 200' in entry["message"] for entry in lines)
+    flagged = _serve_log(tmp_path, {}, "--access-log")  # the command-line switch, text lines
+    assert sum("access-log-check" in line for line in flagged.splitlines()) == 3
 
 
 def test_access_log_setting() -> None:

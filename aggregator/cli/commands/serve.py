@@ -36,6 +36,8 @@ def register(subparsers: Subparsers) -> None:
                         help="serve even if group or others may use the data directory (refused by default)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="log lines as text (default) or one JSON object each")
+    parser.add_argument("--access-log", action="store_true", default=None,
+                        help="gunicorn's line per request (off by default); env ONESIDED_ACCESS_LOG=1")
     parser.set_defaults(func=run)
 
 
@@ -54,5 +56,6 @@ def run(args: argparse.Namespace) -> int:
         allow_shared_data_dir=args.allow_shared_data_dir,
     )
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,
-          timeout=args.timeout, graceful_timeout=args.graceful_timeout, log_format=args.log_format)
+          timeout=args.timeout, graceful_timeout=args.graceful_timeout, log_format=args.log_format,
+          access_log=args.access_log)
     return 0
