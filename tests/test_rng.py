@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from protocol import rng as rng_module
 from protocol.errors import ParameterError
 from protocol.rng import (
     KeyedRandom,
@@ -30,6 +31,20 @@ def test_uniform_distribution(source) -> None:  # type: ignore[no-untyped-def]
     u = source.uniform(200_000)
     # KS test at alpha = 1e-6 (false-failure rate 1e-6 for the seeded source; the secure one is random).
     assert stats.kstest(u, "uniform").pvalue > 1e-6
+
+
+@pytest.mark.parametrize("shape", [1, 8191, 8192, 131_072, 131_073, (3, 100_001)])
+def test_secure_uniforms_are_the_keystream_words_mapped(shape, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The bulk path maps ChaCha20's keystream chunk by chunk: the same doubles as words_to_uniforms of it."""
+    key = bytes(range(32))
+    monkeypatch.setattr(rng_module.os, "urandom", lambda n: key[:n] if n == 32 else bytes(n))
+    size = int(np.prod(shape))
+    u = SecureRandom().uniform(shape)
+    assert u.shape == (shape if isinstance(shape, tuple) else (shape,))
+    expected = words_to_uniforms(np.frombuffer(rng_module.os_random_bytes(8 * size), dtype="<u8"))
+    if 8 * size < rng_module.BULK_BYTES:  # small requests are os.urandom's own bytes (here all zero)
+        expected = words_to_uniforms(np.zeros(size, dtype=np.uint64))
+    assert np.array_equal(u.reshape(-1), expected)
 
 
 def test_seeded_is_reproducible_and_distinct() -> None:
