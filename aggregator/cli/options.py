@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,4 +64,20 @@ def client_from_args(args: argparse.Namespace) -> ApiClient:
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout (what scripts parse)."""
     print(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
+
+
+def print_answer(body: dict[str, Any], output: str, to_csv: Callable[[dict[str, Any]], str]) -> int:
+    """An analysis answer: its ``reason`` (why no number was released) on stderr, then JSON or ``to_csv``'s CSV."""
+    if body.get("reason"):
+        print(f"note: {body['reason']}", file=sys.stderr)
+    if output == "csv":
+        sys.stdout.write(to_csv(body))
+    else:
+        print_json(body)
+    return 0
+
+
+def post_fields(args: argparse.Namespace, path: str, fields: dict[str, Any]) -> Any:
+    """POST the given fields (those not ``None``) as a JSON body with the client of ``--server``/``--token``."""
+    return client_from_args(args).post(path, {k: v for k, v in fields.items() if v is not None})
 

@@ -8,10 +8,9 @@ pair metric's value is ``a + "\\x1f" + b`` (docs/decoding.md 9).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
+from aggregator.cli.options import Subparsers, add_server_options, post_fields, print_answer
 
 CSV_COLUMNS = ("a", "b", "share", "estimate", "std_error")
 
@@ -42,13 +41,4 @@ def run(args: argparse.Namespace) -> int:
         "values_b": [v for v in args.values_b.split(",") if v],
         "window": args.window, "round": args.round, "method": args.method,
     }
-    body = client_from_args(args).post(
-        f"/v1/metrics/{args.name}/association", {k: v for k, v in fields.items() if v is not None}
-    )
-    if body.get("reason"):
-        print(f"note: {body['reason']}", file=sys.stderr)
-    if args.format == "csv":
-        sys.stdout.write(joint_csv(body))
-    else:
-        print_json(body)
-    return 0
+    return print_answer(post_fields(args, f"/v1/metrics/{args.name}/association", fields), args.format, joint_csv)

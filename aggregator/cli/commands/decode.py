@@ -17,17 +17,10 @@ folder / maps of RAPPOR's ``decode-assoc`` for the joint of two.
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aggregator.cli.options import (
-    Subparsers,
-    add_server_options,
-    client_from_args,
-    print_json,
-)
+from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_answer
 from protocol.errors import ParameterError
 
 MAX_QUERY_CANDIDATE_CHARS = 1500  # longer lists go in a POST body (gunicorn limits a request line to 4 KiB)
@@ -97,16 +90,6 @@ def fetch(args: argparse.Namespace, path: str, fields: dict[str, Any]) -> Any:
     return client.get(path, fields)
 
 
-def _print(body: dict[str, Any], output: str, to_csv: Callable[[dict[str, Any]], str]) -> int:
-    if body.get("reason"):
-        print(f"note: {body['reason']}", file=sys.stderr)
-    if output == "csv":
-        sys.stdout.write(to_csv(body))
-    else:
-        print_json(body)
-    return 0
-
-
 def _collection_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {"window": args.window, "round": args.round, "candidates": candidates_from_args(args)}
 
@@ -115,14 +98,14 @@ def run_estimates(args: argparse.Namespace) -> int:
     fields = {**_collection_fields(args), "alpha": args.alpha, "correction": args.correction}
     from aggregator.analysis.tables import estimates_csv
 
-    return _print(fetch(args, f"/v1/metrics/{args.name}/estimates", fields), args.format, estimates_csv)
+    return print_answer(fetch(args, f"/v1/metrics/{args.name}/estimates", fields), args.format, estimates_csv)
 
 
 def run_certify(args: argparse.Namespace) -> int:
     fields = {**_collection_fields(args), "threshold": args.threshold, "alpha": args.alpha}
     from aggregator.analysis.tables import certificates_csv
 
-    return _print(fetch(args, f"/v1/metrics/{args.name}/certificates", fields), args.format, certificates_csv)
+    return print_answer(fetch(args, f"/v1/metrics/{args.name}/certificates", fields), args.format, certificates_csv)
 
 
 def run_decode_rappor(args: argparse.Namespace) -> int:

@@ -8,10 +8,9 @@ most frequent first (docs/decoding.md 8).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
+from aggregator.cli.options import Subparsers, add_server_options, post_fields, print_answer
 
 CSV_COLUMNS = ("string", "estimate", "std_error", "proportion")
 
@@ -41,13 +40,4 @@ def discovered_csv(body: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     fields = {"window": args.window, "round": args.round, "min_share": args.min_share, "alphabet": args.alphabet,
               "max_prefixes": args.max_prefixes, "alpha": args.alpha}
-    body = client_from_args(args).post(
-        f"/v1/metrics/{args.name}/discovered", {k: v for k, v in fields.items() if v is not None}
-    )
-    if body.get("reason"):
-        print(f"note: {body['reason']}", file=sys.stderr)
-    if args.format == "csv":
-        sys.stdout.write(discovered_csv(body))
-    else:
-        print_json(body)
-    return 0
+    return print_answer(post_fields(args, f"/v1/metrics/{args.name}/discovered", fields), args.format, discovered_csv)
