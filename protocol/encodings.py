@@ -153,6 +153,15 @@ def as_members(value_or_set: Value | Iterable[Value]) -> list[bytes]:
     raise ParameterError("value", f"must be str, bytes or a set of them, got {type(value_or_set).__name__}")
 
 
+def _members_vector(num_bits: int, indices: Callable[[bytes], list[int]],
+                    value_or_set: Value | Iterable[Value]) -> BoolArray:
+    """The OR of the members' bits (``indices`` of a member, in one cohort) as a bool vector of ``num_bits``."""
+    out = np.zeros(num_bits, dtype=bool)
+    for member in as_members(value_or_set):
+        out[indices(member)] = True
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class BloomEncoding:
     """RAPPOR Bloom filter: ``num_bits`` x ``num_hashes`` x ``num_cohorts``."""
@@ -192,10 +201,7 @@ class BloomEncoding:
 
     def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
         """The OR of the members' filters, as a bool vector of ``num_bits``."""
-        out = np.zeros(self.num_bits, dtype=bool)
-        for member in as_members(value_or_set):
-            out[self.bits_of(member, cohort)] = True
-        return out
+        return _members_vector(self.num_bits, lambda member: self.bits_of(member, cohort), value_or_set)
 
     def bit_table(self, values: Sequence[Value]) -> npt.NDArray[np.int64]:
         """Indices of every value in every cohort: shape ``(num_cohorts, len(values), num_hashes)``.
@@ -277,10 +283,7 @@ class DirectEncoding:
         return indices
 
     def encode(self, value_or_set: Value | Iterable[Value], cohort: int = 0) -> BoolArray:
-        out = np.zeros(self.num_bits, dtype=bool)
-        for member in as_members(value_or_set):
-            out[self.bits_of(member, cohort)] = True
-        return out
+        return _members_vector(self.num_bits, lambda member: self.bits_of(member, cohort), value_or_set)
 
     def bit_table(self, values: Sequence[Value]) -> npt.NDArray[np.int64]:
         return np.array([[self.bits_of(v) for v in values]], dtype=np.int64)
@@ -361,10 +364,7 @@ class PrefixEncoding:
 
     def encode(self, value_or_set: Value | Iterable[Value], cohort: int) -> BoolArray:
         """The OR of the members' prefix filters, as a bool vector of ``num_bits``."""
-        out = np.zeros(self.num_bits, dtype=bool)
-        for member in as_members(value_or_set):
-            out[self.bits_of(member, cohort)] = True
-        return out
+        return _members_vector(self.num_bits, lambda member: self.bits_of(member, cohort), value_or_set)
 
     def bit_table(self, values: Sequence[Value]) -> npt.NDArray[np.int64]:
         """Indices of every value's prefix in every cohort: ``(num_cohorts, len(values), num_hashes)``."""
