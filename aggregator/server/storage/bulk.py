@@ -85,11 +85,6 @@ def array_text(values: Sequence[Any]) -> str:
     raise TypeError("bulk arrays hold integers or bytes")
 
 
-def array_parameter(values: Sequence[Any], item_type: Any) -> sa.ColumnElement[Any]:
-    """PostgreSQL only: ``CAST(:text AS item_type[])``, the values as one array parameter."""
-    return sa.cast(sa.bindparam(None, array_text(values), type_=sa.Text), postgresql.ARRAY(item_type))
-
-
 def array_slot(name: str, item_type: Any) -> sa.ColumnElement[Any]:
     """PostgreSQL only: ``CAST(:name AS item_type[])``, to be bound to :func:`array_text` when run."""
     return sa.cast(sa.bindparam(name, type_=sa.Text), postgresql.ARRAY(item_type))
