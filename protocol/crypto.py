@@ -243,14 +243,26 @@ def verify_document(public_raw: bytes, document: Any) -> dict[str, Any]:
     return payload
 
 
-def public_key_info(seal_public: bytes, sign_public: bytes) -> dict[str, str]:
-    """``{"seal_public", "seal_key_id", "sign_public", "sign_key_id"}`` (base64url keys, hex ids)."""
-    return {
+def public_key_info(
+    seal_public: bytes, sign_public: bytes, next_sign_public: bytes | None = None
+) -> dict[str, str]:
+    """``{"seal_public", "seal_key_id", "sign_public", "sign_key_id"}`` (base64url keys, hex ids).
+
+    During a signing-key rotation the config also announces the next signing key
+    (``next_sign_public``, ``next_sign_key_id``): a client that verified the config with a
+    key it trusts starts trusting the announced one, so configs signed by it verify after
+    the switch.
+    """
+    info = {
         "seal_public": b64e(seal_public),
         "seal_key_id": key_id(seal_public),
         "sign_public": b64e(sign_public),
         "sign_key_id": key_id(sign_public),
     }
+    if next_sign_public is not None:
+        info["next_sign_public"] = b64e(next_sign_public)
+        info["next_sign_key_id"] = key_id(next_sign_public)
+    return info
 
 
 # --- aggregator keys --------------------------------------------------------

@@ -1006,17 +1006,27 @@ def validate_round_announcement(payload: Any) -> RoundAnnouncement:
 
 @dataclass(frozen=True, kw_only=True)
 class AggregatorInfo:
-    """The aggregator's public keys as published in the config."""
+    """The aggregator's public keys as published in the config.
+
+    ``next_sign_public`` is set only while the signing key is being rotated: the key that
+    will sign configs after the switch, announced under the current one.
+    """
 
     seal_public: bytes
     sign_public: bytes
+    next_sign_public: bytes | None = None
 
     @classmethod
     def from_dict(cls, obj: Any) -> AggregatorInfo:
         fields = ("seal_public", "seal_key_id", "sign_public", "sign_key_id")
-        data = _object(obj, "", fields)
-        keys = {}
-        for name in ("seal", "sign"):
+        data = _object(obj, "", fields, ("next_sign_public", "next_sign_key_id"))
+        if ("next_sign_public" in data) != ("next_sign_key_id" in data):
+            missing = "next_sign_key_id" if "next_sign_public" in data else "next_sign_public"
+            raise ReportRejected(missing, "is required with the other next_sign field")
+        keys: dict[str, bytes] = {}
+        for name in ("seal", "sign", "next_sign"):
+            if f"{name}_public" not in data:
+                continue
             raw = b64d(data[f"{name}_public"], f"{name}_public")
             if len(raw) != 32:
                 raise ReportRejected(f"{name}_public", "must be 32 bytes")
@@ -1026,7 +1036,7 @@ class AggregatorInfo:
         return cls(**keys)
 
     def to_dict(self) -> dict[str, str]:
-        return public_key_info(self.seal_public, self.sign_public)
+        return public_key_info(self.seal_public, self.sign_public, self.next_sign_public)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -593,3 +593,23 @@ def test_config_errors_name_the_field(mutate: Any, field: str) -> None:
     with pytest.raises(ReportRejected) as info:
         verify_config(KEYS.sign(payload), sign_public=KEYS.sign_public_raw)
     assert info.value.field == field
+
+
+def test_aggregator_info_announces_next_signing_key() -> None:
+    from protocol.crypto import key_id, public_key_info
+    from protocol.wire import AggregatorInfo
+
+    seal, sign, nxt = bytes(range(32)), bytes(range(1, 33)), bytes(range(2, 34))
+    info = AggregatorInfo.from_dict(public_key_info(seal, sign, nxt))
+    assert info.next_sign_public == nxt
+    assert info.to_dict()["next_sign_key_id"] == key_id(nxt)
+    assert AggregatorInfo.from_dict(public_key_info(seal, sign)).next_sign_public is None
+    half = public_key_info(seal, sign, nxt)
+    del half["next_sign_key_id"]
+    with pytest.raises(ReportRejected) as caught:
+        AggregatorInfo.from_dict(half)
+    assert caught.value.field == "next_sign_key_id"
+    wrong = public_key_info(seal, sign, nxt) | {"next_sign_key_id": key_id(seal)}
+    with pytest.raises(ReportRejected) as caught:
+        AggregatorInfo.from_dict(wrong)
+    assert caught.value.field == "next_sign_key_id"
