@@ -70,7 +70,7 @@ def b64d(text: Any, field: str) -> bytes:
     """
     if not isinstance(text, str):
         raise ReportRejected(field, f"must be a base64url string, got {type(text).__name__}")
-    if not _B64URL.match(text) or len(text) % 4 == 1:
+    if not _B64URL.fullmatch(text) or len(text) % 4 == 1:
         raise ReportRejected(field, "is not unpadded base64url")
     try:
         data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

@@ -77,7 +77,7 @@ class MetricParams:
     max_items: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
             raise ParameterError("name", f"must match {NAME_PATTERN.pattern}, got {self.name!r}")
         if not isinstance(self.encoding, BloomEncoding | DirectEncoding | PrefixEncoding):
             raise ParameterError("encoding", "must be a BloomEncoding, DirectEncoding or PrefixEncoding")

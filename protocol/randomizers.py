@@ -46,6 +46,11 @@ BoolArray = npt.NDArray[np.bool_]
 # above exp(-level/2) falls below the grid (no noise 1 can ever appear: an infinite loss).
 # Per-bit epsilon at the cap: 16 (asymmetric), ~16 (symmetric): far past any useful privacy.
 MAX_LEVEL = 32.0
+# The lowest noise level. A 0 bit is kept with probability 1 - exp(-level/2) ~ level/2, realized on
+# the same 2**-52 grid; at 1e-6 that is 5e-7, within a relative 5e-10 of what the accounting uses,
+# and decoding (which divides by it) stays finite. Below it the level means "pure noise" in theory
+# and, near 5e-324, a kept-probability of exactly 0 and a decoder dividing by zero in practice.
+MIN_LEVEL = 1e-6
 
 
 def threshold_bits(bits: npt.ArrayLike, noise: npt.ArrayLike) -> BoolArray:
@@ -90,8 +95,10 @@ class Randomizer:
             if self.irr_p is not None or self.irr_q is not None:
                 raise ParameterError("irr_q", "must be null for the trusted mode")
             return
-        if not 0 < lv <= MAX_LEVEL:
-            raise ParameterError("level", f"must be > 0 and <= {MAX_LEVEL:g} (MAX_LEVEL), got {lv}")
+        if not MIN_LEVEL <= lv <= MAX_LEVEL:
+            raise ParameterError(
+                "level", f"must be in [{MIN_LEVEL:g}, {MAX_LEVEL:g}] (MIN_LEVEL, MAX_LEVEL), got {lv}"
+            )
         for name, value in (("irr_p", self.irr_p), ("irr_q", self.irr_q)):
             if value is not None:
                 check_probability(name, value)

@@ -116,13 +116,13 @@ def _number(value: Any, field: str) -> float:
 
 
 def _digest(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not _HEX_DIGEST.match(value):
+    if not isinstance(value, str) or not _HEX_DIGEST.fullmatch(value):
         raise ReportRejected(field, "must be 64 lowercase hex characters (SHA-256)")
     return value
 
 
 def _metric_name(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
         raise ReportRejected(field, f"must match {NAME_PATTERN.pattern}")
     return value
 

@@ -17,7 +17,7 @@ from aggregator.server.auth import ADMIN, ANALYST, require_role
 from aggregator.server.context import app_state
 from aggregator.server.storage import MetricRecord
 from protocol.params import MetricParams
-from protocol.randomizers import MAX_LEVEL
+from protocol.randomizers import MAX_LEVEL, MIN_LEVEL
 
 blueprint = Blueprint("metrics", __name__)
 
@@ -132,7 +132,7 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
             "encoding": {"type": "object"},
             "mode": {"enum": ["symmetric", "asymmetric", "trusted"]},
-            "level": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": MAX_LEVEL},
+            "level": {"type": ["number", "null"], "minimum": MIN_LEVEL, "maximum": MAX_LEVEL},
             "irr_p": {"type": ["number", "null"]},
             "irr_q": {"type": ["number", "null"]},
             "value_kind": {"enum": ["set", "categorical"]},

@@ -31,7 +31,7 @@ from aggregator.server.services.estimates import DecodingService
 from aggregator.server.services.rounds import DEFAULT_ROUND_SECONDS, MAX_ROUND_SECONDS, RoundRequest
 from aggregator.server.storage import RoundRecord
 from protocol.errors import ParameterError
-from protocol.randomizers import MAX_LEVEL
+from protocol.randomizers import MAX_LEVEL, MIN_LEVEL
 from protocol.validation import check_int, check_number
 
 blueprint = Blueprint("rounds", __name__)
@@ -138,7 +138,7 @@ OPENAPI_PATHS: dict[str, Any] = {
                     "required": ["level_to"],
                     "additionalProperties": False,
                     "properties": {
-                        "level_to": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LEVEL},
+                        "level_to": {"type": "number", "minimum": MIN_LEVEL, "maximum": MAX_LEVEL},
                         "cohorts": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
                         "expires_in": {"type": "integer", "minimum": 1, "maximum": MAX_ROUND_SECONDS},
                     },

@@ -39,7 +39,7 @@ from aggregator.server.errors import Conflict
 from aggregator.server.storage import MetricRecord, RoundRecord, Storage
 from aggregator.server.storage.rounds import SignFunction
 from protocol.errors import ParameterError
-from protocol.randomizers import MAX_LEVEL
+from protocol.randomizers import MAX_LEVEL, MIN_LEVEL
 
 DEFAULT_ROUND_SECONDS = 7 * 86400
 MAX_ROUND_SECONDS = 366 * 86400
@@ -65,13 +65,15 @@ def check_relaxable(metric: MetricRecord) -> None:
 
 
 def check_level_to(level_to: float) -> None:
-    """A round's target level is a finite number in ``(0, MAX_LEVEL]``.
+    """A round's target level is a finite number in ``[MIN_LEVEL, MAX_LEVEL]``.
 
     Raises:
         ParameterError: field ``level_to``.
     """
-    if not 0 < level_to <= MAX_LEVEL:
-        raise ParameterError("level_to", f"must be in (0, {MAX_LEVEL:g}] (the highest representable level), got {level_to!r}")
+    if not MIN_LEVEL <= level_to <= MAX_LEVEL:
+        raise ParameterError(
+            "level_to", f"must be in [{MIN_LEVEL:g}, {MAX_LEVEL:g}] (the representable levels), got {level_to!r}"
+        )
 
 
 def level_before(metric: MetricRecord, rounds: Sequence[RoundRecord], level_to: float) -> float:

@@ -57,7 +57,7 @@ class TokenStore:
         """
         if role not in ROLES:
             raise ParameterError("role", f"must be one of {ROLES}, got {role!r}")
-        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise ParameterError("name", f"must match {NAME_PATTERN.pattern}, got {name!r}")
         secret = new_token_secret()
         stamp = int(time.time()) if now is None else now
