@@ -7,6 +7,9 @@ Exposed at ``GET /metrics`` (text format 0.0.4) by :mod:`aggregator.server.api.m
 * ``onesided_batches_rejected_total{reason}``: whole batches refused (400,
   413, 415, 408 by error code);
 * ``onesided_request_seconds{endpoint,method,status}``: request latency (histogram);
+  ``endpoint`` is the route's rule and ``method`` one of :data:`METHODS`, both
+  ``other`` for anything else, so made-up paths and methods cannot grow
+  ``/metrics`` (every label takes a bounded set of values);
 * ``onesided_requests_in_flight``: requests being handled (the backlog inside
   the workers; summed over processes);
 * ``onesided_decode_pending``: analysts' fits waiting for or running in a
@@ -38,6 +41,8 @@ from prometheus_client import (
 )
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER = "other"
 
 REPORTS = Counter("onesided_reports", "Reports answered, by per-report status", ["status"])
 BATCHES_REJECTED = Counter("onesided_batches_rejected", "Whole batches refused, by error code", ["reason"])
@@ -65,10 +70,10 @@ def _after(response: Response) -> Response:
     if started is None:
         return response
     IN_FLIGHT.dec()
-    endpoint = request.url_rule.rule if request.url_rule is not None else "unmatched"
-    LATENCY.labels(endpoint=endpoint, method=request.method, status=str(response.status_code)).observe(
-        time.perf_counter() - started
-    )
+    endpoint = request.url_rule.rule if request.url_rule is not None else OTHER
+    method = request.method if request.method in METHODS else OTHER
+    status = response.status_code if 100 <= response.status_code <= 599 else OTHER
+    LATENCY.labels(endpoint=endpoint, method=method, status=str(status)).observe(time.perf_counter() - started)
     if endpoint == "/v1/reports" and response.status_code >= 400 and response.is_json:
         body: Any = response.get_json(silent=True)
         reason = body.get("error") if isinstance(body, dict) else None
