@@ -2,8 +2,9 @@
 
 Before: four connections that sent their headers (or part of them) and then
 nothing held all four gunicorn threads, and ``/v1/health`` timed out. Now
-each socket read times out after ``--read-timeout`` and a body must arrive
-within it as a whole (408 ``request_timeout``), so the threads come back.
+the front's event loop reads whole requests before a thread sees them and a
+request must arrive within ``--read-timeout`` (408 ``request_timeout``);
+tests/test_server_front.py has the trickling connections and the caps.
 
 The stalled sockets live in a context manager that closes them (bounded:
 at most ``STALL_SECONDS``), on loopback only.

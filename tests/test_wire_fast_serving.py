@@ -1,9 +1,8 @@
-"""Serving side of the ingestion fast paths: gunicorn's access log switch, and the upload response."""
+"""Serving side of the ingestion fast paths: the access log switch, and the upload response."""
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -16,8 +15,9 @@ import pytest
 import requests
 from aggsupport import REPO, free_port
 
+from aggregator.server.front import FrontLimits
 from aggregator.server.logs import access_log_from_env, logging_config
-from aggregator.server.serve import access_logger, gunicorn_options
+from aggregator.server.serve import gunicorn_options
 from protocol.errors import ReportRejected
 from protocol.wire import STATUSES, ReportResult, parse_upload_response, upload_response
 
@@ -59,8 +59,9 @@ def test_access_log_is_off_by_default_and_on_when_asked(tmp_path: Path) -> None:
     loud = _serve_log(tmp_path, {"ONESIDED_ACCESS_LOG": "1"}, "--log-format", "json")
     lines = [json.loads(line) for line in loud.splitlines() if "access-log-check" in line]
     assert len(lines) == 3
-    assert {entry["logger"] for entry in lines} == {"gunicorn.access"}
+    assert {entry["logger"] for entry in lines} == {"onesided.access"}
     assert all('"GET /v1/health?probe=access-log-check HTTP/1.1" 200' in entry["message"] for entry in lines)
+    assert all(entry["message"].startswith("127.0.0.0/24 ") for entry in lines)  # truncated by default
     flagged = _serve_log(tmp_path, {}, "--access-log")  # the command-line switch, text lines
     assert sum("access-log-check" in line for line in flagged.splitlines()) == 3
 
@@ -72,44 +73,13 @@ def test_access_log_setting() -> None:
     with pytest.raises(ValueError, match="ONESIDED_ACCESS_LOG"):
         access_log_from_env({"ONESIDED_ACCESS_LOG": "maybe"})
     off, on = logging_config("text"), logging_config("json", access_log=True)
-    assert off["loggers"]["gunicorn.access"]["handlers"] == [] and off["loggers"]["gunicorn.access"]["level"] == "WARNING"
-    assert on["loggers"]["gunicorn.access"]["handlers"] == ["main"]
-    options = gunicorn_options(host="127.0.0.1", port=1, workers=1, threads=1, access_log=True)
-    assert options["logger_class"].access_log_on is True
-    assert options["logconfig_dict"]["loggers"]["gunicorn.access"]["handlers"] == ["main"]
-
-
-def test_a_switched_off_logger_builds_no_line() -> None:
-    """gunicorn would build and log a line whenever a logging config is given; ours does not when off."""
-    built: list[str] = []
-
-    def atoms(*args: object) -> dict[str, str]:
-        built.append("atoms")
-        return {"r": "GET /"}
-
-    class Config:
-        accesslog = None
-        logconfig = logconfig_json = syslog = None
-        logconfig_dict = logging_config("text")
-        access_log_format = "%(r)s"
-        loglevel = "info"
-        errorlog = "-"
-        capture_output = False
-        disable_redirect_access_to_syslog = False
-
-    names = ("", "gunicorn.error", "gunicorn.access")
-    saved = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).level) for name in names}
-    try:
-        for on in (False, True):
-            logger = access_logger(on)(Config())  # runs Config's dictConfig, as gunicorn does
-            logger.atoms = atoms
-            logger.access(None, None, {}, None)
-            assert logger.access_log_enabled is on
-    finally:
-        for name, (handlers, level) in saved.items():
-            logging.getLogger(name).handlers[:] = handlers
-            logging.getLogger(name).setLevel(level)
-    assert built == ["atoms"]
+    assert off["loggers"]["onesided.access"]["handlers"] == [] and off["loggers"]["onesided.access"]["level"] == "WARNING"
+    assert on["loggers"]["onesided.access"]["handlers"] == ["main"]
+    options = gunicorn_options(host="127.0.0.1", port=1, workers=1, limits=FrontLimits(), access_log="none")
+    assert options["worker_class"].access_log == "none"
+    assert options["logconfig_dict"]["loggers"]["onesided.access"]["handlers"] == ["main"]
+    quiet = gunicorn_options(host="127.0.0.1", port=1, workers=1, limits=FrontLimits())
+    assert quiet["worker_class"].access_log is None  # no middleware: no line is built
 
 
 def test_results_made_by_the_aggregator_answer_as_checked_ones() -> None:

@@ -5,11 +5,14 @@ when enabled, its access log) as ``{"time", "level", "logger", "message"}``
 plus ``exception`` with the traceback when there is one, for log shippers
 that parse lines. Logs never carry report contents, tokens or keys.
 
-gunicorn's access log (one line per request: address, request line, status,
-size, user agent) is off unless the operator asks for it
-(``ONESIDED_ACCESS_LOG=1``, :func:`aggregator.server.serve.serve`'s
+The access log (logger ``onesided.access``, one line per request: client
+address, request line, status, size, milliseconds) is off unless the operator
+asks for it (``ONESIDED_ACCESS_LOG=1``, :func:`aggregator.server.serve.serve`'s
 ``access_log``): the request metrics of ``/metrics`` count every request
 already, and at small batches the line cost about 3% of the worker's CPU.
+Client addresses in it are personal data: by default they are truncated to
+their network (IPv4 /24, IPv6 /48); ``full`` keeps them, ``none`` drops them
+(``ONESIDED_ACCESS_LOG_ADDRESSES``).
 
 >>> import logging
 >>> record = logging.LogRecord("onesided", logging.WARNING, __file__, 1, "disk %s", ("full",), None)
@@ -20,13 +23,18 @@ already, and at small batches the line cost about 3% of the worker's CPU.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 LOG_FORMATS = ("text", "json")
+ADDRESS_POLICIES = ("truncated", "full", "none")
+ACCESS_LOGGER = "onesided.access"
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -49,10 +57,11 @@ class JsonFormatter(logging.Formatter):
 def logging_config(log_format: str, level: str = "INFO", *, access_log: bool = False) -> dict[str, Any]:
     """A ``logging.config.dictConfig`` document for our loggers and gunicorn's.
 
-    ``access_log``: whether ``gunicorn.access`` writes its lines (through the
+    ``access_log``: whether ``onesided.access`` writes its lines (through the
     same handler and format as the rest); off, it has no handler and drops
-    anything below ``WARNING``. (gunicorn also skips building the line then:
-    ``serve`` gives it a logger class that follows the same switch.)
+    anything below ``WARNING`` (``serve`` then installs no access middleware,
+    so no line is even built). waitress's per-request queue warnings are kept
+    out: ``onesided_requests_in_flight`` measures the same backlog.
 
     Raises:
         ValueError: an unknown format.
@@ -76,7 +85,9 @@ def logging_config(log_format: str, level: str = "INFO", *, access_log: bool = F
         "root": {"level": level, "handlers": ["main"]},
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": ["main"], "propagate": False},
-            "gunicorn.access": access,
+            ACCESS_LOGGER: access,
+            "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False},
+            "waitress.queue": {"level": "ERROR", "handlers": ["main"], "propagate": False},
         },
     }
 
@@ -93,3 +104,74 @@ def access_log_from_env(environ: Mapping[str, str]) -> bool:
     if value in ("1", "true", "yes"):
         return True
     raise ValueError(f"ONESIDED_ACCESS_LOG must be 1/true/yes or 0/false/no, got {value!r}")
+
+
+def address_policy_from_env(environ: Mapping[str, str]) -> str:
+    """``ONESIDED_ACCESS_LOG_ADDRESSES``: ``truncated`` (default), ``full`` or ``none``.
+
+    Raises:
+        ValueError: another value.
+    """
+    value = environ.get("ONESIDED_ACCESS_LOG_ADDRESSES", "").strip().lower() or "truncated"
+    if value not in ADDRESS_POLICIES:
+        raise ValueError(f"ONESIDED_ACCESS_LOG_ADDRESSES must be one of {', '.join(ADDRESS_POLICIES)}, got {value!r}")
+    return value
+
+
+def logged_address(address: str | None, policy: str) -> str:
+    """A client address as the access log shows it under ``policy``.
+
+    >>> logged_address("203.0.113.77", "truncated"), logged_address("2001:db8:1:2::5", "truncated")
+    ('203.0.113.0/24', '2001:db8:1::/48')
+    >>> logged_address("203.0.113.77", "none"), logged_address("203.0.113.77", "full")
+    ('-', '203.0.113.77')
+    """
+    if policy == "none" or not address:
+        return "-"
+    if policy == "full":
+        return address
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return "-"
+    prefix = 24 if ip.version == 4 else 48
+    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+
+
+def _printable(text: str, limit: int = 300) -> str:
+    """``text`` with control characters escaped and cut at ``limit`` (a request line is client input)."""
+    cut = text[:limit]
+    return cut if cut.isprintable() else cut.encode("unicode_escape").decode("ascii")
+
+
+def access_log_middleware(app: WsgiApp, policy: str = "truncated") -> WsgiApp:
+    """Wrap a WSGI app so that each request logs one line to ``onesided.access``.
+
+    ``ADDRESS "METHOD PATH?QUERY PROTOCOL" STATUS BYTES MS`` (the address
+    under ``policy``, see :func:`logged_address`).
+
+    Raises:
+        ValueError: an unknown ``policy``.
+    """
+    if policy not in ADDRESS_POLICIES:
+        raise ValueError(f"address policy must be one of {', '.join(ADDRESS_POLICIES)}, got {policy!r}")
+    logger = logging.getLogger(ACCESS_LOGGER)
+
+    def logged(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        started = time.perf_counter()
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            size = next((value for name, value in headers if name.lower() == "content-length"), "-")
+            query = environ.get("QUERY_STRING")
+            target = environ.get("PATH_INFO", "") + (f"?{query}" if query else "")
+            logger.info(
+                '%s "%s %s %s" %s %s %.1f', logged_address(environ.get("REMOTE_ADDR"), policy),
+                _printable(environ.get("REQUEST_METHOD", "")), _printable(target),
+                _printable(environ.get("SERVER_PROTOCOL", "")), status.split(" ", 1)[0], size,
+                1000 * (time.perf_counter() - started),
+            )
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    return logged

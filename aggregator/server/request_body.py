@@ -4,7 +4,7 @@ werkzeug refuses a ``Content-Length`` over ``MAX_CONTENT_LENGTH`` before
 reading (413), but a chunked body has no length: ``request.get_data()``
 silently cut it at the limit, and the truncated JSON answered 400. Here a
 body of either framing is read in pieces, at most ``limit + 1`` bytes: more
-than ``limit`` is 413 ``payload_too_large``.
+than ``limit`` is 413 ``payload_too_large``; exactly ``limit`` is accepted.
 
 A client that sends its headers and then stalls (or drips a byte now and
 then) holds a worker thread while the body is read. Each read of the socket
@@ -63,13 +63,19 @@ def read_body(
         RequestEntityTooLarge: more than ``limit`` bytes (413).
         RequestTimeout: the body did not arrive in time, or a read timed out (408).
     """
+    if content_length is not None and content_length > limit:
+        raise RequestEntityTooLarge()
     source = _raw_stream(environ, content_length, stream)
+    # A body with a length is read to exactly that length: one read more would ask werkzeug's
+    # stream, which servers mark as terminated, for a byte past MAX_CONTENT_LENGTH (413 for a
+    # body of exactly the limit). Without a length, one byte past the limit tells "too large".
+    wanted = limit + 1 if content_length is None else content_length
     pieces: list[bytes] = []
     size = 0
     started = time.monotonic()
-    while True:
+    while size < wanted:
         try:
-            piece = source.read(min(PIECE, limit + 1 - size))
+            piece = source.read(min(PIECE, wanted - size))
         except (OSError, ClientDisconnected) as exc:
             if isinstance(exc, ClientDisconnected) and not _timed_out(exc):
                 raise  # the client went away: 400, nobody is listening anyway

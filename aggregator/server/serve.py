@@ -1,4 +1,8 @@
-"""``onesided serve``: run the aggregator under gunicorn.
+"""``onesided serve``: run the aggregator under gunicorn, each worker behind an event-loop front.
+
+Each worker process reads whole requests in one event loop before a thread
+sees them (:mod:`aggregator.server.front`: deadlines, connection caps,
+keep-alive limits), so slow or idle clients cannot hold the request threads.
 
 * SQLite (the default, a file in the data directory): one worker process
   (threads inside it); SQLite has one writer at a time, so more worker
@@ -15,21 +19,25 @@ several hosts must share one key pair, missing keys are an error.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import logging.config
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from gunicorn import glogging, util
 from gunicorn.app.base import BaseApplication
-from gunicorn.workers.gthread import TConn, ThreadWorker
+from gunicorn.workers.base import Worker
 
-from aggregator.server.logs import access_log_from_env, logging_config
+from aggregator.server.front import Front, FrontLimits
+from aggregator.server.logs import (
+    ADDRESS_POLICIES,
+    access_log_from_env,
+    access_log_middleware,
+    address_policy_from_env,
+    logging_config,
+)
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
@@ -76,84 +84,35 @@ def prepare(settings: Settings) -> AggregatorKeys:
     return keys
 
 
-class _DeadlineConn(TConn):
-    """A gunicorn connection whose socket reads time out (``read_timeout`` seconds each).
+class FrontWorker(Worker):
+    """A gunicorn worker whose connections belong to :class:`aggregator.server.front.Front`.
 
-    gunicorn's threaded worker hands a connection to a thread as soon as its
-    first bytes arrive, then reads the request line, headers and body with
-    blocking reads that never time out: four clients that send headers and
-    stall held all four threads (``/v1/health`` timed out). With a timeout
-    a stalled read raises, the thread closes the connection and moves on.
+    gunicorn keeps what it is good at (the master: binding, forking,
+    replacing a dead or silent worker, graceful stops); the worker's own loop
+    is waitress's event loop, so a request reaches a thread only when it has
+    arrived whole (gunicorn's threaded worker read each request in a thread).
     """
 
-    read_timeout: float = 30.0
+    limits: FrontLimits = FrontLimits()
+    access_log: str | None = None  # the access log's address policy, None: no access log
 
-    def init(self) -> None:
-        super().init()  # after the worker's setblocking(True), which clears any timeout
-        self.sock.settimeout(self.read_timeout)
-
-    def close(self, graceful: bool = False) -> None:
-        """Close without lingering: gunicorn's graceful close waits up to 2 s for the peer on the
-        worker's main thread, so a few stalled clients froze every accept (measured: health 5 s)."""
-        if graceful:
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_WR)  # FIN after the response, then drain what has arrived
-                self.sock.setblocking(False)
-                while self.sock.recv(65536):
-                    pass
-        util.close(self.sock)
-
-
-class DeadlineThreadWorker(ThreadWorker):
-    """gunicorn's ``gthread`` worker with :class:`_DeadlineConn` connections."""
-
-    read_timeout: float = 30.0
-
-    def accept(self, listener: Any) -> None:
+    def run(self) -> None:
+        app = self.wsgi if self.access_log is None else access_log_middleware(self.wsgi, self.access_log)
+        front = Front(app, [listener.sock for listener in self.sockets], self.limits)
         try:
-            client_sock, client_addr = listener.accept()
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
-                raise
-            return
-        self.nr_conns += 1
-        client_sock.setblocking(True)
-        conn = _DeadlineConn(self.cfg, client_sock, client_addr, listener.getsockname())
-        conn.read_timeout = self.read_timeout
-        self.enqueue_req(conn)
+            while self.alive:
+                front.poll(1.0)
+                self.notify()
+                if self.ppid != os.getppid():
+                    self.log.info("parent changed, shutting down: %s", self)
+                    break
+        finally:
+            front.stop(self.cfg.graceful_timeout)
 
 
-def deadline_worker(read_timeout: float) -> type[DeadlineThreadWorker]:
-    """A worker class whose connections time out reads after ``read_timeout`` seconds."""
-    return type("OnesidedThreadWorker", (DeadlineThreadWorker,), {"read_timeout": float(read_timeout)})
-
-
-class SwitchedAccessLogger(glogging.Logger):
-    """gunicorn's logger whose access log is on only when ``access_log`` says so.
-
-    gunicorn turns its access log on whenever a logging configuration is
-    given (ours always is, for the formats), whatever ``accesslog`` says, and
-    then builds every request's line. Here the switch is ours alone: off, no
-    line is built or written.
-    """
-
-    access_log_on: bool = False
-
-    @property
-    def access_log_enabled(self) -> bool:
-        return self.access_log_on
-
-    def _compute_access_log_enabled(self) -> bool:
-        return self.access_log_on
-
-    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
-        if self.access_log_on:
-            super().access(resp, req, environ, request_time)
-
-
-def access_logger(access_log: bool) -> type[SwitchedAccessLogger]:
-    """A logger class with the access log on or off."""
-    return type("OnesidedLogger", (SwitchedAccessLogger,), {"access_log_on": bool(access_log)})
+def front_worker(limits: FrontLimits, access_log: str | None) -> type[FrontWorker]:
+    """A worker class with these limits and access log (``None``: off, else the address policy)."""
+    return type("OnesidedWorker", (FrontWorker,), {"limits": limits, "access_log": access_log})
 
 
 class GunicornServer(BaseApplication):
@@ -182,33 +141,44 @@ def _child_exit(_server: Any, worker: Any) -> None:
 
 
 def gunicorn_options(
-    *, host: str, port: int, workers: int, threads: int, read_timeout: float = 30.0,
-    timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text", access_log: bool = False,
+    *, host: str, port: int, workers: int, limits: FrontLimits, timeout: int = 120, graceful_timeout: int = 20,
+    log_format: str = "text", access_log: str | None = None,
 ) -> dict[str, Any]:
-    """The gunicorn settings we use (threads let one worker overlap I/O and keep connections alive).
+    """The gunicorn settings we use: its master, and our :class:`FrontWorker` per process.
 
-    ``read_timeout`` bounds each read of a client's socket; ``timeout`` is
-    gunicorn's: a worker silent that long is killed and replaced;
-    ``graceful_timeout``: how long a stopping worker may finish its requests;
-    ``access_log``: one line per request in the log (default off).
+    ``timeout`` is gunicorn's: a worker silent that long is killed and
+    replaced; ``graceful_timeout``: how long a stopping worker may finish its
+    requests; ``access_log``: ``None`` (off, the default) or the address
+    policy of the line per request.
     """
     return {
         "bind": f"{host}:{port}",
         "workers": workers,
-        "worker_class": deadline_worker(read_timeout),
-        "threads": threads,
+        "worker_class": front_worker(limits, access_log),
+        "threads": limits.threads,
         "timeout": timeout,
         "graceful_timeout": graceful_timeout,
-        "keepalive": 5,
-        "accesslog": None,  # lines go through logconfig_dict's handler when access_log is on
-        "logger_class": access_logger(access_log),
+        "accesslog": None,
         "errorlog": "-",
         "loglevel": "info",
         "proc_name": "onesided",
         "control_socket_disable": True,  # gunicorn >= 25 would share one socket in $HOME between servers
-        "logconfig_dict": logging_config(log_format, access_log=access_log),
+        "logconfig_dict": logging_config(log_format, access_log=access_log is not None),
         "child_exit": _child_exit,  # a dead worker's live gauges leave /metrics
     }
+
+
+def front_limits(settings: Settings, threads: int) -> FrontLimits:
+    """The front's limits from the settings.
+
+    Raises:
+        ParameterError: ``threads`` out of range.
+    """
+    return FrontLimits(
+        threads=threads, max_body_bytes=settings.max_body_bytes, header_seconds=settings.header_timeout_seconds,
+        body_seconds=settings.read_timeout_seconds, idle_seconds=settings.idle_timeout_seconds,
+        max_connections=settings.max_connections, max_per_address=settings.max_connections_per_address,
+    )
 
 
 @contextlib.contextmanager
@@ -239,26 +209,34 @@ def metrics_dir() -> Iterator[None]:
 def serve(
     settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1, threads: int = 4,
     timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text", access_log: bool | None = None,
+    access_log_addresses: str | None = None,
 ) -> None:
     """Run until interrupted (SIGINT / SIGTERM stop gracefully).
 
-    ``access_log``: gunicorn's line per request on or off; ``None`` reads
+    ``access_log``: a line per request on or off; ``None`` reads
     ``ONESIDED_ACCESS_LOG`` (``1``/``true``/``yes``; default off).
+    ``access_log_addresses``: ``truncated`` (default), ``full`` or ``none``;
+    ``None`` reads ``ONESIDED_ACCESS_LOG_ADDRESSES``.
 
     Raises:
-        ParameterError: ``workers``, ``threads``, or ``access_log`` (a bad ``ONESIDED_ACCESS_LOG``).
+        ParameterError: ``workers``, ``threads``, ``access_log`` or
+            ``access_log_addresses`` (a bad environment value).
     """
-    if access_log is None:
-        try:
+    try:
+        if access_log is None:
             access_log = access_log_from_env(os.environ)
-        except ValueError as exc:
-            raise ParameterError("access_log", str(exc)) from exc
+        if access_log_addresses is None:
+            access_log_addresses = address_policy_from_env(os.environ)
+    except ValueError as exc:
+        raise ParameterError("access_log", str(exc)) from exc
+    if access_log_addresses not in ADDRESS_POLICIES:
+        raise ParameterError("access_log_addresses", f"must be one of {', '.join(ADDRESS_POLICIES)}")
     logging.config.dictConfig(logging_config(log_format, access_log=access_log))
     check_workers(settings, workers)
-    check_int("threads", threads, low=1, high=256)
     options = gunicorn_options(
-        host=host, port=port, workers=workers, threads=threads, read_timeout=settings.read_timeout_seconds,
-        timeout=timeout, graceful_timeout=graceful_timeout, log_format=log_format, access_log=access_log,
+        host=host, port=port, workers=workers, limits=front_limits(settings, threads), timeout=timeout,
+        graceful_timeout=graceful_timeout, log_format=log_format,
+        access_log=access_log_addresses if access_log else None,
     )
     with metrics_dir():
         prepare(settings)

@@ -71,10 +71,19 @@ class Settings:
         allow_shared_data_dir: serve from a data directory that group or others
             may use (refused by default: it holds the keys and raw reports;
             see ``aggregator.server.private_files``).
-        read_timeout_seconds: the longest a request may take to arrive: each
-            read of a client's socket under ``onesided serve``, and a whole
-            body, after which the request ends with 408 ``request_timeout``
-            (a stalled client must not hold a worker thread).
+        read_timeout_seconds: the longest a whole request may take to arrive,
+            from its first byte (``onesided serve``'s front; the app also
+            bounds reading a body by it), after which the client gets 408
+            ``request_timeout`` and the connection is closed.
+        header_timeout_seconds: the longest a request line and headers may
+            take to arrive under ``onesided serve`` (408 and closed after).
+        idle_timeout_seconds: how long ``onesided serve`` keeps an idle
+            connection open between requests (keep-alive).
+        max_connections: open connections per ``onesided serve`` worker process;
+            above it new connections wait in the kernel's backlog.
+        max_connections_per_address: open connections from one client address
+            per worker process (more are closed at once); 0: no cap (behind a
+            reverse proxy, every connection comes from the proxy).
     """
 
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR
@@ -88,6 +97,10 @@ class Settings:
     db_retries: int = 5
     decrypt_processes: int = 0
     read_timeout_seconds: float = 30.0
+    header_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 15.0
+    max_connections: int = 1000
+    max_connections_per_address: int = 64
     allow_shared_data_dir: bool = False
     max_decode_cells: int = DEFAULT_MAX_DECODE_CELLS
     decode_processes: int = 1
@@ -113,6 +126,10 @@ class Settings:
         _check_int("decode_processes", self.decode_processes, 0, 64)
         _check_int("max_decode_cells", self.max_decode_cells, 1_000, 10**11)
         _check_seconds("read_timeout_seconds", self.read_timeout_seconds, 0.05, 3600.0)
+        _check_seconds("header_timeout_seconds", self.header_timeout_seconds, 0.05, 3600.0)
+        _check_seconds("idle_timeout_seconds", self.idle_timeout_seconds, 0.05, 3600.0)
+        _check_int("max_connections", self.max_connections, 1, 100_000)
+        _check_int("max_connections_per_address", self.max_connections_per_address, 0, 100_000)
 
     @property
     def database_url(self) -> str:
@@ -151,7 +168,8 @@ class Settings:
         ``ONESIDED_ALLOW_PLAINTEXT`` (``1``/``true``), ``ONESIDED_MAX_BODY_BYTES``,
         ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``,
         ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_MAX_DECODE_CELLS``, ``ONESIDED_DECODE_PROCESSES``,
-        ``ONESIDED_READ_TIMEOUT`` (seconds),
+        ``ONESIDED_READ_TIMEOUT``, ``ONESIDED_HEADER_TIMEOUT``, ``ONESIDED_IDLE_TIMEOUT`` (seconds),
+        ``ONESIDED_MAX_CONNECTIONS``, ``ONESIDED_MAX_CONNECTIONS_PER_ADDRESS``,
         ``ONESIDED_ALLOW_SHARED_DATA_DIR``;
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
@@ -168,6 +186,8 @@ class Settings:
             "decrypt_processes": "ONESIDED_DECRYPT_PROCESSES",
             "max_decode_cells": "ONESIDED_MAX_DECODE_CELLS",
             "decode_processes": "ONESIDED_DECODE_PROCESSES",
+            "max_connections": "ONESIDED_MAX_CONNECTIONS",
+            "max_connections_per_address": "ONESIDED_MAX_CONNECTIONS_PER_ADDRESS",
         }
         for name, var in int_vars.items():
             if env.get(var):
@@ -179,10 +199,13 @@ class Settings:
                           ("allow_shared_data_dir", "ONESIDED_ALLOW_SHARED_DATA_DIR")):
             if env.get(var):
                 values[name] = env[var].lower() in ("1", "true", "yes")
-        if env.get("ONESIDED_READ_TIMEOUT"):
-            try:
-                values["read_timeout_seconds"] = float(env["ONESIDED_READ_TIMEOUT"])
-            except ValueError as exc:
-                raise ParameterError("read_timeout_seconds", "ONESIDED_READ_TIMEOUT must be a number") from exc
+        for name, var in (("read_timeout_seconds", "ONESIDED_READ_TIMEOUT"),
+                          ("header_timeout_seconds", "ONESIDED_HEADER_TIMEOUT"),
+                          ("idle_timeout_seconds", "ONESIDED_IDLE_TIMEOUT")):
+            if env.get(var):
+                try:
+                    values[name] = float(env[var])
+                except ValueError as exc:
+                    raise ParameterError(name, f"{var} must be a number") from exc
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_mapping(values)

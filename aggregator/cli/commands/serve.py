@@ -26,8 +26,17 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--max-decode-cells", type=int,
                         help="most candidates x (cohort, bit) rows one estimate may decode (default 4000000)")
     parser.add_argument("--read-timeout", type=float,
-                        help="seconds a client may stall while sending a request, per read and per body "
-                             "(default 30); env ONESIDED_READ_TIMEOUT")
+                        help="seconds a whole request may take to arrive, from its first byte (default 30; "
+                             "then 408 and closed); env ONESIDED_READ_TIMEOUT")
+    parser.add_argument("--header-timeout", type=float,
+                        help="seconds a request's headers may take to arrive (default 10); env ONESIDED_HEADER_TIMEOUT")
+    parser.add_argument("--idle-timeout", type=float,
+                        help="seconds an idle kept-alive connection stays open (default 15); env ONESIDED_IDLE_TIMEOUT")
+    parser.add_argument("--max-connections", type=int,
+                        help="open connections per worker process (default 1000); env ONESIDED_MAX_CONNECTIONS")
+    parser.add_argument("--max-connections-per-address", type=int,
+                        help="open connections from one client address per worker (default 64; 0: no cap, "
+                             "e.g. behind a reverse proxy); env ONESIDED_MAX_CONNECTIONS_PER_ADDRESS")
     parser.add_argument("--timeout", type=int, default=120,
                         help="gunicorn: a worker silent this long is restarted (default 120)")
     parser.add_argument("--graceful-timeout", type=int, default=20,
@@ -37,7 +46,10 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="log lines as text (default) or one JSON object each")
     parser.add_argument("--access-log", action="store_true", default=None,
-                        help="gunicorn's line per request (off by default); env ONESIDED_ACCESS_LOG=1")
+                        help="a line per request (off by default); env ONESIDED_ACCESS_LOG=1")
+    parser.add_argument("--access-log-addresses", choices=("truncated", "full", "none"), default=None,
+                        help="client addresses in the access log: truncated to /24 (IPv4) or /48 (IPv6) "
+                             "(default), full, or none; env ONESIDED_ACCESS_LOG_ADDRESSES")
     parser.set_defaults(func=run)
 
 
@@ -51,11 +63,15 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         decrypt_processes=args.decrypt_processes,
         read_timeout_seconds=args.read_timeout,
+        header_timeout_seconds=args.header_timeout,
+        idle_timeout_seconds=args.idle_timeout,
+        max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
         decode_processes=args.decode_processes,
         max_decode_cells=args.max_decode_cells,
         allow_shared_data_dir=args.allow_shared_data_dir,
     )
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,
           timeout=args.timeout, graceful_timeout=args.graceful_timeout, log_format=args.log_format,
-          access_log=args.access_log)
+          access_log=args.access_log, access_log_addresses=args.access_log_addresses)
     return 0

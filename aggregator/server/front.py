@@ -1,0 +1,292 @@
+"""The front of ``onesided serve``: one event loop reads whole requests before a thread sees them.
+
+A thread per connection cannot survive the internet: a phone on a bad network
+(or anyone) that sends its headers and then a byte every few seconds held a
+request thread each, and 64 of them stopped the aggregator. Here the
+connections belong to waitress's channels, driven by one poll loop per worker
+process: a channel parses the request line, headers and body as bytes arrive
+and hands the request to the worker threads only once it is complete (bodies
+over 512 KiB wait in a temporary file). A client that trickles costs a buffer
+and a slot in the poll set, never a thread.
+
+On top of waitress this adds what a server on the open internet needs
+(:class:`FrontLimits`):
+
+* deadlines: a request's headers must arrive within ``header_seconds`` of its
+  first byte and the whole request within ``body_seconds``; past either the
+  client gets ``408 request_timeout`` and the connection is closed (waitress
+  alone only closes connections that are idle, and a trickler never is);
+* caps: at most ``max_connections`` open connections per worker process
+  (above it the loop stops accepting and the kernel's backlog waits), and at
+  most ``max_per_address`` from one client address (more are closed at once;
+  ``0``: no cap, for a reverse proxy whose address every request shares);
+* keep-alive: a connection idle between requests is closed after ``idle_seconds``;
+* errors answered by the front itself (malformed HTTP, a body over the
+  limit, headers over 64 KiB) are JSON like the app's.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ipaddress
+import json
+import logging
+import resource
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.server import TcpWSGIServer
+from waitress.task import ErrorTask, ThreadedTaskDispatcher
+
+from protocol.validation import check_int, check_number
+
+log = logging.getLogger(__name__)
+MAX_HEADER_BYTES = 64 * 1024
+# waitress counts a chunked body's framing towards its limit; the app then checks the
+# de-chunked body against max_body_bytes exactly, so the front allows this much more.
+CHUNK_FRAMING_ALLOWANCE = 1 / 8
+ERROR_CODES = {
+    400: "bad_request",
+    408: "request_timeout",
+    413: "payload_too_large",
+    431: "request_header_fields_too_large",
+    501: "not_implemented",
+}
+SPARE_FILES = 64  # descriptors beyond the connections: database, pipes, logs, helpers
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrontLimits:
+    """How the front treats connections (each a ``ParameterError`` naming it when out of range).
+
+    Attributes:
+        threads: request threads per worker process.
+        max_body_bytes: largest request body the app accepts (the app answers
+            ``413`` above it; the front refuses bodies well beyond it unread).
+        header_seconds: the most a request line and headers may take from their first byte.
+        body_seconds: the most a whole request may take from its first byte.
+        idle_seconds: how long a kept-alive connection may wait for its next request.
+        max_connections: open connections per worker process.
+        max_per_address: open connections from one client address (0: no cap).
+    """
+
+    threads: int = 4
+    max_body_bytes: int = 16 * 1024 * 1024
+    header_seconds: float = 10.0
+    body_seconds: float = 30.0
+    idle_seconds: float = 15.0
+    max_connections: int = 1000
+    max_per_address: int = 64
+
+    def __post_init__(self) -> None:
+        check_int("threads", self.threads, low=1, high=256)
+        check_int("max_body_bytes", self.max_body_bytes, low=1)
+        check_int("max_connections", self.max_connections, low=1, high=100_000)
+        check_int("max_connections_per_address", self.max_per_address, low=0, high=100_000)
+        check_number("header_timeout_seconds", self.header_seconds, positive=True, high=3600)
+        check_number("read_timeout_seconds", self.body_seconds, positive=True, high=3600)
+        check_number("idle_timeout_seconds", self.idle_seconds, positive=True, high=3600)
+
+    def adjustments(self, sockets: list[socket.socket]) -> Adjustments:
+        """waitress's settings for these limits, serving the listening ``sockets``."""
+        return Adjustments(
+            sockets=sockets,
+            threads=self.threads,
+            connection_limit=self.max_connections,
+            channel_timeout=self.idle_seconds,
+            cleanup_interval=min(1.0, self.header_seconds / 2),
+            max_request_header_size=MAX_HEADER_BYTES,
+            max_request_body_size=self.max_body_bytes + max(64 * 1024, int(self.max_body_bytes * CHUNK_FRAMING_ALLOWANCE)),
+            asyncore_use_poll=True,  # select() stops at descriptor 1024
+            expose_tracebacks=False,
+            ident="onesided",
+        )
+
+
+def _json_error(status: int, detail: str) -> bytes:
+    return json.dumps({"error": ERROR_CODES.get(status, "bad_request"), "field": None, "detail": detail}).encode()
+
+
+class _JsonErrorTask(ErrorTask):
+    """waitress's own error answers (malformed HTTP, too large) as the app's JSON error body."""
+
+    def execute(self) -> None:
+        error = self.request.error
+        body = _json_error(error.code, str(error.body))
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
+def _host(addr: Any) -> str:
+    return str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
+
+
+TIMEOUT_ANSWER = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+
+
+class _DeadlineChannel(HTTPChannel):
+    """A waitress channel that knows when its current request began and counts its client's address."""
+
+    error_task_class = _JsonErrorTask
+    request_started = 0.0
+    _counted_host: str | None = None
+
+    def __init__(self, server: GuardedServer, sock: socket.socket, addr: Any, adj: Adjustments,
+                 map: dict[int, Any] | None = None) -> None:
+        super().__init__(server, sock, addr, adj, map)
+        self._counted_host = _host(addr)
+        server.per_address[self._counted_host] += 1
+
+    def received(self, data: bytes) -> bool:
+        if self.request is None:
+            self.request_started = time.monotonic()  # these bytes begin a new request
+        return bool(super().received(data))
+
+    def del_channel(self, map: dict[int, Any] | None = None) -> None:
+        super().del_channel(map)
+        host, self._counted_host = self._counted_host, None
+        if host is not None:
+            counts = self.server.per_address
+            counts[host] -= 1
+            if counts[host] <= 0:
+                del counts[host]
+
+    def time_out(self, what: str) -> None:
+        """Answer 408 (unless a response is already under way) and close once it is sent."""
+        if not self.requests:
+            body = _json_error(408, f"the request's {what} did not arrive in time")
+            with contextlib.suppress(OSError):
+                self.write_soon(TIMEOUT_ANSWER % (len(body), body))
+        self.request = None
+        self.close_when_flushed = True
+        self.server.timed_out += 1
+
+
+class GuardedServer(TcpWSGIServer):
+    """waitress's TCP server with request deadlines and a per-address cap."""
+
+    channel_class = _DeadlineChannel
+
+    def __init__(self, application: Callable[..., Any], task_map: dict[int, Any], sock: socket.socket,
+                 dispatcher: ThreadedTaskDispatcher, adj: Adjustments, limits: FrontLimits) -> None:
+        self.limits = limits
+        self.per_address: collections.Counter[str] = collections.Counter()
+        self.timed_out = 0
+        self.refused = 0
+        sockinfo = (sock.family, sock.type, sock.proto, sock.getsockname())
+        super().__init__(application, task_map, True, sock, dispatcher=dispatcher, adj=adj,
+                         bind_socket=False, sockinfo=sockinfo)
+
+    def handle_accept(self) -> None:
+        try:
+            pair = self.accept()
+            if pair is None:
+                return
+            conn, addr = pair
+            self.set_socket_options(conn)
+        except OSError:
+            return  # the peer left before we got to it, or no descriptor is free right now
+        host = _host(addr)
+        cap = self.limits.max_per_address
+        if cap and self.per_address[host] >= cap:
+            self.refused += 1
+            if self.refused & (self.refused - 1) == 0:  # 1st, 2nd, 4th, 8th ...: bounded logging
+                log.warning("refused a connection: %d already open from one address (cap %d; %d refused so far)",
+                            cap, cap, self.refused)
+            conn.close()
+            return
+        self.channel_class(self, conn, addr, self.adj, map=self._map)
+
+    def maintenance(self, now: float) -> None:
+        """waitress's idle cut-off, then the request deadlines."""
+        super().maintenance(now)
+        clock = time.monotonic()
+        for channel in list(self.active_channels.values()):
+            request = channel.request
+            if request is None or channel.will_close or channel.close_when_flushed:
+                continue
+            age = clock - channel.request_started
+            if not request.headers_finished and age > self.limits.header_seconds:
+                channel.time_out("headers")
+            elif age > self.limits.body_seconds:
+                channel.time_out("body")
+
+
+class Front:
+    """The event loop, its servers (one per listening socket) and the request threads of one process."""
+
+    def __init__(self, app: Callable[..., Any], sockets: Iterable[socket.socket], limits: FrontLimits) -> None:
+        sockets = list(sockets)
+        raise_file_limit(limits.max_connections + SPARE_FILES)
+        self.limits = limits
+        self.map: dict[int, Any] = {}
+        adj = limits.adjustments(sockets)
+        self.dispatcher = ThreadedTaskDispatcher()
+        self.dispatcher.set_thread_count(limits.threads)
+        self.servers = [GuardedServer(app, self.map, sock, self.dispatcher, adj, limits) for sock in sockets]
+
+    def poll(self, timeout: float) -> None:
+        """Run the loop once: wait up to ``timeout`` seconds for events and handle them."""
+        wasyncore.loop(timeout=timeout, map=self.map, use_poll=True, count=1)
+
+    def busy(self) -> bool:
+        """Some request is being served or waits for a thread."""
+        return any(getattr(c, "requests", None) for c in list(self.map.values()))
+
+    def stop(self, grace_seconds: float) -> None:
+        """Stop accepting, finish the requests under way (at most ``grace_seconds``), close the rest."""
+        for server in self.servers:
+            server.accepting = False
+            with contextlib.suppress(OSError):
+                server.del_channel()  # out of the poll set; the listening socket itself is gunicorn's
+        deadline = time.monotonic() + grace_seconds
+        while self.busy() and time.monotonic() < deadline:
+            self.poll(0.1)
+        self.dispatcher.shutdown(cancel_pending=True, timeout=1)
+        for channel in list(self.map.values()):
+            with contextlib.suppress(OSError):
+                channel.close()
+
+
+def raise_file_limit(wanted: int) -> None:
+    """Raise this process's soft limit of open files towards ``wanted`` (up to the hard limit).
+
+    A process at its limit cannot accept, and a poll loop would spin on the
+    listening socket; the connection cap stays below what is available.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning("open-file limit %d is below the %d the connection cap needs; raise `ulimit -n`", soft, wanted)
+
+
+def address_class(address: str | None) -> str:
+    """``loopback``, ``private``, ``link_local``, ``public`` or ``unknown`` (for the audit log)."""
+    try:
+        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
+    except ValueError:
+        return "unknown"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link_local"
+    if ip.is_private:
+        return "private"
+    return "public"
