@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python benchmarks/ingest.py [--reports 100000] [--batch 1000] [--uploaders 2]
          [--backend sqlite|postgresql|both] [--form binary|json] [--pg-workers 2] [--decrypt-processes 2]
+         [--tricklers 256]
      .venv/bin/python benchmarks/ingest.py --table [--reports 100000] [--batches 10,100,1000] [--forms json,binary]
 
 What it does:
@@ -47,6 +48,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -252,10 +254,65 @@ class Workload:
     warmup_reports: int
 
 
-def run_backend(label: str, db_url: str, serve_args: list[str], work: Workload, uploaders: int) -> dict[str, object]:
+TRICKLE_HEAD = (b"POST /v1/reports HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100000\r\n\r\n" + b" " * 4096)
+
+
+@contextlib.contextmanager
+def trickling(url: str, count: int) -> Iterator[None]:
+    """``count`` connections that each send a request a byte per second (never finishing) until the block ends."""
+    host, port = url.removeprefix("http://").split(":")
+    sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(count)]
+    stop = threading.Event()
+
+    def drip() -> None:
+        for i in range(len(TRICKLE_HEAD)):
+            for sock in sockets:
+                with contextlib.suppress(OSError):
+                    sock.send(TRICKLE_HEAD[i:i + 1])
+            if stop.wait(1.0):
+                return
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        for sock in sockets:
+            sock.close()
+
+
+@contextlib.contextmanager
+def health_probe(url: str, every: float = 0.25) -> Iterator[list[float]]:
+    """Seconds of ``GET /v1/health`` (a new connection each) every ``every`` seconds until the block ends."""
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.wait(every):
+            started = time.perf_counter()
+            with contextlib.suppress(requests.RequestException):
+                requests.get(f"{url}/v1/health", timeout=30)
+                latencies.append(time.perf_counter() - started)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    try:
+        yield latencies
+    finally:
+        stop.set()
+        thread.join()
+
+
+def run_backend(label: str, db_url: str, serve_args: list[str], work: Workload, uploaders: int,
+                tricklers: int = 0) -> dict[str, object]:
     storage = Storage.open(db_url)
     token = storage.create_token(role="admin", name="bench")[1]
-    with server(serve_args) as (url, pid):
+    if tricklers:
+        serve_args = [*serve_args, "--max-connections-per-address", "0"]
+    with server(serve_args) as (url, pid), trickling(url, tricklers), health_probe(url) as latencies:
         answer = requests.post(f"{url}/v1/metrics", json=PARAMS.to_dict(), headers={"Authorization": f"Bearer {token}"}, timeout=30)
         answer.raise_for_status()
         warm = requests.post(f"{url}/v1/reports", data=work.warmup, headers={"Content-Type": work.content_type}, timeout=60)
@@ -297,6 +354,9 @@ def run_backend(label: str, db_url: str, serve_args: list[str], work: Workload, 
         "accepted": accepted,
         "retries": sum(r for _, r, _ in outcome),
         "zero_loss": lossless,
+        "tricklers": tricklers,
+        "health_median_ms": round(1000 * float(np.median(latencies)), 1) if latencies else None,
+        "health_max_ms": round(1000 * max(latencies), 1) if latencies else None,
     }
 
 
@@ -357,6 +417,9 @@ def main() -> None:
                              "batches of 10, 100 and 1,000 (the table of benchmarks/RESULTS.md)")
     parser.add_argument("--batches", default="10,100,1000", help="--table: batch sizes, comma-separated")
     parser.add_argument("--forms", default="json,binary", help="--table: forms, comma-separated")
+    parser.add_argument("--tricklers", type=int, default=0,
+                        help="connections that send a request a byte per second during the timed upload (slow "
+                             "clients); /v1/health is timed every 0.25 s either way")
     args = parser.parse_args()
     if args.table:
         table(args)
@@ -384,11 +447,12 @@ def main() -> None:
             label = "sqlite (1 worker)" if helpers == 0 else f"sqlite (1 worker, {helpers} decrypt helpers)"
             runs.append(run_backend(label, Settings(data_dir=data_dir).database_url,
                                     ["--data-dir", str(data_dir), "--decrypt-processes", str(helpers), *common],
-                                    work, args.uploaders))
+                                    work, args.uploaders, args.tricklers))
     if args.backend in ("postgresql", "both"):
         with scratch_schema(PG_BASE, "onesided_bench") as url:
             runs.append(run_backend(f"postgresql ({args.pg_workers} workers)", url,
-                                    ["--db", url, "--workers", str(args.pg_workers), *common], work, args.uploaders))
+                                    ["--db", url, "--workers", str(args.pg_workers), *common], work, args.uploaders,
+                                    args.tricklers))
     results["runs"] = runs
     if args.json:
         print(json.dumps(results, indent=2))
@@ -403,12 +467,13 @@ def main() -> None:
         print(f"{run['backend']:<38} {run['reports_per_second']:>8} reports/s  ({run['seconds']} s, retries "
               f"{run['retries']}); CPU us/report: worker {run['worker_cpu_us_per_report']}, helpers "
               f"{run['helpers_cpu_us_per_report']}, uploaders {run['uploaders_cpu_us_per_report']}; "
-              f"load {run['load_average']}; zero loss: {run['zero_loss']}")
+              f"load {run['load_average']}; zero loss: {run['zero_loss']}; health median "
+              f"{run['health_median_ms']} ms, max {run['health_max_ms']} ms with {run['tricklers']} tricklers")
 
 
 TABLE_HEADER = (
     "| form | batch | reports/s | worker CPU us/report | helpers CPU us/report | uploaders CPU us/report "
-    "| load average (before -> after) | zero loss |\n|---|---:|---:|---:|---:|---:|---|---|"
+    "| health median ms | load average (before -> after) | zero loss |\n|---|---:|---:|---:|---:|---:|---:|---|---|"
 )
 
 
@@ -427,15 +492,16 @@ def table(args: argparse.Namespace) -> None:
                           "--key-dir", str(folder / "keys"), "--threads", str(args.threads),
                           "--max-reports", str(max(size, 1000))]
             run = run_backend(f"{form} {size}", Settings(data_dir=data_dir).database_url, serve_args,
-                              prepared.workload(size, form), args.uploaders)
+                              prepared.workload(size, form), args.uploaders, args.tricklers)
             rows.append((form, size, run))
             print(f"  {form} {size}: {run['reports_per_second']:,} reports/s", file=sys.stderr)
     print(f"SQLite, 1 worker, {args.decrypt_processes} decrypt helpers, {args.threads} threads, {args.uploaders} "
-          f"uploaders, {args.reports} reports, {os.cpu_count()} cores")
+          f"uploaders, {args.reports} reports, {args.tricklers} trickling connections, {os.cpu_count()} cores")
     print(TABLE_HEADER)
     for form, size, run in rows:
         print(f"| {form} | {size:,} | {run['reports_per_second']:,} | {run['worker_cpu_us_per_report']} "
-              f"| {run['helpers_cpu_us_per_report']} | {run['uploaders_cpu_us_per_report']} | {run['load_average']} "
+              f"| {run['helpers_cpu_us_per_report']} | {run['uploaders_cpu_us_per_report']} "
+              f"| {run['health_median_ms']} | {run['load_average']} "
               f"| {'yes' if run['zero_loss'] else 'NO'} |")
 
 

@@ -14,12 +14,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
 
 from aggregator.server.api.errors import register_error_handlers
 from aggregator.server.context import EXTENSION_KEY, AppState
+from aggregator.server.faults import Faults
 from aggregator.server.monitoring import instrument
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.private_files import prepare_data_dir
@@ -75,13 +77,16 @@ def create_app(
     if settings.uses_data_dir:
         prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
     keys = load_keys(settings) if keys is None else keys
-    storage = Storage.open(settings.database_url, attempts=settings.db_retries) if storage is None else storage
+    if storage is None:
+        storage = Storage.open(settings.database_url, attempts=settings.db_retries, wait_seconds=settings.db_wait_seconds)
     app = Flask("aggregator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     opener = EnvelopeOpener(keys, processes=settings.decrypt_processes)
     offloader = Offloader(processes=settings.decode_processes)
+    sqlite_dir = Path(storage.engine.url.database or ".").parent if storage.dialect == "sqlite" else None
     app.extensions[EXTENSION_KEY] = AppState(
-        settings=settings, storage=storage, keys=keys, opener=opener, offloader=offloader
+        settings=settings, storage=storage, keys=keys, opener=opener, offloader=offloader,
+        faults=Faults(data_dir=sqlite_dir),
     )
     register_error_handlers(app)
     instrument(app)

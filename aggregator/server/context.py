@@ -1,4 +1,4 @@
-"""What a request handler needs from the running app: settings, storage, keys, envelope opener, offloader.
+"""What a request handler needs from the running app: settings, storage, keys, envelope opener, offloader, faults.
 
 ``create_app`` stores one :class:`AppState` in ``app.extensions``;
 blueprints (ours and those of later modules: rounds, estimates, releases)
@@ -8,10 +8,11 @@ read it with :func:`app_state` instead of importing globals.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flask import current_app
 
+from aggregator.server.faults import Faults
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.services.offload import Offloader
 from aggregator.server.settings import Settings
@@ -30,6 +31,7 @@ class AppState:
     keys: AggregatorKeys
     opener: EnvelopeOpener
     offloader: Offloader
+    faults: Faults = field(default_factory=Faults)
 
     def now(self) -> float:
         """The server's clock (Unix seconds); one place to read it."""

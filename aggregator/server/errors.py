@@ -59,3 +59,28 @@ class TooCostly(ApiError):
 
     status = 422
     code = "too_costly"
+
+
+class DependencyFailed(ApiError):
+    """A dependency of the server failed, not the request: the client should retry later.
+
+    ``retry_after`` (seconds) becomes the answer's ``Retry-After`` header.
+    """
+
+    status = 503
+    code = "unavailable"
+    retry_after = 5
+
+
+class DatabaseUnavailable(DependencyFailed):
+    """The database does not answer, refuses the connection, or its file cannot be opened (503)."""
+
+    code = "database_unavailable"
+
+
+class StorageFull(DependencyFailed):
+    """The disk (or the database's space) is full: nothing was stored (507 Insufficient Storage)."""
+
+    status = 507
+    code = "insufficient_storage"
+    retry_after = 60

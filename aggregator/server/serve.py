@@ -79,7 +79,7 @@ def prepare(settings: Settings) -> AggregatorKeys:
     from aggregator.server.app import load_keys  # imports prometheus_client: after metrics_dir()
 
     keys = load_keys(settings)
-    storage = Storage.open(settings.database_url, attempts=settings.db_retries)
+    storage = Storage.open(settings.database_url, attempts=settings.db_retries, wait_seconds=settings.db_wait_seconds)
     storage.close()
     return keys
 

@@ -59,6 +59,9 @@ class Settings:
             their window ends; older windows are ``expired`` and purged.
         db_retries: attempts of a batch transaction after a unique-violation or
             serialization race between processes.
+        db_wait_seconds: how long start-up waits for an unreachable PostgreSQL
+            server (retrying with backoff) before it exits with one line
+            naming the host (SQLite files are not waited for).
         decrypt_processes: helper processes that open the sealed reports of
             large batches (0: open them in the worker). Useful with SQLite,
             whose single worker process is otherwise bound to one core.
@@ -95,6 +98,7 @@ class Settings:
     clock_skew_seconds: int = 300
     retention_seconds: int = 90 * DAY
     db_retries: int = 5
+    db_wait_seconds: float = 30.0
     decrypt_processes: int = 0
     read_timeout_seconds: float = 30.0
     header_timeout_seconds: float = 10.0
@@ -122,6 +126,7 @@ class Settings:
         _check_int("clock_skew_seconds", self.clock_skew_seconds, 0, DAY)
         _check_int("retention_seconds", self.retention_seconds, 60, 100 * 365 * DAY)
         _check_int("db_retries", self.db_retries, 1, 100)
+        _check_seconds("db_wait_seconds", self.db_wait_seconds, 0.0, 3600.0)
         _check_int("decrypt_processes", self.decrypt_processes, 0, 64)
         _check_int("decode_processes", self.decode_processes, 0, 64)
         _check_int("max_decode_cells", self.max_decode_cells, 1_000, 10**11)
@@ -168,7 +173,7 @@ class Settings:
         ``ONESIDED_ALLOW_PLAINTEXT`` (``1``/``true``), ``ONESIDED_MAX_BODY_BYTES``,
         ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``,
         ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_MAX_DECODE_CELLS``, ``ONESIDED_DECODE_PROCESSES``,
-        ``ONESIDED_READ_TIMEOUT``, ``ONESIDED_HEADER_TIMEOUT``, ``ONESIDED_IDLE_TIMEOUT`` (seconds),
+        ``ONESIDED_READ_TIMEOUT``, ``ONESIDED_HEADER_TIMEOUT``, ``ONESIDED_IDLE_TIMEOUT``, ``ONESIDED_DB_WAIT`` (seconds),
         ``ONESIDED_MAX_CONNECTIONS``, ``ONESIDED_MAX_CONNECTIONS_PER_ADDRESS``,
         ``ONESIDED_ALLOW_SHARED_DATA_DIR``;
         ``overrides`` that are not ``None`` win (command-line flags)."""
@@ -201,7 +206,8 @@ class Settings:
                 values[name] = env[var].lower() in ("1", "true", "yes")
         for name, var in (("read_timeout_seconds", "ONESIDED_READ_TIMEOUT"),
                           ("header_timeout_seconds", "ONESIDED_HEADER_TIMEOUT"),
-                          ("idle_timeout_seconds", "ONESIDED_IDLE_TIMEOUT")):
+                          ("idle_timeout_seconds", "ONESIDED_IDLE_TIMEOUT"),
+                          ("db_wait_seconds", "ONESIDED_DB_WAIT")):
             if env.get(var):
                 try:
                     values[name] = float(env[var])

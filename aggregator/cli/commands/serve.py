@@ -28,6 +28,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--read-timeout", type=float,
                         help="seconds a whole request may take to arrive, from its first byte (default 30; "
                              "then 408 and closed); env ONESIDED_READ_TIMEOUT")
+    parser.add_argument("--db-wait", type=float,
+                        help="seconds to wait for an unreachable PostgreSQL at start, retrying (default 30); "
+                             "env ONESIDED_DB_WAIT")
     parser.add_argument("--header-timeout", type=float,
                         help="seconds a request's headers may take to arrive (default 10); env ONESIDED_HEADER_TIMEOUT")
     parser.add_argument("--idle-timeout", type=float,
@@ -64,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         decrypt_processes=args.decrypt_processes,
         read_timeout_seconds=args.read_timeout,
         header_timeout_seconds=args.header_timeout,
+        db_wait_seconds=args.db_wait,
         idle_timeout_seconds=args.idle_timeout,
         max_connections=args.max_connections,
         max_connections_per_address=args.max_connections_per_address,

@@ -7,6 +7,10 @@
 * werkzeug's HTTP errors (unknown route, wrong method, body too large,
   malformed request, body too slow) keep their status with a snake_case
   code; a 405 lists the route's methods in ``Allow``.
+* A failing dependency (:mod:`aggregator.server.faults`): the database not
+  answering is 503 ``database_unavailable``, a full disk or database 507
+  ``insufficient_storage``, both with ``Retry-After``, one log line each (no
+  traceback), noted for ``/v1/health``; the transaction was rolled back.
 * Anything else is a bug: 500 ``internal_error``, logged with its
   traceback, no detail leaked to the client.
 """
@@ -20,7 +24,9 @@ from typing import Any
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from aggregator.server.errors import ApiError
+from aggregator.server.context import app_state
+from aggregator.server.errors import ApiError, DatabaseUnavailable, DependencyFailed, StorageFull
+from aggregator.server.faults import classify, first_line
 from protocol.errors import OnesidedError
 from protocol.wire import CODE_TOO_MANY_REPORTS
 
@@ -33,6 +39,8 @@ HTTP_CODES = {
     408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    503: "unavailable",
+    507: "insufficient_storage",
 }
 DETAILS = {
     413: "the request body is larger than this aggregator accepts (setting max_body_bytes)",
@@ -50,7 +58,10 @@ def _snake(name: str) -> str:
 
 def _protocol_error(exc: OnesidedError) -> tuple[Response, int]:
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.code, exc.field, exc.detail)
+        response, status = error_response(exc.status, exc.code, exc.field, exc.detail)
+        if isinstance(exc, DependencyFailed):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response, status
     field = getattr(exc, "field", None) or None
     if field is None and exc.code in ("invalid_message", "invalid_parameter"):
         field = "body"  # the whole body is wrong, e.g. a JSON list where an object belongs
@@ -69,8 +80,19 @@ def _http_error(exc: HTTPException) -> tuple[Response, int]:
 
 
 def _unexpected(exc: Exception) -> tuple[Response, int]:
-    log.exception("unhandled error: %s", type(exc).__name__)
-    return error_response(500, "internal_error", None, "internal error; the server log has the details")
+    """A database or disk failure: 503 or 507 with ``Retry-After``; anything else is a bug: 500."""
+    kind = classify(exc)
+    if kind is None:
+        log.exception("unhandled error: %s", type(exc).__name__)
+        return error_response(500, "internal_error", None, "internal error; the server log has the details")
+    detail = first_line(exc)
+    app_state().faults.note(kind, detail)
+    log.warning("%s: %s", kind, detail)
+    if kind == "storage_full":
+        failure: DependencyFailed = StorageFull(None, "the server's storage is full; nothing was stored, retry later")
+    else:
+        failure = DatabaseUnavailable(None, "the database is not answering; nothing was stored, retry later")
+    return _protocol_error(failure)
 
 
 def register_error_handlers(app: Flask) -> None:

@@ -21,10 +21,20 @@ pool underneath). Methods by table:
 
 from __future__ import annotations
 
+import logging
+import time
+
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from aggregator.server.faults import classify, first_line
 from aggregator.server.storage import migrations
-from aggregator.server.storage.engine import make_engine
+from aggregator.server.storage.engine import (
+    describe_database,
+    make_engine,
+    make_engine_or_explain,
+    unreachable,
+)
 from aggregator.server.storage.metrics import MetricStore
 from aggregator.server.storage.records import (
     ROLES,
@@ -38,6 +48,8 @@ from aggregator.server.storage.releases import ReleaseStore
 from aggregator.server.storage.reports import MetricBinding, ReportRow, ReportStore
 from aggregator.server.storage.rounds import RoundStore
 from aggregator.server.storage.tokens import TokenStore, hash_token, new_token_secret
+
+log = logging.getLogger(__name__)
 
 
 class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore):
@@ -53,12 +65,41 @@ class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore):
         self.attempts = attempts
 
     @classmethod
-    def open(cls, url: str, *, migrate: bool = True, attempts: int = 5) -> Storage:
-        """Connect to ``url`` and (by default) bring the schema up to date."""
-        storage = cls(make_engine(url), attempts=attempts)
-        if migrate:
-            storage.migrate()
-        return storage
+    def open(cls, url: str, *, migrate: bool = True, attempts: int = 5, wait_seconds: float = 0.0) -> Storage:
+        """Connect to ``url`` and (by default) bring the schema up to date.
+
+        A PostgreSQL server that cannot be reached is tried again with
+        backoff (0.5 s doubling to 5 s) for up to ``wait_seconds``.
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached or its file
+                opened (field ``database``; one line naming the host or file
+                and what to check, never the password).
+            StorageFull: the disk is full while creating or migrating it.
+        """
+        engine = make_engine_or_explain(url)
+        deadline = time.monotonic() + wait_seconds
+        delay = 0.5
+        while True:
+            try:
+                storage = cls(engine, attempts=attempts)
+                if migrate:
+                    storage.migrate()
+                else:
+                    storage.schema_version()
+                return storage
+            except (sa.exc.DBAPIError, OSError) as exc:
+                kind = classify(exc)
+                if kind is None:
+                    raise
+                waiting = kind == "database_unavailable" and engine.dialect.name == "postgresql"
+                if not waiting or time.monotonic() + delay > deadline:
+                    engine.dispose()
+                    raise unreachable(url, exc, kind) from None
+                log.warning("%s does not answer (%s); trying again in %.1f s",
+                            describe_database(url), first_line(exc), delay)
+                time.sleep(delay)
+                delay = min(2 * delay, 5.0)
 
     @property
     def dialect(self) -> str:

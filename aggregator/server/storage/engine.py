@@ -12,6 +12,7 @@ as a whole transaction by :func:`run_transaction`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -24,6 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from aggregator.server.errors import DatabaseUnavailable, DependencyFailed, StorageFull
+from aggregator.server.faults import first_line
 from aggregator.server.private_files import secure_sqlite_files
 from protocol.errors import ParameterError
 from protocol.rng import as_rng
@@ -56,6 +59,38 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         return sa.create_engine(parsed, pool_pre_ping=True, pool_size=4, max_overflow=4)
     raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {parsed.get_backend_name()!r}")
+
+
+def describe_database(url: str) -> str:
+    """``PostgreSQL at HOST:PORT/NAME`` or ``the SQLite file PATH``, never a password."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return "the database"
+    if parsed.get_backend_name() == "sqlite":
+        return f"the SQLite file {parsed.database}"
+    return f"PostgreSQL at {parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database or ''}"
+
+
+def unreachable(url: str, exc: BaseException, kind: str) -> DependencyFailed:
+    """The one-line error for a database that cannot be reached or written at start."""
+    where = describe_database(url)
+    if kind == "storage_full":
+        return StorageFull("database", f"{where}: {first_line(exc)}; free disk space and start again")
+    if url.startswith("sqlite"):
+        hint = "check that its folder exists and this user may write both"
+    else:
+        hint = "check that the server runs, listens there and accepts this user (--db / ONESIDED_DB)"
+    return DatabaseUnavailable("database", f"cannot use {where}: {first_line(exc)}; {hint}")
+
+
+def make_engine_or_explain(url: str) -> Engine:
+    """:func:`make_engine`, with a SQLite folder that cannot be created or secured as one line."""
+    try:
+        return make_engine(url)
+    except OSError as exc:
+        raise unreachable(url, exc, "storage_full" if exc.errno == errno.ENOSPC else "database_unavailable") \
+            from None
 
 
 def _sqlite_engine(url: sa.engine.URL) -> Engine:
