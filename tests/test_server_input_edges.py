@@ -91,3 +91,21 @@ def test_the_extreme_levels_themselves_are_accepted(app_client: tuple[FlaskClien
     assert client.post("/v1/metrics", json=low, headers=admin).status_code == 201
     refused = client.post("/v1/metrics/low/rounds", json={"level_to": 5e-324}, headers=admin)
     assert refused.status_code == 400 and refused.get_json()["field"] == "level_to", refused.get_json()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_database_errors_never_carry_the_statement_parameters(backend: str, tmp_path: Path) -> None:
+    import sqlalchemy as sa
+    from aggsupport import database_url
+
+    with database_url(backend, tmp_path) as url:
+        storage = Storage.open(url)
+        try:
+            with pytest.raises(sa.exc.DBAPIError) as caught, storage.engine.begin() as conn:
+                conn.execute(sa.text("INSERT INTO tokens (id, name, role, token_hash, created_at) "
+                                     "VALUES (:a, :b, :c, :d, :e)"),
+                             [{"a": 1, "b": "n", "c": "admin", "d": "SECRET-HASH-1", "e": 0},
+                              {"a": 1, "b": "m", "c": "admin", "d": "SECRET-HASH-2", "e": 0}])
+            assert "SECRET-HASH" not in str(caught.value)
+        finally:
+            storage.close()

@@ -47,6 +47,10 @@ RETRY_SQLSTATES = frozenset({"40001", "40P01", "23505"})
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
 
+    Its errors never carry the statement's parameters (``hide_parameters``):
+    they hold report bits, token hashes and analysts' names, and an error's
+    text ends up in logs.
+
     Raises:
         ParameterError: ``db_url`` names another dialect or is malformed.
     """
@@ -57,7 +61,7 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
     if parsed.get_backend_name() == "postgresql":
-        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=4, max_overflow=4)
+        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=4, max_overflow=4, hide_parameters=True)
     raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {parsed.get_backend_name()!r}")
 
 
@@ -101,7 +105,9 @@ def _sqlite_engine(url: sa.engine.URL) -> Engine:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         folder.chmod(0o700)  # whatever the umask
     secure_sqlite_files(url.database)  # 0600 before SQLite creates it (its -wal and -shm follow)
-    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000})
+    engine = sa.create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000}, hide_parameters=True
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
