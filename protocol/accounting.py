@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -36,10 +36,15 @@ from .errors import ParameterError
 from .randomizers import Mode, Randomizer, laplace_rate_from_f
 from .validation import check_number
 
+if TYPE_CHECKING:  # params imports this module
+    from .params import MetricParams
+
 __all__ = [
+    "ContributionBound",
     "Guarantee",
     "bit_epsilon",
     "check_sequence_privacy",
+    "contribution_bound",
     "guarantee",
     "laplace_rate_from_f",
     "from_micro",
@@ -160,6 +165,37 @@ class Guarantee:
     neighbour: str
     protects: str
     reveals: str
+
+
+@dataclass(frozen=True)
+class ContributionBound:
+    """What one person's report of a trusted metric may change in the stored bit counts.
+
+    The one definition both sides use: ingestion keeps at most ``ones`` ones
+    of a report (``aggregator.server.ingest``) and the central releases take
+    their sensitivity from it (``aggregator.server.services.releases``), so
+    the two cannot drift apart.
+
+    Attributes:
+        ones: the most ones a stored report keeps: the L1 change of the bit
+            counts when one person's report is added or removed.
+        per_count: the most any one bit count moves (a report holds each
+            bit once): the sensitivity of a single count (SALap's queries).
+    """
+
+    ones: int
+    per_count: int = 1
+
+
+def contribution_bound(params: MetricParams) -> ContributionBound:
+    """The contribution bound of a trusted metric: ``max_items * num_hashes`` ones per report.
+
+    ``max_items`` members, each setting at most ``num_hashes`` bits (one with
+    the direct encoding). Metrics randomized on the device store what they
+    receive unclipped (their privacy is the device's); the bound is theirs
+    too, but nothing enforces it and no central release uses it.
+    """
+    return ContributionBound(ones=params.max_items * params.encoding.num_hashes)
 
 
 def _neighbour(value_kind: ValueKind, mode: Mode, num_hashes: int) -> tuple[int, str]:

@@ -46,6 +46,7 @@ import sqlalchemy as sa
 
 from aggregator.server.errors import Conflict, Forbidden, NotFound
 from aggregator.server.storage import MetricRecord, ReleaseRecord, Storage, TokenRecord
+from protocol.accounting import contribution_bound
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.exact import MAX_RATE
 from protocol.mechanisms import mechanism_class
@@ -362,9 +363,10 @@ def release_sensitivity(params: MetricParams, mechanism: str) -> int:
     ``max_items * num_hashes`` bit counts of its cohort; such metrics are
     not released (:func:`check_release_source`), and that is the bound to use if they were.
     """
+    bound = contribution_bound(params)  # the one ingestion enforces
     if mechanism == "salap":
-        return 1
-    return params.max_items * params.encoding.num_hashes
+        return bound.per_count
+    return bound.ones
 
 
 def person_neighbour(max_items: int, release: Release) -> str:
