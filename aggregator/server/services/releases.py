@@ -46,7 +46,7 @@ import sqlalchemy as sa
 
 from aggregator.server.errors import Conflict, Forbidden, NotFound
 from aggregator.server.storage import MetricRecord, ReleaseRecord, Storage, TokenRecord
-from protocol.accounting import contribution_bound
+from protocol.accounting import central_neighbour, contribution_bound
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.exact import MAX_RATE
 from protocol.mechanisms import (
@@ -390,11 +390,7 @@ def release_sensitivity(params: MetricParams, mechanism: str) -> int:
 
 def person_neighbour(max_items: int, release: Release) -> str:
     """The neighbour relation a release's epsilon is about, in one sentence."""
-    return (
-        f"one person's report in the window added or removed; a person contributes at most {max_items} "
-        f"item{'s' if max_items != 1 else ''} (L1 change <= {release.sensitivity:g}; answers on the grid "
-        f"{release.grid:g})"
-    )
+    return f"{central_neighbour(max_items)} (L1 change <= {release.sensitivity:g}; answers on the grid {release.grid:g})"
 
 
 def place_indices(metric: MetricRecord, places: tuple[str, ...] | None) -> tuple[tuple[str, ...], list[int]]:
