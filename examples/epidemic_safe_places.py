@@ -89,7 +89,7 @@ def certificates(agg: LocalAggregator, round_id: int, args: argparse.Namespace) 
 def central_release(agg: LocalAggregator, mechanism: str, window: int, args: argparse.Namespace) -> dict[str, Any]:
     body = {"metric": "places-exact", "window": window, "mechanism": mechanism, "epsilon": args.epsilon,
             "threshold": args.threshold}
-    return {row["place"]: row["answer"] for row in agg.analyst.post("/v1/releases", body)["answers"]}
+    return {row["place"]: row for row in agg.analyst.post("/v1/releases", body)["answers"]}
 
 
 def main() -> None:
@@ -138,16 +138,17 @@ def report(args: argparse.Namespace, truth: dict[str, int], strict: dict[str, in
     print(f"{'place':10s} {'visitors':>8s} {'bound@' + format(args.level_from, 'g'):>9s} "
           f"{'bound@' + format(args.level_to, 'g'):>9s} {'AGeo':>6s} {'ALap':>7s}")
     for place, count in sorted(truth.items(), key=lambda kv: -kv[1]):
-        print(f"{place:10s} {count:8d} {strict[place]:9d} {relaxed[place]:9d} {ageo[place]:6d} {alap[place]:7.1f}")
+        print(f"{place:10s} {count:8d} {strict[place]:9d} {relaxed[place]:9d} {ageo[place]['answer']:6d} "
+              f"{alap[place]['answer']:7.1f}")
     truly_safe = {p for p, c in truth.items() if c <= t}
     print(f"\nthreshold t = {t}: {len(truly_safe)} of {len(truth)} places are truly safe")
-    for name, answers in (
-        (f"local certificate, level {args.level_from:g}, alpha {args.alpha:g}", strict),
-        (f"local certificate, level {args.level_to:g}, alpha {args.alpha:g}", relaxed),
-        (f"central AGeo, epsilon {args.epsilon:g}", ageo),
-        (f"central ALap, epsilon {args.epsilon:g}", alap),
+    # local: the upper bound <= t; central: the server's verdict, answer < floor(t) + 1 (integer counts)
+    for name, safe in (
+        (f"local certificate, level {args.level_from:g}, alpha {args.alpha:g}", {p for p, a in strict.items() if a <= t}),
+        (f"local certificate, level {args.level_to:g}, alpha {args.alpha:g}", {p for p, a in relaxed.items() if a <= t}),
+        (f"central AGeo, epsilon {args.epsilon:g}", {p for p, row in ageo.items() if row["safe"]}),
+        (f"central ALap, epsilon {args.epsilon:g}", {p for p, row in alap.items() if row["safe"]}),
     ):
-        safe = {p for p, a in answers.items() if a <= t}
         wrong = sorted(safe - truly_safe)
         print(f"safe places ({name}): {len(safe)}; wrong: {len(wrong)}" + (f" {wrong}" if wrong else ""))
 

@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -36,13 +36,24 @@ from .errors import ParameterError
 from .randomizers import Mode, Randomizer, laplace_rate_from_f
 from .validation import check_number
 
+if TYPE_CHECKING:  # params imports this module
+    from .params import MetricParams
+
 __all__ = [
+    "CENTRAL_NEIGHBOUR",
+    "ContributionBound",
     "Guarantee",
+    "HISTORY_NEIGHBOUR",
+    "NEIGHBOUR_RELATIONS",
+    "NeighbourRelation",
     "bit_epsilon",
+    "central_neighbour",
     "check_sequence_privacy",
+    "contribution_bound",
     "guarantee",
     "laplace_rate_from_f",
     "from_micro",
+    "neighbour_relation",
     "report_epsilon",
     "round_up",
     "to_micro",
@@ -162,15 +173,97 @@ class Guarantee:
     reveals: str
 
 
+@dataclass(frozen=True)
+class ContributionBound:
+    """What one person's report of a trusted metric may change in the stored bit counts.
+
+    The one definition both sides use: ingestion keeps at most ``ones`` ones
+    of a report (``aggregator.server.ingest``) and the central releases take
+    their sensitivity from it (``aggregator.server.services.releases``), so
+    the two cannot drift apart.
+
+    Attributes:
+        ones: the most ones a stored report keeps: the L1 change of the bit
+            counts when one person's report is added or removed.
+        per_count: the most any one bit count moves (a report holds each
+            bit once): the sensitivity of a single count (SALap's queries).
+    """
+
+    ones: int
+    per_count: int = 1
+
+
+def contribution_bound(params: MetricParams) -> ContributionBound:
+    """The contribution bound of a trusted metric: ``max_items * num_hashes`` ones per report.
+
+    ``max_items`` members, each setting at most ``num_hashes`` bits (one with
+    the direct encoding). Metrics randomized on the device store what they
+    receive unclipped (their privacy is the device's); the bound is theirs
+    too, but nothing enforces it and no central release uses it.
+    """
+    return ContributionBound(ones=params.max_items * params.encoding.num_hashes)
+
+
+@dataclass(frozen=True)
+class NeighbourRelation:
+    """Which two inputs of one window an epsilon is about (the one statement of each mode).
+
+    Attributes:
+        mode, value_kind: the metric kind it applies to.
+        sentence: the relation in one sentence (guarantees and docs quote it).
+        hashes_changed: bits changed per hash function: 1 (a member, or a
+            value against the bit-less none value), 2 (a value replaced).
+        one_way: only ``P(z | a) <= e^eps P(z | b)`` for ``a`` holding what
+            ``b`` lacks (asymmetric modes); else both directions.
+    """
+
+    mode: Mode
+    value_kind: ValueKind
+    sentence: str
+    hashes_changed: int
+    one_way: bool
+
+
+# The neighbour relation of every mode, in one place: ``MetricParams.guarantee().neighbour``, the
+# ledger, the audit and docs/privacy.md's table all read it from here.
+NEIGHBOUR_RELATIONS: tuple[NeighbourRelation, ...] = (
+    NeighbourRelation("symmetric", "set", "one member added to or removed from the set", 1, False),
+    NeighbourRelation("symmetric", "categorical", "the value replaced by another value", 2, False),
+    NeighbourRelation("asymmetric", "set", "one member removed from the set (S' subset of S)", 1, True),
+    NeighbourRelation("asymmetric", "categorical",
+                      "a sensitive value replaced by the declared none value (which owns no bits)", 1, True),
+    NeighbourRelation("trusted", "set", "one member added to or removed from the set", 1, False),
+    NeighbourRelation("trusted", "categorical", "the value replaced by another value", 2, False),
+)
+# Central releases of a trusted metric's counts: one person's whole report (``max_items`` bound).
+CENTRAL_NEIGHBOUR = (
+    "one person's report in the window added or removed; a person contributes at most {max_items} item{s}"
+)
+# Everything one client sends for a metric, over its whole history.
+HISTORY_NEIGHBOUR = (
+    "two histories are neighbours when they have the same schedule (windows reported, rounds joined, "
+    "cohort) and, in every window, their values are neighbours in the relation of the metric's mode "
+    "(possibly in every window, possibly about different items)"
+)
+
+
+def neighbour_relation(mode: Mode, value_kind: ValueKind) -> NeighbourRelation:
+    """The :data:`NEIGHBOUR_RELATIONS` entry of a metric kind."""
+    for relation in NEIGHBOUR_RELATIONS:
+        if relation.mode == mode and relation.value_kind == value_kind:
+            return relation
+    raise ParameterError("mode", f"no neighbour relation for mode {mode!r} and value_kind {value_kind!r}")
+
+
+def central_neighbour(max_items: int) -> str:
+    """:data:`CENTRAL_NEIGHBOUR` for a metric's contribution bound."""
+    return CENTRAL_NEIGHBOUR.format(max_items=max_items, s="s" if max_items != 1 else "")
+
+
 def _neighbour(value_kind: ValueKind, mode: Mode, num_hashes: int) -> tuple[int, str]:
-    """Bits changed and the neighbour relation, per window (docs/privacy.md states them all)."""
-    if mode == "asymmetric" and value_kind == "categorical":
-        return num_hashes, "a sensitive value replaced by the declared none value (which owns no bits)"
-    if mode == "asymmetric":
-        return num_hashes, "one member removed from the set (S' subset of S)"
-    if value_kind == "set":
-        return num_hashes, "one member added to or removed from the set"
-    return 2 * num_hashes, "the value replaced by another value"
+    """Bits changed and the neighbour relation, per window (:data:`NEIGHBOUR_RELATIONS`)."""
+    relation = neighbour_relation(mode, value_kind)
+    return relation.hashes_changed * num_hashes, relation.sentence
 
 
 def _policy(value_kind: ValueKind, mode: Mode) -> tuple[str, str]:

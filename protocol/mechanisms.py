@@ -2,7 +2,9 @@
 
 The aggregator holds exact counts ``c`` (one per place, say) and publishes
 noisy answers. The query "is place ``i`` safe, ``c_i <= t``?" is answered
-by the sanitizer ``answer_i <= t``.
+by the sanitizer ``answer_i <= t`` (the ADP paper's); for integer counts
+the one-sided mechanisms certify the stronger ``answer_i < floor(t) + 1``
+(:func:`certificate_cut`), at the same privacy.
 
 * **ALap** (ADP paper, Def. V.3): one-sided exponential noise of scale
   ``D_p / eps``. For the policy "not having visited is non-sensitive" the
@@ -94,6 +96,9 @@ __all__ = [
     "SALapMechanism",
     "ageo",
     "alap",
+    "certificate_cut",
+    "certificate_statement",
+    "certified_safe",
     "check_epsilon",
     "check_level",
     "geometric_mechanism",
@@ -243,12 +248,12 @@ _ADP_TEXT: dict[str, tuple[str, str, str | None]] = {
         "that a person IS counted (e.g. visited the place): removing a contribution changes "
         "no output probability by more than e^eps",
         "that a person is NOT counted may be revealed (the policy declares it non-sensitive)",
-        "answer <= t certifies count <= t (never wrong)",
+        "answer <= t certifies count <= t (never wrong); for integer counts answer < floor(t) + 1 does",
     ),
     "increasing": (
         "that a person is NOT counted: adding a contribution changes no output probability by more than e^eps",
         "that a person IS counted may be revealed (the policy declares it non-sensitive)",
-        "answer >= t certifies count >= t (never wrong)",
+        "answer >= t certifies count >= t (never wrong); for integer counts answer > ceil(t) - 1 does",
     ),
     "none": ("both presence and absence (two-sided noise)", "nothing beyond the epsilon", None),
 }
@@ -343,6 +348,42 @@ def _grid_safe_probability(monotonicity: Monotonicity, rate: float, steps: float
         return 1.0 if k >= 0 else math.exp(rate * math.ceil(steps))
     q = math.exp(-rate)
     return 1.0 - q ** (k + 1) / (1 + q) if k >= 0 else q ** (-k) / (1 + q)
+
+
+# ==========================================================================
+# The one-sided certificate on integer counts
+# ==========================================================================
+
+
+def certificate_cut(threshold: float, grid: float = 1.0) -> float:
+    """The largest answer that certifies an integer count ``<= threshold`` (noise ``>= 0``).
+
+    For integer counts, ``count <= t`` is ``count < floor(t) + 1``, and noise
+    ``>= 0`` makes ``answer < floor(t) + 1`` imply it: a stronger statement
+    than the paper's ``answer <= t`` (at count 0, ``t = 1``, ALap at eps 1
+    certifies with probability ``1 - e^-2 = 0.865`` instead of ``1 - e^-1 =
+    0.632``), at the same privacy, since it reads the same answer. On the
+    grid ``g`` (a power of two ``<= 1``) the answers below ``floor(t) + 1``
+    are those ``<= floor(t) + 1 - g``; where that is not a double (``|t|``
+    near ``2**53``) the cut is ``floor(t)``, the paper's statement.
+    """
+    top = math.floor(threshold) + 1.0
+    cut = top - check_grid(grid)
+    return cut if cut < top else top - 1.0
+
+
+def certified_safe(answers: npt.ArrayLike, threshold: float, grid: float = 1.0) -> npt.NDArray[np.bool_]:
+    """``answer < floor(t) + 1`` per answer: the certificate of :func:`certificate_cut`."""
+    out: npt.NDArray[np.bool_] = np.asarray(answers, dtype=np.float64) <= certificate_cut(threshold, grid)
+    return out
+
+
+def certificate_statement(threshold: float, *, one_sided: bool) -> str:
+    """What ``safe`` means for a release at ``threshold``, in words (the API, the CLI and the dashboard show it)."""
+    if not one_sided:
+        return f"safe: answer <= {threshold:g}, an estimate of count <= {threshold:g} (two-sided noise: may be wrong)"
+    top = math.floor(threshold) + 1
+    return f"safe: answer < {top:g}, which certifies count <= {top - 1:g} (integer counts, noise >= 0: never wrong)"
 
 
 # ==========================================================================
@@ -607,6 +648,16 @@ class ALapMechanism:
         """
         return _grid_safe_probability(self.monotonicity, float(self.step_rate), (threshold - count) / self.step)
 
+    def certificate_probability(self, count: int, threshold: float) -> float:
+        """``P(answer < floor(t) + 1 | count)`` for an integer count (decreasing): :func:`certificate_cut`.
+
+        ``1 - exp(-r (floor(t) + 1 - c) / g)`` for ``c <= t``, i.e. ``1 - exp(-eps (floor(t) + 1 - c) / D_p)``
+        when ``D_p / g`` is an integer: AGeo's figure.
+        """
+        if self.monotonicity != "decreasing":
+            raise ParameterError("monotonicity", "the certificate answer < floor(t) + 1 needs noise >= 0 (decreasing)")
+        return self.safe_probability(count, certificate_cut(threshold, self.step))
+
     @classmethod
     def from_params(
         cls, epsilon: float, *, sensitivity: float, monotonicity: Monotonicity, n_max: int | None, grid: float | None
@@ -808,6 +859,12 @@ class AGeoMechanism:
             return 1.0 if d >= 0 else (math.exp(e * d) if threshold >= 0 else 0.0)
         q = math.exp(-e)
         return 1.0 - q ** (d + 1) / (1 + q) if d >= 0 else q ** (-d) / (1 + q)
+
+    def certificate_probability(self, count: int, threshold: float) -> float:
+        """``P(answer < floor(t) + 1 | count)``: on integers the same as ``answer <= floor(t)``."""
+        if self.monotonicity != "decreasing":
+            raise ParameterError("monotonicity", "the certificate answer < floor(t) + 1 needs noise >= 0 (decreasing)")
+        return self.safe_probability(count, int(certificate_cut(threshold)))
 
     def guarantee(self) -> CentralGuarantee:
         # Theorem VIII.2 at rate eps / D per count: the ratio for a shift of D is exactly e^(r D)

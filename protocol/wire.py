@@ -51,6 +51,7 @@ from .crypto import (
 )
 from .errors import ParameterError, ReportRejected, SignatureError
 from .params import NAME_PATTERN, MetricParams
+from .randomizers import MAX_LEVEL
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -951,8 +952,8 @@ class RoundAnnouncement:
         high = _number(self.level_to, "level_to")
         if not 0 < low < math.inf:
             raise ReportRejected("level_from", f"must be > 0 and finite, got {low}")
-        if not low < high < math.inf:
-            raise ReportRejected("level_to", f"must be finite and > level_from ({low}), got {high}")
+        if not low < high <= MAX_LEVEL:  # the cap every client and the server's round opening share
+            raise ReportRejected("level_to", f"must be > level_from ({low}) and <= {MAX_LEVEL:g} (MAX_LEVEL), got {high}")
         if self.cohorts is not None:
             if not isinstance(self.cohorts, tuple) or not self.cohorts:
                 raise ReportRejected("cohorts", "must be null or a non-empty list")

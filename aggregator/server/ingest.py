@@ -41,6 +41,7 @@ import numpy as np
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.settings import Settings
 from aggregator.server.storage import MetricBinding, MetricRecord, ReportRow, RoundRecord, Storage
+from protocol.accounting import contribution_bound
 from protocol.errors import ReportRejected
 from protocol.exact import uniform_below
 from protocol.params import MetricParams
@@ -172,10 +173,13 @@ _sha256 = hashlib.sha256
 
 
 def item_limit(params: MetricParams) -> int | None:
-    """The ones a report of ``params`` may keep: ``max_items * num_hashes`` (trusted metrics), else ``None``."""
+    """The ones a report of ``params`` may keep (trusted metrics), else ``None``.
+
+    :func:`protocol.accounting.contribution_bound`: the bound the central releases assume.
+    """
     if params.mode != "trusted":
         return None
-    return params.max_items * params.encoding.num_hashes
+    return contribution_bound(params).ones
 
 
 def clip_items(bits: bytes, num_bits: int, limit: int, rng: RandomSource) -> tuple[bytes, int]:

@@ -28,7 +28,9 @@ def register(subparsers: Subparsers) -> None:
     create.add_argument("--places", help="comma-separated places (default: the whole domain)")
     create.add_argument("--mechanism", choices=mechanism_names(), default="ageo", help="default ageo")
     create.add_argument("--epsilon", type=float, help="the level of the release")
-    create.add_argument("--threshold", type=float, required=True, help="safe means answer <= threshold")
+    create.add_argument("--threshold", type=float, required=True, help="t of 'is count <= t?': alap, ageo and salap call a place safe when answer < floor(t) + 1, "
+                        "which proves count <= t (never wrong); laplace and geometric when answer <= t (an estimate); "
+                        "the output's 'certificate' says which")
     create.add_argument("--sensitivity", type=float, help="visits per protected change, to protect more than the metric's max_items (the default)")
     create.add_argument("--analyst", action="append", metavar="NAME=EPS",
                         help="admin: correlated releases, one per analyst (repeat); replaces --epsilon")

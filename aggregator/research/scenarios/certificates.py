@@ -32,7 +32,7 @@ from aggregator.research.scenarios.common import (
 )
 from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
-from protocol.mechanisms import AGeoMechanism, ALapMechanism
+from protocol.mechanisms import AGeoMechanism, ALapMechanism, certified_safe
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource, SeededRandom
@@ -230,12 +230,15 @@ def _safe_decisions(visits: _Visits | _CountVisits, setup: CertificateSetup, eps
                        totals=np.array([setup.clients]))
     bound0 = one_sided_upper_bounds(counts, visits.params, level, visits.names, alpha=0.0)
     bound_a = one_sided_upper_bounds(counts, visits.params, level, visits.names, alpha=setup.alpha)
-    alap = ALapMechanism(epsilon=eps).release(visits.counts, rng)
+    mech = ALapMechanism(epsilon=eps)
+    alap = mech.release(visits.counts, rng)
     ageo = AGeoMechanism(epsilon=eps, n_max=setup.clients).release(visits.counts, rng)
     t = np.asarray(thresholds)[:, None]
     dp = np.stack([_dp_decisions(visits.counts, x, eps, setup, rng) for x in thresholds])
+    # the central certificate on integer counts: answer < t + 1 (certified_safe), at ALap's grid and AGeo's 1
     return {"local_alpha0": bound0[None, :] <= t, "local_alpha": bound_a[None, :] <= t,
-            "alap": alap[None, :] <= t, "ageo": ageo[None, :] <= t, "dp": dp}
+            "alap": np.stack([certified_safe(alap, x, mech.step) for x in thresholds]),
+            "ageo": np.stack([certified_safe(ageo, x) for x in thresholds]), "dp": dp}
 
 
 def _safe_theory(name: str, counts: IntArray, t: int, eps: float, setup: CertificateSetup) -> float | None:
@@ -247,10 +250,10 @@ def _safe_theory(name: str, counts: IntArray, t: int, eps: float, setup: Certifi
         return float(np.mean(special.bdtr(t - safe, setup.clients - safe, math.exp(-eps))))
     if name == "alap":
         mech = ALapMechanism(epsilon=eps)
-        return float(np.mean([mech.safe_probability(float(c), float(t)) for c in safe]))
+        return float(np.mean([mech.certificate_probability(int(c), t) for c in safe]))
     if name == "ageo":
         geo = AGeoMechanism(epsilon=eps, n_max=setup.clients)
-        return float(np.mean([geo.safe_probability(int(c), t) for c in safe]))
+        return float(np.mean([geo.certificate_probability(int(c), t) for c in safe]))
     if name == "dp":
         cut = _dp_saturation(eps, setup.alpha)
         return float(np.mean([

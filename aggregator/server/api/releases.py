@@ -242,7 +242,9 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
                        "description": "candidate places (default: the whole domain)"},
             "mechanism": {"enum": ["alap", "ageo", "salap", "laplace", "geometric"]},
             "epsilon": {"type": "number", "exclusiveMinimum": 0, "description": "exclusive with analysts"},
-            "threshold": {"type": "number", "description": "safe means answer <= threshold"},
+            "threshold": {"type": "number", "description": "t of 'is count <= t?'; alap, ageo, salap: safe means "
+                                                           "answer < floor(t) + 1 (never wrong); laplace, geometric: "
+                                                           "answer <= t (an estimate)"},
             "sensitivity": {"type": "number", "minimum": 1,
                             "description": "optional, to protect more: at least the metric's max_items "
                                            "(salap: 1), which is the default"},
@@ -270,6 +272,7 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "n_max": {"type": ["integer", "null"], "description": "ageo: the largest answer (reports in window)"},
             "group": {"type": ["string", "null"], "description": "correlated release group"},
             "guarantee": {"type": "object"},
+            "certificate": {"type": "string", "description": "what safe means for this release, in words"},
             "answers": {"type": "array", "items": {"type": "object", "required": ["place", "answer", "safe"],
                                                    "properties": {
                                                        "place": {"type": "string"},

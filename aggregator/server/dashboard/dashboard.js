@@ -1132,7 +1132,8 @@
       (r.levels.length > 1 ? " (relaxed " + r.levels.join(" → ") + ")" : "")));
     card.appendChild(el("p", "window " + windowLabel(r.window) + " · threshold " + r.threshold + " · grid " + r.grid +
       " · sensitivity " + r.sensitivity + (r.group ? " · correlated group " + r.group : "") + " · " + safe + " of " +
-      r.answers.length + " places safe (answer ≤ threshold)", "release-summary"));
+      r.answers.length + " places safe", "release-summary"));
+    if (r.certificate) card.appendChild(el("p", r.certificate, "release-certificate"));
     if (r.guarantee && r.guarantee.neighbour) card.appendChild(el("p", r.guarantee.neighbour, "muted"));
     const chart = el("div", null, "chart");
     card.appendChild(chart);
@@ -1149,7 +1150,7 @@
     const lo = Math.min(0, ...values);
     const hi = Math.max(1, r.threshold, ...values);
     const x = linear(lo, hi, left, width - right);
-    legend(root, left, 12, [["safe", "safe"], ["unsafe", "above threshold"], ["threshold-key", "threshold"]]);
+    legend(root, left, 12, [["safe", "safe"], ["unsafe", "not safe"], ["threshold-key", "threshold"]]);
     xAxis(root, x, niceTicks(lo, hi, 6), head, height - 4);
     const items = [];
     rows.forEach((a, i) => {
@@ -1169,7 +1170,7 @@
       g.appendChild(svg("text", { class: "value", x: width - right + 8, y: y + 12 }, shown));
       root.appendChild(g);
       items.push({ node: g, text: a.place + ": answer " + shown + " · " +
-        (kind === "safe" ? "safe (≤ " + r.threshold + ")" : kind === "unsafe" ? "above " + r.threshold : "not answered") });
+        (kind === "safe" ? "safe" : kind === "unsafe" ? "not safe" : "not answered") });
     });
     root.appendChild(svg("line", { class: "threshold", x1: x(r.threshold), x2: x(r.threshold), y1: head - 2,
       y2: height - 4 }));

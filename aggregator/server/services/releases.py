@@ -46,9 +46,15 @@ import sqlalchemy as sa
 
 from aggregator.server.errors import Conflict, Forbidden, NotFound
 from aggregator.server.storage import MetricRecord, ReleaseRecord, Storage, TokenRecord
+from protocol.accounting import central_neighbour, contribution_bound
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.exact import MAX_RATE
-from protocol.mechanisms import mechanism_class
+from protocol.mechanisms import (
+    SALapMechanism,
+    certificate_cut,
+    certificate_statement,
+    mechanism_class,
+)
 from protocol.multianalyst import correlated_releases
 from protocol.params import MetricParams
 from protocol.releases import Release, make_release, relax_release
@@ -208,8 +214,21 @@ class ReleaseRequest:
 # ==========================================================================
 
 
-def place_answers(public: Mapping[str, Any], places: tuple[str, ...], threshold: float) -> list[dict[str, Any]]:
-    """Per place: the published answer and ``safe = answer <= threshold``.
+def safe_cut(release: Release, threshold: float) -> float:
+    """The largest answer called ``safe``: the certificate ``answer < floor(t) + 1`` (one-sided, integer counts).
+
+    Place counts are integers, so for the one-sided mechanisms (noise ``>= 0``)
+    ``answer < floor(t) + 1`` proves ``count <= t``
+    (:func:`protocol.mechanisms.certificate_cut`); two-sided answers keep
+    ``answer <= t``, an estimate.
+    """
+    if release.guarantee().one_sided is None:
+        return threshold
+    return certificate_cut(threshold, release.grid)
+
+
+def place_answers(public: Mapping[str, Any], places: tuple[str, ...], cut: float) -> list[dict[str, Any]]:
+    """Per place: the published answer and ``safe = answer <= cut`` (:func:`safe_cut`).
 
     Built from :meth:`Release.public_dict` only. SALap: ``answer`` null and
     ``safe`` true is "below threshold"; places after its stop are not
@@ -223,7 +242,7 @@ def place_answers(public: Mapping[str, Any], places: tuple[str, ...], threshold:
         elif answers[i] is None:
             out.append({"place": place, "answer": None, "safe": True})
         else:
-            out.append({"place": place, "answer": answers[i], "safe": bool(answers[i] <= threshold)})
+            out.append({"place": place, "answer": answers[i], "safe": bool(answers[i] <= cut)})
     return out
 
 
@@ -304,7 +323,8 @@ class StoredRelease:
             "n_max": self.release.n_max,
             "group": self.group,
             "guarantee": guarantee,
-            "answers": place_answers(public, self.places, self.threshold),
+            "certificate": certificate_statement(self.threshold, one_sided=guarantee["one_sided"] is not None),
+            "answers": place_answers(public, self.places, safe_cut(self.release, self.threshold)),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -362,18 +382,15 @@ def release_sensitivity(params: MetricParams, mechanism: str) -> int:
     ``max_items * num_hashes`` bit counts of its cohort; such metrics are
     not released (:func:`check_release_source`), and that is the bound to use if they were.
     """
+    bound = contribution_bound(params)  # the one ingestion enforces
     if mechanism == "salap":
-        return 1
-    return params.max_items * params.encoding.num_hashes
+        return bound.per_count
+    return bound.ones
 
 
 def person_neighbour(max_items: int, release: Release) -> str:
     """The neighbour relation a release's epsilon is about, in one sentence."""
-    return (
-        f"one person's report in the window added or removed; a person contributes at most {max_items} "
-        f"item{'s' if max_items != 1 else ''} (L1 change <= {release.sensitivity:g}; answers on the grid "
-        f"{release.grid:g})"
-    )
+    return f"{central_neighbour(max_items)} (L1 change <= {release.sensitivity:g}; answers on the grid {release.grid:g})"
 
 
 def place_indices(metric: MetricRecord, places: tuple[str, ...] | None) -> tuple[tuple[str, ...], list[int]]:
@@ -470,7 +487,10 @@ class ReleaseService:
         }
         if request.analysts is None:
             (name, eps), = levels.items()
-            thresholds = [request.threshold] * counts.size if request.mechanism == "salap" else None
+            thresholds = None
+            if request.mechanism == "salap":  # a bottom is the certificate answer < floor(t) + 1
+                grid = SALapMechanism(epsilon=eps, sensitivity=sensitivity).step  # the grid make_release uses
+                thresholds = [certificate_cut(request.threshold, grid)] * counts.size
             return {name: make_release(request.mechanism, counts, eps, thresholds=thresholds, **common)}
         made = correlated_releases(counts, list(levels.values()), mechanism=request.mechanism, **common)
         return dict(zip(levels, made, strict=True))
