@@ -82,6 +82,7 @@ from .ledger import (
     check_new_window,
     check_relaxation,
     ledger_entry,
+    unused_entry,
 )
 from .memo import (
     IrrMasks,
@@ -532,9 +533,14 @@ class Client:
     def _verify(self, document: Any) -> ConfigPayload:
         if not isinstance(document, dict) or "signature" not in document or "key_id" not in document:
             raise SignatureError("signature", "the config is not a signed document")
-        public = self._keys.get(document["key_id"]) if isinstance(document["key_id"], str) else None
+        seen = document["key_id"]
+        public = self._keys.get(seen) if isinstance(seen, str) else None
         if public is None:
-            raise SignatureError("key_id", "the config is not signed by a pinned key")
+            raise SignatureError(
+                "key_id", f"the config is signed by key id {str(seen)[:64]!r}, not by a pinned key "
+                f"(pinned key ids: {', '.join(sorted(self._keys))}); pin the aggregator's sign_public, "
+                "printed by `onesided keys show` on the aggregator",
+            )
         return verify_config(document, sign_public=public)
 
     def sync(self) -> ConfigPayload:
@@ -1122,11 +1128,17 @@ class Client:
     def ledger(self) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
         with self._lock:
+            config = self._config
+            unused = () if config is None else tuple(
+                unused_entry(e.params, self._ceiling.for_metric(e.params.name), self._prior(e.params.name))
+                for e in config.metrics if e.params.name not in self._state.metrics
+            )
             return Ledger(
                 entries=tuple(self._ledger_entry(m, r) for m, r in sorted(self._state.metrics.items())),
                 events=tuple(self._state.events),
                 dropped_reports=self._state.dropped,
                 queued_reports=len(self._queue),
+                unused=unused,
             )
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:
