@@ -1076,20 +1076,35 @@ class Client:
             self._thread = None
             self.transport.stop_by(None)
 
-    def close(self, deadline: float | None = None) -> None:
-        """Stop the background sender, save the state, close the HTTP session.
+    def close(self, deadline: float | None = None, *, flush: bool = True) -> FlushResult:
+        """Stop the background sender, send what is queued, save the state, close the HTTP session.
+
+        Everything (waiting for a background flush in progress, then the
+        final flush, its requests and backoffs) ends within ``deadline``.
+        Reports not sent by then stay queued, on disk, for the next run; the
+        result says how many (``remaining``), and so does the log.
 
         Args:
-            deadline: seconds to wait for a background flush in progress
-                (default ``exit_deadline``); its requests and backoffs are cut
-                to end by then. Queued reports stay queued for the next run.
+            deadline: seconds in all (default ``exit_deadline``).
+            flush: ``False`` skips the final flush (queued reports wait for the next run).
+
+        Returns:
+            The final flush's result (an empty one with ``remaining`` set when
+            ``flush=False``).
         """
         seconds = self.exit_deadline if deadline is None else _seconds("deadline", deadline)
-        self._stop_sender(self._monotonic() + seconds)
+        until = self._monotonic() + seconds
+        self._stop_sender(until)
         self._unregister_exit()
+        result = FlushResult(remaining=len(self._queue))
+        if flush:
+            self.transport.stop_by(until)
+            result = self._flush(until, wait=True)
         self.save()
         self.transport.close()
-
+        if result.remaining:
+            log.info("closed with %d report(s) still queued; they are sent by the next run", result.remaining)
+        return result
     def _register_exit(self) -> None:
         with self._lock:
             if not self._exit_hook:
@@ -1105,12 +1120,7 @@ class Client:
     def _flush_at_exit(self) -> None:
         """At interpreter exit: stop the sender, flush, save, all within ``exit_deadline``; never raises."""
         try:
-            until = self._monotonic() + self.exit_deadline
-            self._stop_sender(until)
-            self.transport.stop_by(until)
-            self._flush(until, wait=True)
-            self.save()
-            self.transport.close()
+            self.close()
         except Exception as exc:  # the app is exiting: log, never raise
             self._notify(exc)
 

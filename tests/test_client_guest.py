@@ -132,7 +132,7 @@ def test_a_torn_last_record_is_ignored(fake: FakeAggregator, tmp_path: Path) -> 
     path, clock = tmp_path / "s", Clock()
     client = make_client(fake, path, clock)
     ids = queue_reports(client, 4)
-    client.close()
+    client.close(flush=False)
     queue_file = Path(f"{path}.queue")
     whole = queue_file.read_bytes()
     queue_reports(make_client(fake, path, clock), 1)
@@ -347,6 +347,27 @@ def test_background_flag_sends_and_registers_the_exit_flush(
     asked.close()
 
 
+def test_close_sends_the_queue_within_its_deadline_and_says_what_remains(
+    fake: FakeAggregator, tmp_path: Path
+) -> None:
+    clock = Clock()
+    client = make_client(fake, tmp_path / "s", clock, exit_deadline=4.0)
+    queue_reports(client, 3)
+    result = client.close()  # no flush() called: close() sends by default
+    assert (result.delivered, result.remaining, len(fake.stored)) == (3, 0, 3)
+    again = make_client(fake, tmp_path / "s", clock, exit_deadline=4.0)
+    queue_reports(again, 2)
+    again.transport.session = Hanging(clock)
+    began = clock.mono
+    result = again.close()
+    assert clock.mono - began <= 4.0  # the exit_deadline bounds the final flush
+    assert result.remaining == 2 and isinstance(result.error, TransportError)
+    kept = make_client(fake, tmp_path / "s", clock)
+    queue_reports(kept, 1)
+    assert kept.close(flush=False).remaining == 3  # skipped: all kept for the next run
+    assert make_client(fake, tmp_path / "s", clock).ledger().queued_reports == 3
+
+
 def test_exit_flush_sends_within_its_deadline(fake: FakeAggregator, tmp_path: Path) -> None:
     clock = Clock()
     client = make_client(fake, tmp_path / "s", clock, flush_at_exit=True, exit_deadline=3.0)
@@ -521,7 +542,7 @@ def test_app_key_without_keyring_cannot_detect_rollback_but_drops_uncovered_repo
     queue_reports(client, 1)
     old = path.read_bytes()
     queue_reports(client, 2)
-    client.close()
+    client.close(flush=False)
     path.write_bytes(old)
     errors: list[Exception] = []
     again = make_client(fake, path, state_key=b"k" * 32, on_error=errors.append)  # documented: not detected
