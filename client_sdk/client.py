@@ -84,6 +84,7 @@ from .ledger import (
     ledger_entry,
     unused_entry,
 )
+from .lock import StateLock
 from .memo import (
     IrrMasks,
     ReportPlan,
@@ -431,20 +432,45 @@ class Client:
         self._thread: threading.Thread | None = None
         self._exit_hook = False
         self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
-        self._queue = ReportQueue(self._store.queue_path, self._store.key)
+        self._on_corrupt = on_corrupt
         self._ephemeral = EphemeralPool()
         self._held = HeldKeys()
         self._irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self._plans: dict[str, _Reporting] = {}
         self._dirty = False
-        self._state = self._open_state(on_corrupt)
-        self._config = self._stored_config()
+        self._file_lock = StateLock(self._store.path)
+        self._open()
         if background:
             self.start(send_interval)
         elif flush_at_exit:
             self._register_exit()
 
     # --- state ------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """Take the state file's lock, then read the state, its queue and its config.
+
+        Raises:
+            StateLocked: another client holds the state file.
+            StateCorrupted: the state does not open and ``on_corrupt="raise"``.
+        """
+        self._file_lock.acquire()
+        try:
+            self._queue = ReportQueue(self._store.queue_path, self._store.key)
+            self._state = self._open_state(self._on_corrupt)
+            self._config = self._stored_config()
+        except BaseException:
+            self._file_lock.release()
+            raise
+        self._plans.clear()
+
+    def _reopen(self) -> None:
+        """A closed client used again: take the lock back and read the state again (another
+        client may have changed it meanwhile)."""
+        with self._lock:
+            if not self._file_lock.held:
+                self._dirty = False
+                self._open()
 
     def _open_state(self, on_corrupt: str) -> ClientState:
         try:
@@ -511,6 +537,8 @@ class Client:
         In this order: a report reaches the queue file only once a state
         charging it is on disk.
         """
+        if not self._file_lock.held:
+            self._reopen()
         with self._lock:
             if self._dirty:
                 self._store.save(self._state)
@@ -560,6 +588,8 @@ class Client:
             ReportRejected: a malformed payload (field by path).
             TransportError: the aggregator could not be reached.
         """
+        if not self._file_lock.held:
+            self._reopen()
         document = self.transport.fetch_config()
         config = self._verify(document)
         with self._lock:
@@ -722,6 +752,8 @@ class Client:
             PolicyError: the metric's parameters changed since it was first used, or the
                 clock is before the window of the metric's last report.
         """
+        if not self._file_lock.held:
+            self._reopen()
         if not isinstance(value_or_set, str | bytes):
             if not isinstance(value_or_set, Iterable):
                 raise ParameterError("value", "must be str, bytes or a set (any iterable) of them, got "
@@ -886,6 +918,8 @@ class Client:
         """
         check_int("round_id", round_id, low=1, high=2**32 - 1)
         check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
+        if not self._file_lock.held:
+            self._reopen()
         with self._lock:
             entry = self._entry(metric)
             params = entry.params
@@ -940,7 +974,9 @@ class Client:
         """
         try:
             until = None if deadline is None else self._monotonic() + _seconds("deadline", deadline)
-        except ParameterError as exc:
+            if not self._file_lock.held:
+                self._reopen()
+        except OnesidedError as exc:
             self._notify(exc)
             return FlushResult(remaining=len(self._queue), error=exc)
         result = self._flush(until, wait=True)
@@ -1039,6 +1075,8 @@ class Client:
         one. Also registers the flush at interpreter exit (``exit_deadline``).
         """
         check_number("interval", interval, positive=True)
+        if not self._file_lock.held:
+            self._reopen()
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
@@ -1101,6 +1139,7 @@ class Client:
             self.transport.stop_by(until)
             result = self._flush(until, wait=True)
         self.save()
+        self._file_lock.release()
         self.transport.close()
         if result.remaining:
             log.info("closed with %d report(s) still queued; they are sent by the next run", result.remaining)

@@ -17,7 +17,7 @@ import requests
 from client_sdk import Client, ReportsDropped, RetryPolicy, StateCorrupted, TransportError
 from client_sdk.queue import COMPACT_MIN
 from client_sdk.state import StateStore
-from client_sdk.testing import FakeAggregator, FakeResponse
+from client_sdk.testing import FakeAggregator, FakeResponse, simulate_crash
 from protocol.encodings import BloomEncoding
 from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
@@ -123,6 +123,7 @@ def test_a_crash_between_state_and_queue_loses_the_report_not_the_charge(
     monkeypatch.setattr(client._queue, "_append", crash)
     with pytest.raises(OSError):
         queue_reports(client, 1)
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     again = make_client(fake, path)
     assert again.ledger()["places"].windows == 2  # charged
     assert again.ledger().queued_reports == 1  # the second report never reached the queue
@@ -182,6 +183,7 @@ def test_tombstones_are_compacted(fake: FakeAggregator, tmp_path: Path) -> None:
     assert client.flush().delivered == COMPACT_MIN + 10
     assert Path(f"{path}.queue").stat().st_size < big / 4  # rewritten when the dead records dominated
     queue_reports(client, 2)
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     assert make_client(fake, path).ledger().queued_reports == 2
 
 
@@ -189,6 +191,7 @@ def test_queue_bound_survives_restart(fake: FakeAggregator, tmp_path: Path) -> N
     path = tmp_path / "s"
     client = make_client(fake, path, max_queue=3)
     ids = queue_reports(client, 5)
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     again = make_client(fake, path, max_queue=3)
     assert [r["report_id"] for r in again._state.queue] == ids[2:]
     assert again.ledger().dropped_reports == 2
@@ -246,6 +249,7 @@ def test_eight_threads_report_at_once_and_lose_nothing(fake: FakeAggregator, tmp
     assert ledger.queued_reports == 9
     assert all(ledger[f"m{i}"].spent == 1.0 and ledger[f"m{i}"].windows == 1 for i in range(8))
     assert ledger["places"].spent == 1.0 and ledger["places"].windows == 1  # charged once, not eight times
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     again = make_client(fake, tmp_path / "s", max_epsilon=2.0)
     assert again.ledger() == ledger
     assert again.flush().delivered == 9
@@ -531,6 +535,7 @@ def test_generation_record_is_private_and_follows_saves(fake: FakeAggregator, tm
     assert (record.stat().st_mode & 0o777) == 0o600
     assert int(record.read_text()) == client._state.generation >= 3
     record.write_text("garbage")  # unreadable: no check, no crash
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     assert make_client(fake, path).ledger().queued_reports == 2
 
 
