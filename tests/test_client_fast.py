@@ -14,7 +14,7 @@ from clocks import Clock
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from client_sdk import Client
-from client_sdk.client import EphemeralPool, IrrPool, ReportsDropped, _empty_after_fork
+from client_sdk.client import ReportsDropped
 from client_sdk.ledger import MetricRecord, WindowRelease, check_new_window, window_cost
 from client_sdk.memo import (
     GRID,
@@ -34,6 +34,7 @@ from client_sdk.memo import (
     report_bits,
     report_mask,
 )
+from client_sdk.pools import EphemeralPool, IrrPool, _empty_after_fork
 from client_sdk.queue import envelope_of
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import ValueKind, from_micro, round_up
