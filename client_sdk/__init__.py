@@ -5,6 +5,7 @@ The host app embeds :class:`Client`; see ``docs/client.md``.
 
 from .client import AlreadyReported, Client, FlushResult, ReportsDropped
 from .ledger import Ceiling, Ledger, LedgerEntry, LedgerEvent
+from .lock import StateLocked
 from .state import StateCorrupted
 from .transport import RetryPolicy, Transport, TransportError
 
@@ -19,6 +20,7 @@ __all__ = [
     "ReportsDropped",
     "RetryPolicy",
     "StateCorrupted",
+    "StateLocked",
     "Transport",
     "TransportError",
 ]

@@ -31,21 +31,16 @@ attempt).
 from __future__ import annotations
 
 import atexit
-import collections
 import itertools
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-from protocol.crypto import b64d, b64e, ephemeral_key, key_id
+from protocol.crypto import b64d, b64e, key_id
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import (
     OnesidedError,
@@ -55,7 +50,7 @@ from protocol.errors import (
     SignatureError,
 )
 from protocol.params import MetricParams
-from protocol.randomizers import MAX_LEVEL, Randomizer
+from protocol.randomizers import MAX_LEVEL
 from protocol.rng import RandomSource, SecureRandom, as_rng
 from protocol.validation import check_int, check_number
 from protocol.wire import (
@@ -67,7 +62,6 @@ from protocol.wire import (
     ReportResult,
     RoundAnnouncement,
     pack_payload_mask,
-    sealed_report_id,
     verify_config,
     window_start,
 )
@@ -82,17 +76,18 @@ from .ledger import (
     check_new_window,
     check_relaxation,
     ledger_entry,
+    unused_entry,
 )
+from .lock import StateLock
 from .memo import (
-    IrrMasks,
     ReportPlan,
     apply_irr,
     encoded_mask,
-    irr_masks,
     noise_key,
     permanent_mask,
     prepare_level,
 )
+from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, QueueDamage, ReportQueue, envelope_of, pending_item
 from .state import ClientState, StateCorrupted, StateStore
 from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport, TransportError
@@ -104,138 +99,6 @@ CORRUPT_POLICIES = ("raise", "reset")
 # Whole-batch answers after which resending the same batch cannot help: the batch is dropped.
 _POISON_STATUSES = frozenset({400, 415, 422})
 _DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
-# Randomness made ahead of time, off the caller's thread (by sync(), flush() and the sender), so that
-# report() neither generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms and compares
-# them through numpy (~5 us) per call. Apps report a few values a day; a burst beyond the pools makes
-# its keys and IRR inline (slower, the same reports). Both, and the key objects kept for the sender
-# (HeldKeys), are memory only; each item is handed out once, and all are emptied in a forked child
-# (which must never reuse its parent's keys or uniforms).
-EPHEMERAL_POOL = 32
-IRR_AHEAD = 64
-_AHEAD: weakref.WeakSet[EphemeralPool | IrrPool | HeldKeys] = weakref.WeakSet()
-
-
-def _empty_after_fork() -> None:
-    for held in list(_AHEAD):
-        held.clear()
-
-
-os.register_at_fork(after_in_child=_empty_after_fork)
-
-
-Ephemeral = tuple[X25519PrivateKey, bytes, bytes, str]
-
-
-def _ephemeral() -> Ephemeral:
-    key, private, public = ephemeral_key()
-    return key, private, public, b64e(sealed_report_id(public))
-
-
-class EphemeralPool:
-    """Fresh X25519 key pairs for sealing, made ahead of time with their report ids; each is handed out once.
-
-    Kept in memory only (never written: a pool lost in a crash costs
-    nothing). ``take()`` never waits: an empty pool makes a key on the spot.
-    Thread-safe (``deque`` appends and pops are atomic).
-    """
-
-    def __init__(self, size: int = EPHEMERAL_POOL) -> None:
-        self.size = size
-        self._keys: collections.deque[Ephemeral] = collections.deque()
-        _AHEAD.add(self)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def take(self) -> Ephemeral:
-        """``(key, private, public, report id)``: a key never handed out before, its raw halves, and
-        ``b64e(sealed_report_id(public))``."""
-        try:
-            return self._keys.popleft()
-        except IndexError:
-            return _ephemeral()
-
-    def refill(self) -> None:
-        while len(self._keys) < self.size:
-            self._keys.append(_ephemeral())
-
-    def clear(self) -> None:
-        self._keys.clear()
-
-
-class HeldKeys:
-    """The ephemeral key objects of the reports queued since start, by report id, for the sender.
-
-    Sealing from the queued raw bytes would derive each key's public half
-    again (~30 us); the object already has it. Memory only: after a restart
-    the sender loads the bytes. Emptied in a forked child. Thread-safe
-    (single dict operations).
-    """
-
-    def __init__(self) -> None:
-        self._keys: dict[str, X25519PrivateKey] = {}
-        _AHEAD.add(self)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def put(self, report_id: str, key: X25519PrivateKey) -> None:
-        self._keys[report_id] = key
-
-    def get(self, report_id: str) -> X25519PrivateKey | None:
-        return self._keys.get(report_id)
-
-    def forget(self, report_ids: Iterable[str]) -> None:
-        for report_id in report_ids:
-            self._keys.pop(report_id, None)
-
-    def clear(self) -> None:
-        self._keys.clear()
-
-
-class IrrPool:
-    """The IRR of reports to come (:func:`client_sdk.memo.irr_masks`) for one IRR and number of bits.
-
-    ``refill()`` draws the uniforms of up to ``size`` reports from ``source``
-    in one call and compares them with ``irr_p`` / ``irr_q`` in one
-    vectorized step (:meth:`Randomizer.instantaneous`'s comparisons, row by
-    row); each report then takes one pair of masks, once. Same source, same
-    law; only the moment of drawing moves. ``take()`` never waits: an empty
-    pool draws one report's uniforms on the spot. Thread-safe.
-    """
-
-    def __init__(self, source: RandomSource, randomizer: Randomizer, num_bits: int, size: int = IRR_AHEAD) -> None:
-        self.source = source
-        self.randomizer = randomizer
-        self.num_bits = num_bits
-        self.size = size
-        self._masks: collections.deque[IrrMasks] = collections.deque()
-        _AHEAD.add(self)
-
-    def __len__(self) -> int:
-        return len(self._masks)
-
-    def take(self) -> IrrMasks:
-        """One report's ``(below_p, below_q)`` masks, never handed out before."""
-        if not self.randomizer.has_irr:
-            return (0, 0)
-        try:
-            return self._masks.popleft()
-        except IndexError:
-            return self._draw(1)[0]
-
-    def refill(self) -> None:
-        """Draw the next reports' IRR now if less than half of ``size`` is left."""
-        if self.randomizer.has_irr and len(self._masks) < self.size // 2:
-            self._masks.extend(self._draw(self.size - len(self._masks)))
-
-    def clear(self) -> None:
-        self._masks.clear()
-
-    def _draw(self, reports: int) -> list[IrrMasks]:
-        return irr_masks(self.randomizer, self.source.uniform((reports, self.num_bits)))
-
-
 class ReportsDropped(OnesidedError):
     """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
 
@@ -430,20 +293,45 @@ class Client:
         self._thread: threading.Thread | None = None
         self._exit_hook = False
         self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
-        self._queue = ReportQueue(self._store.queue_path, self._store.key)
+        self._on_corrupt = on_corrupt
         self._ephemeral = EphemeralPool()
         self._held = HeldKeys()
         self._irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self._plans: dict[str, _Reporting] = {}
         self._dirty = False
-        self._state = self._open_state(on_corrupt)
-        self._config = self._stored_config()
+        self._file_lock = StateLock(self._store.path)
+        self._open()
         if background:
             self.start(send_interval)
         elif flush_at_exit:
             self._register_exit()
 
     # --- state ------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """Take the state file's lock, then read the state, its queue and its config.
+
+        Raises:
+            StateLocked: another client holds the state file.
+            StateCorrupted: the state does not open and ``on_corrupt="raise"``.
+        """
+        self._file_lock.acquire()
+        try:
+            self._queue = ReportQueue(self._store.queue_path, self._store.key)
+            self._state = self._open_state(self._on_corrupt)
+            self._config = self._stored_config()
+        except BaseException:
+            self._file_lock.release()
+            raise
+        self._plans.clear()
+
+    def _reopen(self) -> None:
+        """A closed client used again: take the lock back and read the state again (another
+        client may have changed it meanwhile)."""
+        with self._lock:
+            if not self._file_lock.held:
+                self._dirty = False
+                self._open()
 
     def _open_state(self, on_corrupt: str) -> ClientState:
         try:
@@ -510,6 +398,8 @@ class Client:
         In this order: a report reaches the queue file only once a state
         charging it is on disk.
         """
+        if not self._file_lock.held:
+            self._reopen()
         with self._lock:
             if self._dirty:
                 self._store.save(self._state)
@@ -532,9 +422,14 @@ class Client:
     def _verify(self, document: Any) -> ConfigPayload:
         if not isinstance(document, dict) or "signature" not in document or "key_id" not in document:
             raise SignatureError("signature", "the config is not a signed document")
-        public = self._keys.get(document["key_id"]) if isinstance(document["key_id"], str) else None
+        seen = document["key_id"]
+        public = self._keys.get(seen) if isinstance(seen, str) else None
         if public is None:
-            raise SignatureError("key_id", "the config is not signed by a pinned key")
+            raise SignatureError(
+                "key_id", f"the config is signed by key id {str(seen)[:64]!r}, not by a pinned key "
+                f"(pinned key ids: {', '.join(sorted(self._keys))}); pin the aggregator's sign_public, "
+                "printed by `onesided keys show` on the aggregator",
+            )
         return verify_config(document, sign_public=public)
 
     def sync(self) -> ConfigPayload:
@@ -554,6 +449,8 @@ class Client:
             ReportRejected: a malformed payload (field by path).
             TransportError: the aggregator could not be reached.
         """
+        if not self._file_lock.held:
+            self._reopen()
         document = self.transport.fetch_config()
         config = self._verify(document)
         with self._lock:
@@ -716,6 +613,8 @@ class Client:
             PolicyError: the metric's parameters changed since it was first used, or the
                 clock is before the window of the metric's last report.
         """
+        if not self._file_lock.held:
+            self._reopen()
         if not isinstance(value_or_set, str | bytes):
             if not isinstance(value_or_set, Iterable):
                 raise ParameterError("value", "must be str, bytes or a set (any iterable) of them, got "
@@ -880,6 +779,8 @@ class Client:
         """
         check_int("round_id", round_id, low=1, high=2**32 - 1)
         check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
+        if not self._file_lock.held:
+            self._reopen()
         with self._lock:
             entry = self._entry(metric)
             params = entry.params
@@ -934,7 +835,9 @@ class Client:
         """
         try:
             until = None if deadline is None else self._monotonic() + _seconds("deadline", deadline)
-        except ParameterError as exc:
+            if not self._file_lock.held:
+                self._reopen()
+        except OnesidedError as exc:
             self._notify(exc)
             return FlushResult(remaining=len(self._queue), error=exc)
         result = self._flush(until, wait=True)
@@ -1033,6 +936,8 @@ class Client:
         one. Also registers the flush at interpreter exit (``exit_deadline``).
         """
         check_number("interval", interval, positive=True)
+        if not self._file_lock.held:
+            self._reopen()
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
@@ -1070,20 +975,36 @@ class Client:
             self._thread = None
             self.transport.stop_by(None)
 
-    def close(self, deadline: float | None = None) -> None:
-        """Stop the background sender, save the state, close the HTTP session.
+    def close(self, deadline: float | None = None, *, flush: bool = True) -> FlushResult:
+        """Stop the background sender, send what is queued, save the state, close the HTTP session.
+
+        Everything (waiting for a background flush in progress, then the
+        final flush, its requests and backoffs) ends within ``deadline``.
+        Reports not sent by then stay queued, on disk, for the next run; the
+        result says how many (``remaining``), and so does the log.
 
         Args:
-            deadline: seconds to wait for a background flush in progress
-                (default ``exit_deadline``); its requests and backoffs are cut
-                to end by then. Queued reports stay queued for the next run.
+            deadline: seconds in all (default ``exit_deadline``).
+            flush: ``False`` skips the final flush (queued reports wait for the next run).
+
+        Returns:
+            The final flush's result (an empty one with ``remaining`` set when
+            ``flush=False``).
         """
         seconds = self.exit_deadline if deadline is None else _seconds("deadline", deadline)
-        self._stop_sender(self._monotonic() + seconds)
+        until = self._monotonic() + seconds
+        self._stop_sender(until)
         self._unregister_exit()
+        result = FlushResult(remaining=len(self._queue))
+        if flush:
+            self.transport.stop_by(until)
+            result = self._flush(until, wait=True)
         self.save()
+        self._file_lock.release()
         self.transport.close()
-
+        if result.remaining:
+            log.info("closed with %d report(s) still queued; they are sent by the next run", result.remaining)
+        return result
     def _register_exit(self) -> None:
         with self._lock:
             if not self._exit_hook:
@@ -1099,12 +1020,7 @@ class Client:
     def _flush_at_exit(self) -> None:
         """At interpreter exit: stop the sender, flush, save, all within ``exit_deadline``; never raises."""
         try:
-            until = self._monotonic() + self.exit_deadline
-            self._stop_sender(until)
-            self.transport.stop_by(until)
-            self._flush(until, wait=True)
-            self.save()
-            self.transport.close()
+            self.close()
         except Exception as exc:  # the app is exiting: log, never raise
             self._notify(exc)
 
@@ -1122,11 +1038,17 @@ class Client:
     def ledger(self) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
         with self._lock:
+            config = self._config
+            unused = () if config is None else tuple(
+                unused_entry(e.params, self._ceiling.for_metric(e.params.name), self._prior(e.params.name))
+                for e in config.metrics if e.params.name not in self._state.metrics
+            )
             return Ledger(
                 entries=tuple(self._ledger_entry(m, r) for m, r in sorted(self._state.metrics.items())),
                 events=tuple(self._state.events),
                 dropped_reports=self._state.dropped,
                 queued_reports=len(self._queue),
+                unused=unused,
             )
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:

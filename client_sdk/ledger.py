@@ -24,7 +24,9 @@ anything is sent; relaxing never lowers a level.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +41,8 @@ DEFAULT_KEY = "*"
 
 
 def _check_epsilon(name: str, value: Any) -> float:
-    return check_number(name, value, nonnegative=True, finite=False)
+    """A ceiling the app sets: > 0 (a ceiling of 0 would refuse every report; leave the metric out instead)."""
+    return check_number(name, value, positive=True, finite=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,10 +59,12 @@ class Ceiling:
     per_metric: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # >= 0 here: a ceiling kept in an older state (lost-state records) may be 0; what an app sets
+        # goes through of(), which wants > 0.
         if self.default is not None:
-            _check_epsilon("max_epsilon", self.default)
+            check_number("max_epsilon", self.default, nonnegative=True, finite=False)
         for name, value in self.per_metric.items():
-            _check_epsilon(f"max_epsilon[{name!r}]", value)
+            check_number(f"max_epsilon[{name!r}]", value, nonnegative=True, finite=False)
 
     @classmethod
     def of(cls, max_epsilon: float | Mapping[str, float]) -> Ceiling:
@@ -83,7 +88,10 @@ class Ceiling:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Ceiling:
-        return cls.of({k: _float_of_json(v) for k, v in data.items()})
+        """A ceiling as :meth:`to_dict` wrote it (kept in the state; checked ``>= 0`` only)."""
+        values = {k: _float_of_json(v) for k, v in data.items()}
+        default = values.pop(DEFAULT_KEY, None)
+        return cls(default=default, per_metric=values)
 
 
 def _json_float(value: float) -> float | None:
@@ -356,6 +364,7 @@ class LedgerEntry:
     Attributes:
         metric: the metric name.
         mode: ``symmetric``, ``asymmetric`` or ``trusted``.
+        cohort: this client's cohort (``None`` before the metric's first use, when it is drawn).
         levels: the levels of the metric, oldest first; ``rounds`` the round of each.
         windows: how many windows released a value.
         spent: the exact cost so far (rounded up), including ``prior``.
@@ -372,7 +381,7 @@ class LedgerEntry:
 
     metric: str
     mode: str
-    cohort: int
+    cohort: int | None
     levels: tuple[float, ...]
     rounds: tuple[int, ...]
     windows: int
@@ -413,6 +422,13 @@ def ledger_entry(record: MetricRecord, params: MetricParams, ceiling: float, pri
     )
 
 
+def unused_entry(params: MetricParams, ceiling: float, prior: float) -> LedgerEntry:
+    """The view of a metric of the config this client has not reported yet: nothing spent but ``prior``."""
+    record = MetricRecord(params=params.to_dict(), digest=params.digest(), cohort=0, levels=[params.level],
+                          rounds=[0])
+    return dataclasses.replace(ledger_entry(record, params, ceiling, prior), cohort=None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LedgerEvent:
     """Something the user may want to know about: a relaxation, a refusal, lost state, drops.
@@ -435,21 +451,27 @@ class LedgerEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class Ledger:
-    """The whole ledger: one entry per metric ever used, the events, the reports dropped."""
+    """The whole ledger: one entry per metric ever used, the events, the reports dropped.
+
+    ``ledger[metric]`` also answers for a metric of the verified config that
+    this client has not reported yet (``unused``): ``spent`` is 0 (or the
+    lost-state ``prior``), ``windows`` 0, ``cohort`` ``None``.
+    """
 
     entries: tuple[LedgerEntry, ...]
     events: tuple[LedgerEvent, ...]
     dropped_reports: int
     queued_reports: int
+    unused: tuple[LedgerEntry, ...] = ()
 
     def __getitem__(self, metric: str) -> LedgerEntry:
-        for entry in self.entries:
+        for entry in itertools.chain(self.entries, self.unused):
             if entry.metric == metric:
                 return entry
         raise KeyError(metric)
 
     def __contains__(self, metric: object) -> bool:
-        return any(entry.metric == metric for entry in self.entries)
+        return any(entry.metric == metric for entry in itertools.chain(self.entries, self.unused))
 
 
 __all__ = [
@@ -462,5 +484,6 @@ __all__ = [
     "check_new_window",
     "check_relaxation",
     "ledger_entry",
+    "unused_entry",
     "window_cost",
 ]

@@ -38,7 +38,7 @@ on 16-128 element arrays:
   :meth:`~protocol.randomizers.Randomizer.instantaneous` does, one uniform
   per bit, as two masks (:func:`irr_masks`, :func:`apply_irr`); the client
   compares its reports' uniforms ahead of time, in blocks
-  (:class:`client_sdk.client.IrrPool`).
+  (:class:`client_sdk.pools.IrrPool`).
 
 A plan holds what does not depend on the value (the encoding's indexer,
 the secret's HMAC key schedule with the metric's part of the noise seed's

@@ -210,4 +210,18 @@ class FakeAggregator:
         return counts
 
 
-__all__ = ["FakeAggregator", "FakeResponse"]
+def simulate_crash(client: Any) -> None:
+    """What the death of its process does to a :class:`~client_sdk.Client`, for restart tests.
+
+    Nothing is saved, sent or closed; the background sender is told to stop
+    and the operating system's part is done: the state file's lock is
+    released (the kernel releases it when a process dies), so a new client
+    can open the same state, as the next launch of the app would. The
+    crashed object must not be used again.
+    """
+    client._stop.set()
+    client._unregister_exit()
+    client._file_lock.abandon()  # close the descriptor: the lock goes with it
+
+
+__all__ = ["FakeAggregator", "FakeResponse", "simulate_crash"]

@@ -14,7 +14,7 @@ from clocks import Clock
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from client_sdk import Client
-from client_sdk.client import EphemeralPool, IrrPool, ReportsDropped, _empty_after_fork
+from client_sdk.client import ReportsDropped
 from client_sdk.ledger import MetricRecord, WindowRelease, check_new_window, window_cost
 from client_sdk.memo import (
     GRID,
@@ -34,6 +34,7 @@ from client_sdk.memo import (
     report_bits,
     report_mask,
 )
+from client_sdk.pools import EphemeralPool, IrrPool, _empty_after_fork
 from client_sdk.queue import envelope_of
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import ValueKind, from_micro, round_up
@@ -246,7 +247,7 @@ def test_a_queue_of_sealed_reports_from_before_still_sends(tmp_path: Path) -> No
                        bits=np.zeros(128, dtype=bool), seal_public=fake.keys.seal_public_raw)
     client._queue.append(old.to_json())
     client.save()
-    client.close()
+    client.close(flush=False)  # the queue stays for the next run
     again = make_client(fake, tmp_path / "s")
     assert again.flush().delivered == 1
     assert [r for (_, r) in fake.stored] == [old.report_id_text]

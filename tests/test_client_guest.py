@@ -17,7 +17,7 @@ import requests
 from client_sdk import Client, ReportsDropped, RetryPolicy, StateCorrupted, TransportError
 from client_sdk.queue import COMPACT_MIN
 from client_sdk.state import StateStore
-from client_sdk.testing import FakeAggregator, FakeResponse
+from client_sdk.testing import FakeAggregator, FakeResponse, simulate_crash
 from protocol.encodings import BloomEncoding
 from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
@@ -123,6 +123,7 @@ def test_a_crash_between_state_and_queue_loses_the_report_not_the_charge(
     monkeypatch.setattr(client._queue, "_append", crash)
     with pytest.raises(OSError):
         queue_reports(client, 1)
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     again = make_client(fake, path)
     assert again.ledger()["places"].windows == 2  # charged
     assert again.ledger().queued_reports == 1  # the second report never reached the queue
@@ -132,7 +133,7 @@ def test_a_torn_last_record_is_ignored(fake: FakeAggregator, tmp_path: Path) -> 
     path, clock = tmp_path / "s", Clock()
     client = make_client(fake, path, clock)
     ids = queue_reports(client, 4)
-    client.close()
+    client.close(flush=False)
     queue_file = Path(f"{path}.queue")
     whole = queue_file.read_bytes()
     queue_reports(make_client(fake, path, clock), 1)
@@ -182,6 +183,7 @@ def test_tombstones_are_compacted(fake: FakeAggregator, tmp_path: Path) -> None:
     assert client.flush().delivered == COMPACT_MIN + 10
     assert Path(f"{path}.queue").stat().st_size < big / 4  # rewritten when the dead records dominated
     queue_reports(client, 2)
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     assert make_client(fake, path).ledger().queued_reports == 2
 
 
@@ -189,6 +191,7 @@ def test_queue_bound_survives_restart(fake: FakeAggregator, tmp_path: Path) -> N
     path = tmp_path / "s"
     client = make_client(fake, path, max_queue=3)
     ids = queue_reports(client, 5)
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     again = make_client(fake, path, max_queue=3)
     assert [r["report_id"] for r in again._state.queue] == ids[2:]
     assert again.ledger().dropped_reports == 2
@@ -246,6 +249,7 @@ def test_eight_threads_report_at_once_and_lose_nothing(fake: FakeAggregator, tmp
     assert ledger.queued_reports == 9
     assert all(ledger[f"m{i}"].spent == 1.0 and ledger[f"m{i}"].windows == 1 for i in range(8))
     assert ledger["places"].spent == 1.0 and ledger["places"].windows == 1  # charged once, not eight times
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     again = make_client(fake, tmp_path / "s", max_epsilon=2.0)
     assert again.ledger() == ledger
     assert again.flush().delivered == 9
@@ -345,6 +349,27 @@ def test_background_flag_sends_and_registers_the_exit_flush(
     asked = make_client(fake, tmp_path / "asked", flush_at_exit=True)
     assert len(hooks) == 1
     asked.close()
+
+
+def test_close_sends_the_queue_within_its_deadline_and_says_what_remains(
+    fake: FakeAggregator, tmp_path: Path
+) -> None:
+    clock = Clock()
+    client = make_client(fake, tmp_path / "s", clock, exit_deadline=4.0)
+    queue_reports(client, 3)
+    result = client.close()  # no flush() called: close() sends by default
+    assert (result.delivered, result.remaining, len(fake.stored)) == (3, 0, 3)
+    again = make_client(fake, tmp_path / "s", clock, exit_deadline=4.0)
+    queue_reports(again, 2)
+    again.transport.session = Hanging(clock)
+    began = clock.mono
+    result = again.close()
+    assert clock.mono - began <= 4.0  # the exit_deadline bounds the final flush
+    assert result.remaining == 2 and isinstance(result.error, TransportError)
+    kept = make_client(fake, tmp_path / "s", clock)
+    queue_reports(kept, 1)
+    assert kept.close(flush=False).remaining == 3  # skipped: all kept for the next run
+    assert make_client(fake, tmp_path / "s", clock).ledger().queued_reports == 3
 
 
 def test_exit_flush_sends_within_its_deadline(fake: FakeAggregator, tmp_path: Path) -> None:
@@ -510,6 +535,7 @@ def test_generation_record_is_private_and_follows_saves(fake: FakeAggregator, tm
     assert (record.stat().st_mode & 0o777) == 0o600
     assert int(record.read_text()) == client._state.generation >= 3
     record.write_text("garbage")  # unreadable: no check, no crash
+    simulate_crash(client)  # the app dies: the OS releases the state lock
     assert make_client(fake, path).ledger().queued_reports == 2
 
 
@@ -521,7 +547,7 @@ def test_app_key_without_keyring_cannot_detect_rollback_but_drops_uncovered_repo
     queue_reports(client, 1)
     old = path.read_bytes()
     queue_reports(client, 2)
-    client.close()
+    client.close(flush=False)
     path.write_bytes(old)
     errors: list[Exception] = []
     again = make_client(fake, path, state_key=b"k" * 32, on_error=errors.append)  # documented: not detected

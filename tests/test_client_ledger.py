@@ -158,7 +158,7 @@ def test_ledger_view(tmp_path: Path) -> None:
     assert entry.epsilon_per_window == entry.spent == window_cost(CAT, [2.0])[0]
     assert entry.remaining == pytest.approx(20.0 - entry.spent)
     assert "absence" in entry.protects and entry.neighbour == guarantee.neighbour
-    assert "os" in client.ledger() and "places" not in client.ledger()
+    assert "os" in client.ledger() and [e.metric for e in client.ledger().entries] == ["os"]  # ever used
     with pytest.raises(ParameterError):
         client.report("os", {"mac", "linux"})  # one value per report for categorical data
     with pytest.raises(ParameterError):
@@ -210,6 +210,33 @@ def test_a_seeded_rng_needs_the_testing_switch(tmp_path: Path) -> None:
         assert info.value.field == "rng"
     Client("http://agg.test", tmp_path / "s", server_public_keys=fake.sign_public, max_epsilon=1.0,
            session=fake, rng=SecureRandom())
+
+
+def test_ledger_of_a_metric_before_its_first_report_has_spent_nothing(tmp_path: Path) -> None:
+    client = make_client(tmp_path, {"places": 3.0, "*": 1.0})
+    ledger = client.ledger()
+    assert "places" in ledger and not ledger.entries  # nothing reported: no record made
+    entry = ledger["places"]
+    assert (entry.spent, entry.windows, entry.prior, entry.cohort) == (0.0, 0, 0.0, None)
+    assert (entry.ceiling, entry.remaining) == (3.0, 3.0)
+    assert entry.epsilon_per_window == window_cost(ASYM, [1.0])[0]
+    assert ledger["urls"].ceiling == 1.0
+    with pytest.raises(KeyError):
+        ledger["not-a-metric"]
+    client.report("places", {"a"})
+    assert client.ledger()["places"].spent == window_cost(ASYM, [1.0])[0]
+    assert client.ledger()["places"].cohort is not None
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -0.0])
+def test_a_ceiling_of_zero_is_refused_naming_the_field(bad: float) -> None:
+    with pytest.raises(ParameterError, match="> 0") as info:
+        Ceiling.of(bad)
+    assert info.value.field == "max_epsilon"
+    with pytest.raises(ParameterError) as info:
+        Ceiling.of({"places": bad})
+    assert info.value.field == "max_epsilon['places']"
+    assert Ceiling.from_dict({"places": 0.0}).for_metric("places") == 0.0  # kept in an older state: read
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, "4", True])

@@ -38,7 +38,7 @@ def test_state_survives_restart(fake: FakeAggregator, tmp_path: Path) -> None:
     client.relax("places", 1.5, round_id=2)
     before = client.ledger()
     secret, cohort = client._state.secret, client._state.metrics["places"].cohort
-    client.close()
+    client.close(flush=False)
     again = make_client(fake, path)
     assert again._state.secret == secret
     assert again._state.metrics["places"].cohort == cohort
@@ -59,7 +59,7 @@ def test_written_only_when_changed(fake: FakeAggregator, tmp_path: Path) -> None
     assert (path.stat().st_mtime_ns, path.read_bytes()) == first
     client.report("places", "x")
     assert path.read_bytes() == first[1]  # autosave off: written at flush or close
-    client.close()
+    client.close(flush=False)
     assert path.read_bytes() != first[1]
     assert make_client(fake, path).ledger().queued_reports == 1
 

@@ -10,7 +10,7 @@ import pytest
 from client_sdk import Client
 from client_sdk.client import pinned_keys
 from client_sdk.testing import FakeAggregator, FakeResponse
-from protocol.crypto import AggregatorKeys, b64e
+from protocol.crypto import AggregatorKeys, b64e, key_id
 from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError, PolicyError, SignatureError
 from protocol.params import MetricParams
@@ -45,6 +45,10 @@ def test_config_signed_by_the_wrong_key_is_refused(tmp_path: Path) -> None:
         client.sync()
     assert info.value.field == "key_id"
     assert client.config is None
+    # the error names the key id seen, the pinned ones, and where the right key is printed
+    seen, pinned = key_id(fake.signer.sign_public_raw), key_id(fake.keys.sign_public_raw)
+    assert seen in str(info.value) and pinned in str(info.value)
+    assert "onesided keys show" in str(info.value)
 
 
 def test_impostor_aggregator_is_refused(tmp_path: Path) -> None:

@@ -188,9 +188,9 @@ def test_offline_queue_survives_restart(fake: FakeAggregator, tmp_path: Path) ->
     path = tmp_path / "s"
     client = make_client(fake, path, Sleeps())
     ids = queue_reports(client, 6)
-    fake.fail_next(5, status=None)
+    fake.fail_next(10, status=None)  # the flush, then close()'s own flush, find the server down
     assert client.flush().remaining == 6
-    client.close()
+    assert client.close().remaining == 6
     again = make_client(fake, path, Sleeps())
     assert again.ledger().queued_reports == 6
     assert again.flush().delivered == 6

@@ -99,13 +99,16 @@ def _print(data: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    with client_from_args(args) as client:
+    client = client_from_args(args)
+    try:
         client.sync()
         values = args.values[0] if len(args.values) == 1 else set(args.values)
         report_id = client.report(args.metric, values)
         flushed = None if args.no_send else client.flush()
         _print({"report_id": report_id, "flush": flushed, "ledger": client.ledger()[args.metric]})
         return 0 if flushed is None or flushed.error is None else 1
+    finally:
+        client.close(flush=False)  # sent above, or kept queued (--no-send) for `client flush`
 
 
 def run_flush(args: argparse.Namespace) -> int:
