@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 Subparsers = Any  # argparse._SubParsersAction, which is private
 
 
+def int_list(text: str) -> list[int]:
+    """An argparse ``type``: comma-separated whole numbers (``"0,3,5"``), or a one-line usage error."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+
+
 def command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
     """A command with actions (``onesided NAME ACTION ...``); returns the actions' subparsers."""
     parser = subparsers.add_parser(name, help=help_text)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
+from aggregator.cli.options import (
+    Subparsers,
+    add_server_options,
+    client_from_args,
+    int_list,
+    print_json,
+)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -15,7 +21,7 @@ def register(subparsers: Subparsers) -> None:
     add_server_options(opening)
     opening.add_argument("metric")
     opening.add_argument("--level-to", type=float, required=True, help="the new, higher noise level")
-    opening.add_argument("--cohorts", help="comma-separated cohorts (default: all)")
+    opening.add_argument("--cohorts", type=int_list, help="comma-separated cohorts (default: all)")
     opening.add_argument("--expires-in", type=int, default=None, help="seconds until the round expires (default 7 days)")
     opening.set_defaults(func=run_open)
     status = actions.add_parser("status", help="participation and decoding of a round (analyst token)")
@@ -31,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
 def run_open(args: argparse.Namespace) -> int:
     body: dict[str, object] = {"level_to": args.level_to}
     if args.cohorts:
-        body["cohorts"] = [int(c) for c in args.cohorts.split(",")]
+        body["cohorts"] = args.cohorts
     if args.expires_in is not None:
         body["expires_in"] = args.expires_in
     print_json(client_from_args(args).post(f"/v1/metrics/{args.metric}/rounds", body))
