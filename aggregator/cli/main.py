@@ -104,7 +104,8 @@ class _VersionAction(argparse.Action):
             installed = version("onesided")
         except PackageNotFoundError:
             installed = "unknown (not installed as a package)"
-        parser.exit(message=f"onesided {installed}\n")
+        print(f"onesided {installed}")
+        parser.exit()
 
 
 def missing_extra_line(command: str, module: str) -> str:
