@@ -82,19 +82,19 @@ def test_metric_commands_drive_the_api(tmp_path: Path, capsys: pytest.CaptureFix
         admin, analyst = server.admin_token(), server.analyst_token()
         flags = ["--name", "places", "--num-bits", "20", "--num-hashes", "2", "--num-cohorts", "4",
                  "--mode", "asymmetric", "--level", "2.0", "--time-precision", "3600"]
-        created = cli_json(capsys, "metric", "create", "--server", server.url, "--token", admin, *flags)
+        created = cli_json(capsys, "metric", "create", "--server", server.url, "--token", admin, *flags, "--json")
         assert created["outcome"] == "created" and created["digest"] == make_params().digest()
         monkeypatch.setenv("ONESIDED_SERVER", server.url)
         monkeypatch.setenv("ONESIDED_TOKEN", analyst)
-        listed = cli_json(capsys, "metric", "list")
+        listed = cli_json(capsys, "metric", "list", "--json")
         assert [m["name"] for m in listed["metrics"]] == ["places"]
-        assert cli_json(capsys, "metric", "show", "places")["reports"] == 0
+        assert cli_json(capsys, "metric", "show", "places", "--json")["reports"] == 0
         assert main(["metric", "create", *flags]) == 2  # analyst token: forbidden
         assert "403 forbidden" in capsys.readouterr().err
         params_file = tmp_path / "other.json"
         params_file.write_text(json.dumps(make_params("other").to_dict()))
         monkeypatch.setenv("ONESIDED_TOKEN", admin)
-        assert cli_json(capsys, "metric", "create", "--file", str(params_file))["name"] == "other"
+        assert cli_json(capsys, "metric", "create", "--file", str(params_file), "--json")["name"] == "other"
         assert main(["metric", "create", *flags[:-2], "--time-precision", "0"]) == 2
         assert capsys.readouterr().err.startswith("error: time_precision:")
         assert main(["metric", "create", "--mode", "asymmetric"]) == 2

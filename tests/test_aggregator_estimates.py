@@ -270,7 +270,9 @@ def test_csv_parses_to_the_json_rows(world: World) -> None:
     rows = list(csv.DictReader(io.StringIO(answer.text)))
     assert [r["candidate"] for r in rows] == [r["candidate"] for r in body["rows"]]
     for parsed, row in zip(rows, body["rows"], strict=True):
-        assert float(parsed["estimate"]) == row["estimate"] and float(parsed["std_error"]) == row["std_error"]
+        # CSV floats carry 6 significant digits (JSON keeps every digit)
+        assert float(parsed["estimate"]) == pytest.approx(row["estimate"], rel=1e-5, abs=1e-12)
+        assert float(parsed["std_error"]) == pytest.approx(row["std_error"], rel=1e-5)
         assert parsed["detected"] == ("true" if row["detected"] else "false")
     certificates = world.get("/v1/metrics/visits/certificates", threshold=THRESHOLD, alpha=0, format="csv")
     parsed_certificates = list(csv.DictReader(io.StringIO(certificates.text)))
@@ -516,7 +518,7 @@ def test_cli_estimates_and_certify(world: World, capsys: pytest.CaptureFixture[s
     assert code == 0
     assert out == world.get("/v1/metrics/visits/estimates", format="csv").text  # one CSV writer for both
     code, out, _ = _cli(world, capsys, "certify", "visits", "--threshold", str(THRESHOLD), "--alpha", "0",
-                        "--candidates", "place-00,place-03")
+                        "--candidates", "place-00,place-03", "--json")
     answer = json.loads(out)
     assert code == 0 and [(c["candidate"], c["verdict"]) for c in answer["rows"]] == [
         ("place-00", "obscure"), ("place-03", "safe")]
@@ -524,10 +526,10 @@ def test_cli_estimates_and_certify(world: World, capsys: pytest.CaptureFixture[s
     many = [f"https://example.org/unlisted/{i:04d}" for i in range(150)] + list(URLS)
     listing = tmp_path / "candidates.txt"
     listing.write_text("\n".join(many) + "\n\n")
-    code, out, _ = _cli(world, capsys, "estimates", "urls", "--candidates-file", str(listing))
+    code, out, _ = _cli(world, capsys, "estimates", "urls", "--candidates-file", str(listing), "--json")
     rows = by_candidate(json.loads(out)["rows"])
     assert code == 0 and set(rows) == set(many)
-    code, out, err = _cli(world, capsys, "estimates", "small")
+    code, out, err = _cli(world, capsys, "estimates", "small", "--json")
     assert code == 0 and json.loads(out)["rows"] is None and "min_batch_size" in err
     code, _, err = _cli(world, capsys, "certify", "sym", "--threshold", "1", "--alpha", "0", "--candidates", "a")
     assert code == 2 and "mode" in err
@@ -540,11 +542,18 @@ def test_cli_decode_rappor_on_exported_aggregates(
     paths = export_rappor(tmp_path, BitCounts(ones=ones, totals=totals), BLOOM, None, list(URLS))
     code = main(["decode-rappor", "--params", str(paths["params"]), "--counts", str(paths["counts"]),
                  "--map", str(paths["map"])])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert code == 0
     parsed = list(csv.reader(out.splitlines()))
     assert tuple(parsed[0]) == RESULT_COLUMNS
     # The planted values are detected (z ~ 10 at Bonferroni 5% over 12: missed with probability < 1e-9).
     assert {row[0] for row in parsed[1:]} >= set(BLOOM_HOLDERS)
+    assert f"note: {len(parsed) - 1} strings of the map detected" in err
+    # --all: every string of the map, with a detected column that agrees with the default output
+    assert main(["decode-rappor", "--params", str(paths["params"]), "--counts", str(paths["counts"]),
+                 "--map", str(paths["map"]), "--all"]) == 0
+    every = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {r["string"] for r in every} == set(URLS)
+    assert {r["string"] for r in every if r["detected"] == "TRUE"} == {row[0] for row in parsed[1:]}
     assert main(["decode-rappor", "--params", str(tmp_path / "missing.csv"), "--counts", "x", "--map", "y"]) == 2
     assert "error" in capsys.readouterr().err

@@ -154,7 +154,7 @@ def test_association_over_http_and_cli(server: tuple[str, str], capsys: pytest.C
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "a,b,share,estimate,std_error" and len(lines) == 1 + len(A) * len(B)
     assert main(["association", "--server", url, "--token", token, "os-country", "--values-a", "ios",
-                 "--values-b", "de"]) == 0
+                 "--values-b", "de", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["joint"]["values_a"] == ["ios"]
 
 

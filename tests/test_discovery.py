@@ -158,7 +158,8 @@ def test_discovered_over_http_and_cli(server: tuple[str, str], capsys: pytest.Ca
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "string,estimate,std_error,proportion"
     assert {line.split(",")[0] for line in lines[1:]} == set(PLANTED)
-    assert main(["discover", "--server", url, "--token", token, "words", "--alphabet", "abcdefghijklmnopqrstuvwxyz"]) == 0
+    assert main(["discover", "--server", url, "--token", token, "words", "--alphabet", "abcdefghijklmnopqrstuvwxyz",
+                 "--json"]) == 0
     assert "discovery" in json.loads(capsys.readouterr().out)
 
 

@@ -80,6 +80,20 @@ def test_the_wheel_installs_the_sdk_without_server_dependencies(bare_venv: Path)
 
 
 @pytest.mark.slow
+def test_the_wheel_declares_its_license_classifiers_and_urls(bare_venv: Path) -> None:
+    code = ("import importlib.metadata as m, json; d = m.metadata('onesided'); "
+            "print(json.dumps([d['License-Expression'], d.get_all('Classifier'), d.get_all('Project-URL'), "
+            "d.get_all('License')]))")
+    shown = run([str(bare_venv / "bin" / "python"), "-c", code], cwd=str(bare_venv))  # not the checkout's egg-info
+    assert shown.returncode == 0, shown.stderr
+    expression, classifiers, urls, legacy = json.loads(shown.stdout)
+    assert expression == "Apache-2.0" and legacy is None  # an SPDX expression, not the deprecated table
+    assert "Typing :: Typed" in classifiers and "Programming Language :: Python :: 3.11" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: the expression says it
+    assert urls and all(", https://" in u for u in urls)
+
+
+@pytest.mark.slow
 def test_a_client_from_the_bare_install_reports_to_an_aggregator(bare_venv: Path, tmp_path: Path) -> None:
     params = make_params()
     with live_server(f"sqlite:///{tmp_path / 'agg.db'}", tmp_path / "agg") as server:

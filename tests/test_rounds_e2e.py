@@ -141,7 +141,7 @@ def test_relaxed_round_decodes_with_one_shot_accuracy(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     cfg = DemoConfig(clients=1500, sdk_clients=30, places=300, data_dir=tmp_path / "data", out_dir=tmp_path / "out",
-                     seed=5)
+                     seed=5, keep=True)
     lines: list[str] = []
     result = run_demo(cfg, progress=False, say=lines.append)
     assert result.reports["round0_simulated"] == cfg.clients - cfg.sdk_clients

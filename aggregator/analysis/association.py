@@ -438,6 +438,10 @@ def estimate_joint(
     a, b = tuple(values_a), tuple(values_b)
     counts.check_shape(params.num_cohorts, params.num_bits)
     if isinstance(params.encoding, DirectEncoding):
+        if not any(PAIR_SEPARATOR in value for value in params.encoding.domain):
+            raise ParameterError("metric", f"{params.name!r} is not a pair metric: its domain holds single values, "
+                                 "not pairs (create one with: onesided metric create --encoding direct "
+                                 "--pair-a A1,A2 --pair-b B1,B2 ...)")
         missing = set(cells) - set(params.encoding.domain)
         if missing:
             raise ParameterError("candidates", f"{len(missing)} pairs are not in the metric's domain, "

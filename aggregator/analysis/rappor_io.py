@@ -142,7 +142,8 @@ class RapporParams:
 
 
 def _fmt(x: float) -> str:
-    return repr(float(x))
+    """A float with 6 significant digits (more would be noise: the estimates' errors are far larger)."""
+    return repr(float(f"{float(x):.6g}")) if math.isfinite(x) else repr(float(x))
 
 
 def _parse_number(text: str, where: str) -> float:
@@ -194,7 +195,7 @@ def write_params(path: PathLike, params: RapporParams) -> None:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(PARAMS_HEADER)
         writer.writerow(
-            [params.k, params.h, params.m, _fmt(params.p), _fmt(params.q), _fmt(params.f)]
+            [params.k, params.h, params.m, repr(float(params.p)), repr(float(params.q)), repr(float(params.f))]
         )
 
 
@@ -350,8 +351,14 @@ def decode_rappor(
     *,
     alpha: float = 0.05,
     correction: str = "bonferroni",
+    every_candidate: bool = False,
 ) -> list[dict[str, Any]]:
-    """Decode RAPPOR files: one dict per detected string with :data:`RESULT_COLUMNS`."""
+    """Decode RAPPOR files: one dict per detected string with :data:`RESULT_COLUMNS`.
+
+    ``every_candidate``: one dict per string of the map, detected or not, with
+    a ``detected`` flag (an undetected string outside the fitted model has no
+    standard error: ``None``).
+    """
     rappor = read_params(params_path)
     counts = read_counts(counts_path, rappor)
     names, table = read_map(map_path, rappor)
@@ -359,23 +366,24 @@ def decode_rappor(
         counts, rappor.probabilities(), table, names, alpha=alpha, correction=correction
     )
     n = max(fit.num_reports, 1)
-    out = []
-    for row in fit.rows(detected_only=True):
-        estimate = math.floor(row["estimate"])
+    return [_result_row(row, n, every_candidate) for row in fit.rows(detected_only=not every_candidate)]
+
+
+def _result_row(row: dict[str, Any], n: int, with_flag: bool) -> dict[str, Any]:
+    """RAPPOR's result columns of one fitted candidate (counts floored, as RAPPOR's R does)."""
+    estimate = math.floor(row["estimate"])
+    proportion = estimate / n
+    out: dict[str, Any] = {"string": row["candidate"], "estimate": estimate, "proportion": proportion}
+    if row["std_error"] is None:
+        out.update(std_error=None, prop_std_error=None, prop_low_95=None, prop_high_95=None)
+    else:
         std_error = math.floor(row["std_error"])
-        proportion = estimate / n
         prop_se = std_error / n
-        out.append(
-            {
-                "string": row["candidate"],
-                "estimate": estimate,
-                "std_error": std_error,
-                "proportion": proportion,
-                "prop_std_error": prop_se,
-                "prop_low_95": max(proportion - _Z95 * prop_se, 0.0),
-                "prop_high_95": min(proportion + _Z95 * prop_se, 1.0),
-            }
-        )
+        out.update(std_error=std_error, prop_std_error=prop_se,
+                   prop_low_95=max(proportion - _Z95 * prop_se, 0.0),
+                   prop_high_95=min(proportion + _Z95 * prop_se, 1.0))
+    if with_flag:
+        out["detected"] = row["detected"]
     return out
 
 
@@ -659,16 +667,22 @@ def decode_rappor_association(
                        num_reports=int(data.cohorts.size), removed=data.removed)
 
 
-def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as CSV text with a header of :data:`RESULT_COLUMNS`."""
+def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] = RESULT_COLUMNS) -> str:
+    """The rows as CSV text with a header of ``columns`` (default :data:`RESULT_COLUMNS`)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(RESULT_COLUMNS)
+    writer.writerow(columns)
     for row in rows:
-        writer.writerow(
-            [row[c] if isinstance(row[c], str | int) else _fmt(row[c]) for c in RESULT_COLUMNS]
-        )
+        writer.writerow([_cell(row[c]) for c in columns])
     return buf.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"  # R's spelling, as RAPPOR's tables have it
+    return value if isinstance(value, str) else str(value) if isinstance(value, int) else _fmt(value)
 
 
 SINGLE_OPTIONS = ("params", "counts", "map")
@@ -693,7 +707,10 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
     one.add_argument("--counts", help="counts CSV (m rows of k+1 integers)")
     one.add_argument("--map", help="map CSV (string, then h*m 1-based indices)")
     one.add_argument("--alpha", type=float, default=0.05, help="family level of the detections (default 0.05)")
-    one.add_argument("--correction", choices=("bonferroni", "bh"), default="bonferroni")
+    one.add_argument("--correction", choices=("bonferroni", "bh"), default="bonferroni",
+                     help="multiple-testing control: bonferroni (default) or bh (Benjamini-Hochberg)")
+    one.add_argument("--all", action="store_true",
+                     help="every string of the map with its interval and a detected column, not only the detected")
     two = parser.add_argument_group("two variables (RAPPOR's decode-assoc)")
     two.add_argument("--reports", help="reports CSV: header with cohort, <var1>, <var2>; bit strings")
     two.add_argument("--schema", help="schema CSV: metric, var, var_type (string|boolean), params")
@@ -729,12 +746,20 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
         if assoc:
             return _main_association(args)
         rows = decode_rappor(
-            args.params, args.counts, args.map, alpha=args.alpha, correction=args.correction
+            args.params, args.counts, args.map, alpha=args.alpha, correction=args.correction,
+            every_candidate=args.all,
         )
     except (ParameterError, OSError, UnicodeDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(rows_to_csv(rows))
+    if args.all:
+        sys.stdout.write(rows_to_csv(rows, (*RESULT_COLUMNS, "detected")))
+        detected = sum(row["detected"] for row in rows)
+        print(f"note: {detected} of {len(rows)} strings of the map detected", file=sys.stderr)
+    else:
+        sys.stdout.write(rows_to_csv(rows))
+        print(f"note: {len(rows)} strings of the map detected (--all lists every string with its interval)",
+              file=sys.stderr)
     return 0
 
 

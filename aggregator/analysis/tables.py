@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -18,12 +19,34 @@ CERTIFICATE_COLUMNS = ("candidate", "upper_bound", "safe", "verdict")
 
 
 
+CSV_DIGITS = 6  # significant digits of a float in CSV: well under any estimate's standard error
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return repr(value) if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return repr(float(f"{value:.{CSV_DIGITS}g}")) if math.isfinite(value) else repr(value)
+    return str(value)
+
+
+DISPLAY_CLIPPED = ("estimate", "lower", "upper", "proportion")
+
+
+def display_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with ``max(0, x)`` of the estimate, its bounds and proportion: for display only.
+
+    An unbiased estimate of a small count is negative about half the time;
+    clipping at 0 reads better but is biased upwards, so JSON and CSV keep
+    the unbiased values and only tables and the dashboard show these.
+
+    >>> display_rows([{"candidate": "a", "estimate": -3.5, "lower": -9.0, "upper": 2.0}])
+    [{'candidate': 'a', 'estimate': 0.0, 'lower': 0.0, 'upper': 2.0}]
+    """
+    return [{k: max(0.0, v) if k in DISPLAY_CLIPPED and isinstance(v, int | float) and not isinstance(v, bool)
+             else v for k, v in row.items()} for row in rows]
 
 
 def rows_to_csv(rows: Iterable[Mapping[str, Any]] | None, columns: Sequence[str]) -> str:

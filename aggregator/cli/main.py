@@ -9,13 +9,19 @@ the command runs, so ``onesided --help`` stays fast and a command whose
 extra is not installed fails with one line naming the extra.
 
 Errors: a domain error (bad parameter, error answer from the server) prints
-``error: <field>: <detail>`` on stderr and exits 2; nothing is a traceback.
+``error: <field>: <detail>`` on stderr and exits 2, and so does a file or
+folder the command cannot use (``error: PATH: <reason>``) or a package of a
+missing extra (one message for every command, :func:`missing_extra_line`).
+Output piped into a reader that stops early (``| head``) ends quietly with
+exit code 141, as other Unix tools do. Anything else is a bug in onesided:
+one line asking to re-run with ``-v``, which shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -44,8 +50,12 @@ Registrar = Callable[[Subparsers], None]
 # What to install when a command's import fails: the extra that brings the missing package.
 EXTRA_OF: dict[str, str] = {
     "flask": "server", "werkzeug": "server", "sqlalchemy": "server", "psycopg": "server", "gunicorn": "server",
-    "scipy": "research", "matplotlib": "research", "tqdm": "research",
+    "prometheus_client": "server",
+    "scipy": "research", "matplotlib": "research", "tqdm": "research", "dask": "research", "distributed": "research",
 }
+EXIT_ERROR = 2  # a mistake in the command, its input, or the server's answer
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
+EXIT_BUG = 70  # EX_SOFTWARE: an internal error
 
 COMMANDS: tuple[Registrar, ...] = (
     serve.register,
@@ -71,7 +81,9 @@ def build_parser(commands: Sequence[Registrar] = COMMANDS) -> argparse.ArgumentP
     parser = argparse.ArgumentParser(
         prog="onesided", description="Locally private telemetry with one-sided error and relaxable privacy."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log at INFO level, and show the traceback of an internal error")
+    parser.add_argument("--version", action=_VersionAction, help="print the installed version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for register in commands:
@@ -79,27 +91,97 @@ def build_parser(commands: Sequence[Registrar] = COMMANDS) -> argparse.ArgumentP
     return parser
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: looks the version up only when asked (``importlib.metadata`` costs start-up time)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("onesided")
+        except PackageNotFoundError:
+            installed = "unknown (not installed as a package)"
+        print(f"onesided {installed}")
+        parser.exit()
+
+
+def missing_extra_line(command: str, module: str) -> str:
+    """The one message every command prints when a package of an optional extra is missing."""
+    top = module.split(".")[0]
+    extra = EXTRA_OF.get(top)
+    if extra is None:
+        return f"error: {command} needs the Python package {top!r}, which is not installed: reinstall onesided"
+    return f"error: {command} needs the Python package {top!r} of the {extra!r} extra: pip install 'onesided[{extra}]'"
+
+
+def os_error_line(exc: OSError) -> str:
+    """``error: PATH: reason`` for a file or folder a command cannot use (no traceback)."""
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    reason = exc.strerror or str(exc)
+    hint = {
+        FileNotFoundError: " (check the path; create the folder first)",
+        PermissionError: " (choose a path you may write, or fix its permissions)",
+    }.get(type(exc), "")
+    return f"error: {where}: {reason}{hint}" if where else f"error: {reason}{hint}"
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so that Python's exit flush writes nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout replaced by something without a descriptor (tests)
+        pass
+
+
+def _flushed() -> bool:
+    """Flush stdout now, so that a reader gone early (``| head``) shows here rather than at interpreter exit."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``onesided`` console script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version or a usage error: argparse printed and exits
+        if not _flushed():
+            return EXIT_BROKEN_PIPE
+        raise done from None
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        return code if _flushed() else EXIT_BROKEN_PIPE
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except OnesidedError as exc:
         field = getattr(exc, "field", None)
         detail = getattr(exc, "detail", None) or str(exc)
         print(f"error: {field}: {detail}" if field else f"error: {detail}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except ModuleNotFoundError as exc:
-        extra = EXTRA_OF.get((exc.name or "").split(".")[0])
-        if extra is None:
-            raise
-        print(f"error: {args.command} needs {exc.name}, which comes with an extra: "
-              f"pip install 'onesided[{extra}]'", file=sys.stderr)
-        return 2
+        print(missing_extra_line(args.command, exc.name or str(exc)), file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:
+        print(os_error_line(exc), file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if args.verbose:
+            raise
+        print(f"error: internal error in {args.command}: {type(exc).__name__}: {exc} "
+              "(a bug in onesided: run again with -v for the traceback and report it)", file=sys.stderr)
+        return EXIT_BUG
 
 
 if __name__ == "__main__":  # pragma: no cover

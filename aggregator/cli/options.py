@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 Subparsers = Any  # argparse._SubParsersAction, which is private
 
 
+def int_list(text: str) -> list[int]:
+    """An argparse ``type``: comma-separated whole numbers (``"0,3,5"``), or a one-line usage error."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+
+
 def command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
     """A command with actions (``onesided NAME ACTION ...``); returns the actions' subparsers."""
     parser = subparsers.add_parser(name, help=help_text)
@@ -66,15 +74,54 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
 
 
-def print_answer(body: dict[str, Any], output: str, to_csv: Callable[[dict[str, Any]], str]) -> int:
-    """An analysis answer: its ``reason`` (why no number was released) on stderr, then JSON or ``to_csv``'s CSV."""
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json``: the server's answer as JSON (for scripts) instead of the table for people."""
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
+
+
+def add_format_option(parser: argparse.ArgumentParser) -> None:
+    """``--format table|json|csv`` (default table) and ``--json``, the same as ``--format json``."""
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                        help="table for people (default), json for scripts, csv for spreadsheets")
+    parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
+
+
+def emit(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> None:
+    """``data`` as JSON with ``--json``, else ``human(data)`` (the table for people)."""
+    if getattr(args, "json", False):
+        print_json(data)
+    else:
+        sys.stdout.write(human(data))
+
+
+def print_answer(body: dict[str, Any], output: str, to_csv: Callable[[dict[str, Any]], str],
+                 to_table: Callable[[dict[str, Any]], str] | None = None) -> int:
+    """An analysis answer: its ``reason`` (why no number was released) on stderr, then the table, JSON or CSV."""
     if body.get("reason"):
         print(f"note: {body['reason']}", file=sys.stderr)
     if output == "csv":
         sys.stdout.write(to_csv(body))
+    elif output == "table" and to_table is not None:
+        sys.stdout.write(answer_header(body) + to_table(body))
     else:
         print_json(body)
     return 0
+
+
+def answer_header(body: dict[str, Any]) -> str:
+    """The line above an analysis table: which collection was decoded, at which level."""
+    from aggregator.cli.render import cell
+
+    parts = [str(body.get("metric", "?"))]
+    if body.get("window") is not None:
+        parts.append(f"window {cell('window', body['window'])}")
+    if body.get("round") is not None:
+        parts.append(f"round {body['round']}")
+    if body.get("reports") is not None:
+        parts.append(f"{body['reports']:,} reports")
+    if body.get("level") is not None:
+        parts.append(f"level {body['level']:g} ({body.get('mode', '?')})")
+    return ", ".join(parts) + "\n"
 
 
 def post_fields(args: argparse.Namespace, path: str, fields: dict[str, Any]) -> Any:

@@ -23,7 +23,6 @@ import hashlib
 import hmac
 import math
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -77,8 +76,9 @@ class DemoConfig:
     threshold: int = 50
     alpha: float = 0.01
     seed: int | None = 2026
-    data_dir: Path | None = None
+    data_dir: Path | None = None  # default: out_dir/data
     out_dir: Path = Path("onesided-demo")
+    keep: bool = False  # keep the data folder (database, private keys, client states) after the run
 
     def __post_init__(self) -> None:
         check_int("clients", self.clients, low=100, high=10_000_000)
@@ -269,11 +269,54 @@ def _sdk_clients(cfg: DemoConfig, agg: LocalAggregator, data_dir: Path) -> list[
 
 
 def run_demo(cfg: DemoConfig, *, progress: bool = True, say: Callable[[str], None] = print) -> DemoResult:
-    """Run the demo; returns what it measured and writes ``cfg.out_dir/summary.html``."""
-    data_dir = cfg.data_dir or Path(tempfile.mkdtemp(prefix="onesided-demo-"))
+    """Run the demo; returns what it measured and writes ``cfg.out_dir/summary.html``.
+
+    The aggregator's data (database, private keys, the SDK clients' state
+    files) goes in ``cfg.data_dir`` (default ``cfg.out_dir/data``), which must
+    be empty or absent; it is removed at the end, even when the run fails,
+    unless ``cfg.keep``. Only the summary and its plot stay.
+
+    Raises:
+        ParameterError: the data folder holds something already (field ``data_dir``).
+        OSError: the output folder cannot be made.
+    """
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)  # fails now, not after the run, if it cannot be made
+    data_dir = Path(cfg.data_dir) if cfg.data_dir is not None else out_dir / "data"
+    made_here = not data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     if any(data_dir.iterdir()):
-        raise ParameterError("data_dir", f"{data_dir} is not empty: the demo needs a fresh folder")
+        raise ParameterError("data_dir", f"{data_dir} is not empty (kept by an earlier run with --keep?): "
+                             "remove it or choose another --out")
+    say(f"the demo writes under {out_dir.resolve()}")
+    try:
+        result = _run(cfg, data_dir, progress, say)
+    finally:
+        if not cfg.keep:
+            _remove_private_data(data_dir, folder_too=made_here)
+    if cfg.keep:
+        say(f"kept the aggregator's database, private keys and client states in {data_dir.resolve()}")
+    else:
+        say(f"removed the aggregator's database, private keys and client states from {data_dir.resolve()} "
+            "(--keep keeps them)")
+    assert result.summary_path is not None
+    say(f"summary: {result.summary_path.resolve()} (open it in a browser)")
+    return result
+
+
+def _remove_private_data(data_dir: Path, *, folder_too: bool) -> None:
+    """Delete what the demo wrote in its data folder (and the folder itself when the demo made it)."""
+    if folder_too:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        return
+    for entry in data_dir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _run(cfg: DemoConfig, data_dir: Path, progress: bool, say: Callable[[str], None]) -> DemoResult:
     bars = _Progress(progress)
     t0 = time.perf_counter()
     with local_aggregator(data_dir) as agg:
@@ -360,7 +403,6 @@ def run_demo(cfg: DemoConfig, *, progress: bool = True, say: Callable[[str], Non
 
     print_table(result, say)
     result.summary_path = write_summary(result)
-    say(f"summary written to {result.summary_path}")
     return result
 
 

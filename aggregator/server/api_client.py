@@ -73,6 +73,11 @@ class ApiClient:
             response = self.session.request(
                 method, url, json=json, params=params, headers=headers, timeout=self.timeout
             )
+        except requests.ConnectionError:
+            raise ApiRequestError(
+                f"{method} {url}: ConnectionError: no aggregator answers at {self.server} "
+                "(is it running? choose another with --server or ONESIDED_SERVER)"
+            ) from None
         except requests.RequestException as exc:
             raise ApiRequestError(f"{method} {url}: {type(exc).__name__}: {exc}") from None
         try:

@@ -1,7 +1,7 @@
 """``onesided association NAME --values-a a,b --values-b x,y``: the joint of a pair metric (HTTP API).
 
-Prints the answer of ``GET /v1/metrics/NAME/association`` (JSON), or with
-``--format csv`` one row per cell (``a,b,share,estimate,std_error``). A
+Prints the joint as a table (most frequent cells first), ``--json`` the
+answer of ``GET /v1/metrics/NAME/association``, or ``--format csv`` one row per cell (``a,b,share,estimate,std_error``). A
 pair metric's value is ``a + "\\x1f" + b`` (docs/decoding.md 9).
 """
 
@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from aggregator.cli.options import Subparsers, add_server_options, post_fields, print_answer
+from aggregator.cli.options import (
+    Subparsers,
+    add_format_option,
+    add_server_options,
+    post_fields,
+    print_answer,
+)
 
 CSV_COLUMNS = ("a", "b", "share", "estimate", "std_error")
 
@@ -24,7 +30,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--window", type=int, help="window start (default: the latest decodable window)")
     parser.add_argument("--round", type=int, help="0 or a round id (default as for estimates)")
     parser.add_argument("--method", choices=("projection", "em"), help="default projection")
-    parser.add_argument("--format", choices=("json", "csv"), default="json", help="output (default json)")
+    add_format_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -35,10 +41,18 @@ def joint_csv(body: dict[str, Any]) -> str:
     return rows_to_csv((body.get("joint") or {}).get("cells", []), CSV_COLUMNS)
 
 
+def joint_table(body: dict[str, Any]) -> str:
+    """The cells for people, most frequent first."""
+    from aggregator.cli.render import table
+
+    cells = sorted((body.get("joint") or {}).get("cells", []), key=lambda c: -(c.get("share") or 0))
+    return table(cells, CSV_COLUMNS) if cells else ""
+
+
 def run(args: argparse.Namespace) -> int:
     fields = {
         "values_a": [v for v in args.values_a.split(",") if v],
         "values_b": [v for v in args.values_b.split(",") if v],
         "window": args.window, "round": args.round, "method": args.method,
     }
-    return print_answer(post_fields(args, f"/v1/metrics/{args.name}/association", fields), args.format, joint_csv)
+    return print_answer(post_fields(args, f"/v1/metrics/{args.name}/association", fields), args.format, joint_csv, joint_table)

@@ -1,9 +1,9 @@
 """``onesided estimates|certify|decode-rappor``: decoding for analysts.
 
 ``estimates`` and ``certify`` call the HTTP API (analyst token; shared
-``--server`` / ``--token``); ``--format csv`` prints the rows as CSV, built
-from the JSON answer by the same function the server uses for
-``format=csv``. When no number may be released (``min_batch_size``) the
+``--server`` / ``--token``) and print a table for people; ``--json`` prints
+the answer, ``--format csv`` the rows as CSV, built from the JSON answer by
+the same function the server uses for ``format=csv``. When no number may be released (``min_batch_size``) the
 server's ``reason`` goes to stderr and the exit code is still 0.
 Candidate lists that would make a long URL, or hold a comma, are sent as
 a JSON body (``POST``) instead of a query string.
@@ -20,7 +20,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_answer
+from aggregator.cli.options import (
+    Subparsers,
+    add_format_option,
+    add_server_options,
+    client_from_args,
+    print_answer,
+)
 from protocol.errors import ParameterError
 
 MAX_QUERY_CANDIDATE_CHARS = 1500  # longer lists go in a POST body (gunicorn limits a request line to 4 KiB)
@@ -30,7 +36,11 @@ def register(subparsers: Subparsers) -> None:
     estimates = subparsers.add_parser("estimates", help="decoded counts of candidates (HTTP API)")
     _add_collection_options(estimates)
     estimates.add_argument("--alpha", type=float, help="family level of the detections (default 0.05)")
-    estimates.add_argument("--correction", choices=("bonferroni", "bh"), help="default bonferroni")
+    estimates.add_argument("--correction", choices=("bonferroni", "bh"),
+                           help="multiple-testing control: bonferroni (default) or bh (Benjamini-Hochberg)")
+    estimates.add_argument("--nonnegative", action="store_true",
+                           help="table: show max(0, x) of estimates and bounds (a count is never negative); "
+                                "--format json/csv keep the unbiased values")
     estimates.set_defaults(func=run_estimates)
     certify = subparsers.add_parser("certify", help="one-sided certificates: safe (count <= T) or obscure")
     _add_collection_options(certify)
@@ -56,7 +66,7 @@ def _add_collection_options(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--candidates", help="comma-separated values (required for Bloom metrics)")
     source.add_argument("--candidates-file", type=Path, help="one candidate per line (blank lines skipped)")
-    parser.add_argument("--format", choices=("json", "csv"), default="json", help="output (default json)")
+    add_format_option(parser)
 
 
 def candidates_from_args(args: argparse.Namespace) -> list[str] | None:
@@ -94,18 +104,51 @@ def _collection_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {"window": args.window, "round": args.round, "candidates": candidates_from_args(args)}
 
 
+def estimates_table(body: dict[str, Any], *, nonnegative: bool = False) -> str:
+    """Estimates for people: one line per candidate, and a note on negative estimates."""
+    from aggregator.analysis.tables import display_rows
+    from aggregator.cli.render import table
+
+    rows = body.get("rows")
+    if rows is None:
+        return ""
+    shown = display_rows(rows) if nonnegative else rows
+    text = table(shown, ["candidate", "estimate", "std_error", "lower", "upper", "p_value", "detected"])
+    text += f"{body.get('detected', 0)} of {len(rows)} candidates detected (family level {body.get('alpha')}, " \
+            f"{body.get('correction')}); interval: {body.get('confidence')} confidence\n"
+    negative = sum(1 for r in rows if r.get("estimate") is not None and r["estimate"] < 0)
+    if negative and not nonnegative:
+        text += (f"note: {negative} estimates are negative: each is unbiased, so small counts scatter around "
+                 "their true value on both sides; --nonnegative shows max(0, x)\n")
+    return text
+
+
+def certificates_table(body: dict[str, Any]) -> str:
+    """Certificates for people: one line per candidate, then the count of safe ones."""
+    from aggregator.cli.render import table
+
+    rows = body.get("rows")
+    if rows is None:
+        return ""
+    return table(rows, ["candidate", "upper_bound", "verdict"]) + (
+        f"{body.get('safe', 0)} of {len(rows)} safe: count <= {body.get('threshold')} "
+        f"(wrong with probability <= {body.get('alpha')} each)\n")
+
+
 def run_estimates(args: argparse.Namespace) -> int:
     fields = {**_collection_fields(args), "alpha": args.alpha, "correction": args.correction}
     from aggregator.analysis.tables import estimates_csv
 
-    return print_answer(fetch(args, f"/v1/metrics/{args.name}/estimates", fields), args.format, estimates_csv)
+    return print_answer(fetch(args, f"/v1/metrics/{args.name}/estimates", fields), args.format, estimates_csv,
+                        lambda body: estimates_table(body, nonnegative=args.nonnegative))
 
 
 def run_certify(args: argparse.Namespace) -> int:
     fields = {**_collection_fields(args), "threshold": args.threshold, "alpha": args.alpha}
     from aggregator.analysis.tables import certificates_csv
 
-    return print_answer(fetch(args, f"/v1/metrics/{args.name}/certificates", fields), args.format, certificates_csv)
+    return print_answer(fetch(args, f"/v1/metrics/{args.name}/certificates", fields), args.format,
+                        certificates_csv, certificates_table)
 
 
 def run_decode_rappor(args: argparse.Namespace) -> int:

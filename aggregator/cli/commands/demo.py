@@ -20,10 +20,14 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--level-from", type=float, default=1.0, help="strict noise level (default 1.0)")
     parser.add_argument("--level-to", type=float, default=8.0, help="the round's looser level (default 8.0)")
     parser.add_argument("--seed", type=int, default=2026, help="seed of the simulated city (default 2026)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="an empty folder for the aggregator's data (default: a new temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("onesided-demo"),
-                        help="where the HTML summary and plot go (default ./onesided-demo)")
+                        help="the demo's folder: summary.html and estimates.png, and while it runs the "
+                             "aggregator's data in OUT/data (default ./onesided-demo)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="an empty folder for the aggregator's data instead of OUT/data")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the aggregator's database, private keys and client states after the run "
+                             "(removed by default)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)
 
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = DemoConfig(
         clients=args.clients, sdk_clients=min(args.sdk_clients, args.clients), places=args.places,
         level_from=args.level_from, level_to=args.level_to, seed=args.seed, data_dir=args.data_dir,
-        out_dir=args.out,
+        out_dir=args.out, keep=args.keep,
     )
     run_demo(cfg, progress=not args.no_progress)
     return 0

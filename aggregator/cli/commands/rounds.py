@@ -1,48 +1,97 @@
-"""``onesided round open|status|close``: relaxation rounds over the HTTP API (DESIGN 9)."""
+"""``onesided round open|list|status|close``: relaxation rounds over the HTTP API.
+
+A round raises a metric's noise level for the clients whose ceiling allows
+it; ``status`` shows its participation per cohort. Tables for
+people, ``--json`` for scripts (the server's answer unchanged).
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
+from aggregator.cli.options import (
+    Subparsers,
+    add_json_option,
+    add_server_options,
+    client_from_args,
+    command_group,
+    emit,
+    int_list,
+)
+
+ROUND_KEYS = ("id", "metric", "level_from", "level_to", "cohorts", "open", "opened_at", "expires_at", "closed_at",
+              "reports")
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("round", help="open, inspect and close relaxation rounds (HTTP API)")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    actions = command_group(subparsers, "round", "open, list, inspect and close relaxation rounds (HTTP API)")
     opening = actions.add_parser("open", help="open a round to a higher level (admin token)")
     add_server_options(opening)
-    opening.add_argument("metric")
+    opening.add_argument("metric", help="the metric")
     opening.add_argument("--level-to", type=float, required=True, help="the new, higher noise level")
-    opening.add_argument("--cohorts", help="comma-separated cohorts (default: all)")
+    opening.add_argument("--cohorts", type=int_list, help="comma-separated cohorts (default: all)")
     opening.add_argument("--expires-in", type=int, default=None, help="seconds until the round expires (default 7 days)")
+    add_json_option(opening)
     opening.set_defaults(func=run_open)
+    listing = actions.add_parser("list", help="a metric's rounds, oldest first (analyst token)")
+    add_server_options(listing)
+    listing.add_argument("metric", help="the metric")
+    add_json_option(listing)
+    listing.set_defaults(func=run_list)
     status = actions.add_parser("status", help="participation and decoding of a round (analyst token)")
     add_server_options(status)
-    status.add_argument("round_id", type=int)
+    status.add_argument("round_id", type=int, help="the round's id (see round list)")
+    add_json_option(status)
     status.set_defaults(func=run_status)
     closing = actions.add_parser("close", help="close a round (admin token)")
     add_server_options(closing)
-    closing.add_argument("round_id", type=int)
+    closing.add_argument("round_id", type=int, help="the round's id (see round list)")
+    add_json_option(closing)
     closing.set_defaults(func=run_close)
+
+
+def round_text(body: dict[str, Any]) -> str:
+    """A round for people: its fields, then its participation per cohort."""
+    from aggregator.cli.render import record, table
+
+    text = record(body, ROUND_KEYS)
+    if body.get("participation"):
+        text += "participation:\n" + table(body["participation"], ["cohort", "reports", "base_reports",
+                                                                    "participation"])
+    if body.get("decoding"):
+        text += record({"decoding": body["decoding"]})
+    return text
 
 
 def run_open(args: argparse.Namespace) -> int:
     body: dict[str, object] = {"level_to": args.level_to}
     if args.cohorts:
-        body["cohorts"] = [int(c) for c in args.cohorts.split(",")]
+        body["cohorts"] = args.cohorts
     if args.expires_in is not None:
         body["expires_in"] = args.expires_in
-    print_json(client_from_args(args).post(f"/v1/metrics/{args.metric}/rounds", body))
+    emit(args, client_from_args(args).post(f"/v1/metrics/{args.metric}/rounds", body), round_text)
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from aggregator.cli.render import table
+
+    def human(body: dict[str, Any]) -> str:
+        if not body["rounds"]:
+            return f"no rounds of {args.metric!r} yet (onesided round open)\n"
+        return table(body["rounds"], ["id", "level_from", "level_to", "open", "reports", "opened_at", "expires_at",
+                                      "closed_at"])
+
+    emit(args, client_from_args(args).get(f"/v1/metrics/{args.metric}/rounds"), human)
     return 0
 
 
 def run_status(args: argparse.Namespace) -> int:
-    print_json(client_from_args(args).get(f"/v1/rounds/{args.round_id}"))
+    emit(args, client_from_args(args).get(f"/v1/rounds/{args.round_id}"), round_text)
     return 0
 
 
 def run_close(args: argparse.Namespace) -> int:
-    print_json(client_from_args(args).post(f"/v1/rounds/{args.round_id}/close"))
+    emit(args, client_from_args(args).post(f"/v1/rounds/{args.round_id}/close"), round_text)
     return 0

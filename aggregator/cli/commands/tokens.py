@@ -29,7 +29,7 @@ def register(subparsers: Subparsers) -> None:
     actions = command_group(subparsers, "token", "create, list or revoke bearer tokens (on the database)")
     create = actions.add_parser("create", help="create a token and print its secret once")
     add_storage_options(create)
-    create.add_argument("--role", required=True, choices=ROLES)
+    create.add_argument("--role", required=True, choices=ROLES, help="admin: manage metrics and rounds; analyst: read answers")
     create.add_argument("--name", required=True, help="a unique label, e.g. the analyst's name")
     create.set_defaults(func=run_create)
     listing = actions.add_parser("list", help="list tokens (never their secrets)")
@@ -37,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
     listing.set_defaults(func=run_list)
     revoke = actions.add_parser("revoke", help="revoke a token by name")
     add_storage_options(revoke)
-    revoke.add_argument("--name", required=True)
+    revoke.add_argument("--name", required=True, help="the label given at create")
     revoke.set_defaults(func=run_revoke)
 
 

@@ -7,6 +7,7 @@
   served in ``GET /v1/config``. Opening a round closes the metric's earlier
   open rounds (clients jump straight to the latest level: one lazy step is
   valid by the Markov property).
+* ``GET /v1/metrics/<name>/rounds`` (analyst) lists the metric's rounds.
 * ``GET /v1/rounds/<id>`` shows the round, its participation per cohort (its
   reports against the base collection's) and its current decoding.
 * ``POST /v1/rounds/<id>/close`` (admin) stops accepting its reports.
@@ -99,6 +100,14 @@ def round_view(record: RoundRecord) -> dict[str, Any]:
     return view
 
 
+@blueprint.get("/v1/metrics/<name>/rounds")
+@require_role(*ANALYST)
+def list_rounds(name: str) -> dict[str, Any]:
+    storage = app_state().storage
+    storage.require_metric(name)
+    return {"rounds": [round_view(record) for record in storage.list_rounds(name)]}
+
+
 @blueprint.get("/v1/rounds/<id:round_id>")
 @require_role(*ANALYST)
 def get_round(round_id: int) -> dict[str, Any]:
@@ -152,7 +161,21 @@ OPENAPI_PATHS: dict[str, Any] = {
                 "404": {"$ref": "#/components/responses/NotFound"},
                 "409": {"$ref": "#/components/responses/Conflict"},
             },
-        }
+        },
+        "get": {
+            "summary": "The metric's rounds, oldest first, each with its participation",
+            "operationId": "listRounds",
+            "x-roles": list(ANALYST),
+            "parameters": [_NAME],
+            "responses": {
+                "200": {"description": "the rounds", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["rounds"],
+                    "properties": {"rounds": {"type": "array", "items": {"$ref": "#/components/schemas/Round"}}},
+                }}}},
+                "401": {"$ref": "#/components/responses/Unauthorized"},
+                "404": {"$ref": "#/components/responses/NotFound"},
+            },
+        },
     },
     "/v1/rounds/{round_id}": {
         "get": {

@@ -1,4 +1,4 @@
-// onesided analysts' dashboard (DESIGN 12; docs/dashboard.md).
+// onesided analysts' dashboard (docs/dashboard.md).
 //
 // A static page: every number comes from the aggregator's /v1 API, called
 // with the analyst's token in an Authorization header. The token lives in
