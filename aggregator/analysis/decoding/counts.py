@@ -43,9 +43,29 @@ from protocol.validation import check_integer_array
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-# Reports per matrix product when counting raw reports: small enough that
-# float32 partial sums stay exact (< 2**24) and the chunk stays in cache.
-_CHUNK = 16384
+# Counting raw reports sums bool rows as uint8: at most 255 rows per partial sum
+# (no overflow), 64 such runs per call (one numpy call per 16,320 rows).
+_RUN = 255
+_RUNS_PER_CALL = 64
+_BLOCK = _RUN * _RUNS_PER_CALL
+
+
+def _add_column_sums(rows: npt.NDArray[np.uint8], out: IntArray) -> None:
+    """``out += rows.sum(0)`` for 0/1 ``uint8`` rows, without widening every element.
+
+    Runs of 255 rows are summed in ``uint8`` (exact: at most 255) and only
+    those partial sums, 1/255 of the data, are widened to ``int64``.
+    """
+    n, m = rows.shape
+    start = 0
+    while start + _BLOCK <= n:
+        runs = rows[start : start + _BLOCK].reshape(_RUNS_PER_CALL, _RUN, m)
+        out += np.add.reduce(runs, axis=1, dtype=np.uint8).sum(axis=0, dtype=np.int64)
+        start += _BLOCK
+    partial = np.empty(m, dtype=np.uint8)
+    for run in range(start, n, _RUN):
+        np.add.reduce(rows[run : run + _RUN], axis=0, dtype=np.uint8, out=partial)
+        out += partial
 
 
 def _as_count_array(name: str, value: Any, ndim: int) -> IntArray:
@@ -134,8 +154,11 @@ class BitCounts:
     ) -> BitCounts:
         """Count raw reports: ``reports`` ``(n, num_bits)`` bools, ``cohorts`` ``(n,)`` ints.
 
-        One float32 matrix product per chunk of 16,384 reports (cohort one-hot
-        times reports), exact because a chunk's sums stay below ``2**24``.
+        Integer column sums (:func:`_add_column_sums`), no float copy: one
+        cohort, or cohorts already in order (reports stored cohort by cohort),
+        are summed in place; otherwise each block of 16,320 rows is sorted by
+        cohort (a stable radix sort of 16-bit keys, the gather in cache) and
+        summed cohort by cohort. Totals are one ``bincount``.
         """
         rep = np.asarray(reports)
         coh = np.asarray(cohorts)
@@ -151,14 +174,24 @@ class BitCounts:
             raise ParameterError(
                 "cohorts", f"must be in [0, {num_cohorts}), got {int(coh.min())}..{int(coh.max())}"
             )
-        ones = np.zeros((num_cohorts, rep.shape[1]), dtype=np.float64)
-        labels = np.arange(num_cohorts)[:, None]
-        for start in range(0, rep.shape[0], _CHUNK):
-            block = rep[start : start + _CHUNK]
-            one_hot = (coh[start : start + _CHUNK][None, :] == labels).astype(np.float32)
-            ones += one_hot @ block.astype(np.float32)
+        rows = rep.view(np.uint8)
         totals = np.bincount(coh, minlength=num_cohorts)
-        return cls(ones=ones.astype(np.int64), totals=totals)
+        bounds = np.concatenate(([0], np.cumsum(totals)))
+        ones = np.zeros((num_cohorts, rep.shape[1]), dtype=np.int64)
+        if num_cohorts == 1 or bool(np.all(coh[1:] >= coh[:-1])):
+            for c in np.flatnonzero(totals):
+                _add_column_sums(rows[bounds[c] : bounds[c + 1]], ones[c])
+            return cls(ones=ones, totals=totals)
+        keys = coh.astype(np.uint16) if num_cohorts <= 1 << 16 else coh
+        for start in range(0, rep.shape[0], _BLOCK):
+            # Sorted within a block (cache-sized, a radix sort for 16-bit keys): the gather stays in cache.
+            block_keys = keys[start : start + _BLOCK]
+            order = np.argsort(block_keys, kind="stable")
+            block = rows[start : start + _BLOCK][order]
+            edges = np.concatenate(([0], np.cumsum(np.bincount(block_keys, minlength=num_cohorts))))
+            for c in np.flatnonzero(edges[1:] > edges[:-1]):
+                _add_column_sums(block[edges[c] : edges[c + 1]], ones[c])
+        return cls(ones=ones, totals=totals)
 
     @classmethod
     def from_rows(

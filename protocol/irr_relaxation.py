@@ -1,0 +1,280 @@
+"""Relaxing the instantaneous randomized response (IRR) between rounds, with exact accounting.
+
+A relaxation round loosens the memoized (permanent) bits ``B``. With an IRR
+on, each report ``S`` is a fresh randomization of ``B``, and a round that
+keeps the IRR's noise caps how much the round can gain. This module relaxes
+the IRR as well, and decides when that is sound.
+
+**The construction** (a bit-level lazy step). An IRR level is the binary
+channel ``(p, q) = (P(S=1 | B=0), P(S=1 | B=1))`` (asymmetric mode:
+``(q_irr, 1)``; no IRR: ``(0, 1)``). Relaxing ``(p1, q1)`` to a more
+informative ``(p2, q2)`` uses the *garbling* ``T`` with ``(p1, q1) = T o (p2, q2)``:
+``T(1|0) = (p1 q2 - q1 p2) / (q2 - p2)``, ``T(1|1) = (q1 (1-p2) - p1 (1-q2)) / (q2 - p2)``
+(:func:`irr_garbling`; it exists exactly when both lie in ``[0, 1]``). Given
+the report ``s`` sent at ``(p1, q1)`` and the same memoized bit ``B``, the
+next report is drawn from
+
+    P(S' = 1 | S = s, B) = P2(1 | B) T(s | 1) / P1(s | B).
+
+**Why it is sound** (both modes). The pair then has the joint law
+``P(S, S' | B) = P2(S' | B) T(S | S')``: ``S'`` has exactly the one-shot law
+at ``(p2, q2)``, and ``S`` is a post-processing of ``S'`` by a channel that
+does not depend on ``B``. So the likelihood ratio of any report sequence
+between ``B = 1`` and ``B = 0`` is that of its last report alone: a chain of
+relaxed reports of one memoized bit reveals exactly what one report at the
+last IRR level reveals, about ``B`` and so about the true bit ``b``
+(RAPPOR's one-report ``eps_1`` at the last levels), instead of the sum over
+the reports that independent IRRs compose to. A chain of steps is a chain
+of garblings, so any number of rounds costs the last one. The asymmetric
+IRR is the special case ``T(1|1) = 1``, ``T(1|0) = (q1 - q2)/(1 - q2)``:
+a 1 that came from the noise is kept with probability ``q2 / q1``, the
+exponential chain of the permanent bits again, and the protected direction
+(a 1 is never turned into a 0 by a true 1) is unchanged.
+
+When the same round also relaxes the permanent bits, a bit whose memoized
+value changed starts a fresh IRR at the new level (its old report says
+nothing of the new ``B``). Everything a client sends is still a function of
+its memoized bits and of randomness independent of ``b``, so the
+longitudinal bound of the permanent chain holds whatever the IRR does;
+:func:`report_chain_law` gives the exact law of one report per round for
+both rounds relaxed, and :func:`report_chain_epsilon` its epsilon.
+
+What it gives up: consecutive reports agree more often than independent
+IRRs would (the point of a fresh IRR is also to keep reports from being
+linked through their bits); :func:`report_agreement` states by how much.
+
+>>> before, after = (Fraction(1, 2), Fraction(3, 4)), (Fraction(1, 4), Fraction(3, 4))
+>>> irr_garbling(before, after)
+(Fraction(3, 8), Fraction(7, 8))
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from .accounting import ValueKind, round_up
+from .errors import ParameterError
+from .exact import bernoulli_choose
+from .randomizers import Randomizer
+from .relaxation import laplace_bit_law
+from .rng import RandomSource
+
+__all__ = [
+    "IrrLevel",
+    "irr_garbling",
+    "irr_level",
+    "irr_step_conditionals",
+    "relax_instantaneous",
+    "report_agreement",
+    "report_chain_epsilon",
+    "report_chain_law",
+]
+
+BoolArray = npt.NDArray[np.bool_]
+IrrLevel = tuple[Fraction, Fraction]
+"""``(P(report 1 | memoized 0), P(report 1 | memoized 1))`` of an IRR, exact rationals of the stated doubles."""
+Law = tuple[dict[tuple[int, ...], Fraction], dict[tuple[int, ...], Fraction]]
+
+
+def irr_level(randomizer: Randomizer) -> IrrLevel:
+    """The IRR channel of ``randomizer``: symmetric ``(irr_p, irr_q)``, asymmetric ``(irr_q, 1)``, none ``(0, 1)``."""
+    if randomizer.mode == "trusted":
+        raise ParameterError("mode", "the trusted mode has no IRR to relax")
+    if not randomizer.has_irr:
+        return (Fraction(0), Fraction(1))
+    q = Fraction(randomizer.irr_q)  # type: ignore[arg-type]
+    if randomizer.mode == "asymmetric":
+        return (q, Fraction(1))
+    return (Fraction(randomizer.irr_p), q)  # type: ignore[arg-type]
+
+
+def irr_garbling(before: IrrLevel, after: IrrLevel) -> tuple[Fraction, Fraction]:
+    """``(T(1|0), T(1|1))`` of the channel ``T`` with ``before = T o after``, exactly.
+
+    Raises:
+        ParameterError: (field ``irr``) ``before`` is not a garbling of
+            ``after``: the step would tighten the IRR or change its shape.
+    """
+    (p1, q1), (p2, q2) = before, after
+    if not q2 > p2:
+        raise ParameterError("irr", f"the relaxed IRR must have q > p, got p={p2}, q={q2}")
+    low = (p1 * q2 - q1 * p2) / (q2 - p2)
+    high = (q1 * (1 - p2) - p1 * (1 - q2)) / (q2 - p2)
+    if not (0 <= low <= 1 and 0 <= high <= 1):
+        raise ParameterError(
+            "irr",
+            f"({float(p1):.6g}, {float(q1):.6g}) is not a post-processing of ({float(p2):.6g}, {float(q2):.6g}): "
+            "a relaxed IRR must be at least as informative",
+        )
+    return low, high
+
+
+def irr_step_conditionals(before: IrrLevel, after: IrrLevel) -> tuple[Fraction, Fraction, Fraction, Fraction]:
+    """``P(S'=1 | S=s, B)`` at index ``s + 2 B``, exact (impossible states, ``P1(s|B) = 0``: ``P2(1|B)``)."""
+    t_low, t_high = irr_garbling(before, after)
+    out = []
+    for b in (0, 1):
+        one_after = after[b]
+        for s in (0, 1):
+            from_one = t_high if s else 1 - t_high  # T(s | S' = 1)
+            given = before[b] if s else 1 - before[b]  # P1(s | B), = P2(1|B) T(s|1) + P2(0|B) T(s|0)
+            out.append(one_after * from_one / given if given else one_after)
+    return out[0], out[1], out[2], out[3]
+
+
+def _check_same_kind(before: Randomizer, after: Randomizer) -> None:
+    if before.mode != after.mode:
+        raise ParameterError("mode", f"an IRR step keeps the mode, got {before.mode} then {after.mode}")
+
+
+def relax_instantaneous(
+    permanent: npt.ArrayLike,
+    report: npt.ArrayLike,
+    before: Randomizer,
+    after: Randomizer,
+    rng: RandomSource | None = None,
+    *,
+    previous_permanent: npt.ArrayLike | None = None,
+) -> BoolArray:
+    """The next report with ``after``'s IRR, relaxed from ``report`` sent with ``before``'s IRR.
+
+    Args:
+        permanent: the memoized bits now (after this round's permanent relaxation, if any).
+        report: the bits sent in the previous round, made from ``previous_permanent``
+            with ``before``'s IRR.
+        before, after: the randomizers of the two rounds (same mode; only their IRRs matter here).
+        rng: the source of the step's randomness (``None``: the secure default).
+        previous_permanent: the memoized bits the previous report was made from
+            (``None``: the same as ``permanent``). A bit whose memoized value
+            changed gets a fresh IRR at ``after``'s level.
+
+    Returns:
+        bits whose law given the memoized bits is exactly ``after``'s IRR
+        (:func:`irr_step_conditionals`, about one random byte per bit).
+
+    Raises:
+        ParameterError: shapes differ (field ``report`` or ``previous_permanent``);
+            a report bit impossible under ``before`` (field ``report``); the
+            step is not a relaxation (field ``irr``); modes differ (``mode``).
+    """
+    _check_same_kind(before, after)
+    perm = np.asarray(permanent, dtype=bool)
+    sent = np.asarray(report, dtype=bool)
+    prev = perm if previous_permanent is None else np.asarray(previous_permanent, dtype=bool)
+    for name, arr in (("report", sent), ("previous_permanent", prev)):
+        if arr.shape != perm.shape:
+            raise ParameterError(name, f"must have the shape of permanent {perm.shape}, got {arr.shape}")
+    first, second = irr_level(before), irr_level(after)
+    step = irr_step_conditionals(first, second)
+    for b in (0, 1):
+        for s in (0, 1):
+            if (first[b] if s else 1 - first[b]) == 0 and np.any((prev == bool(b)) & (sent == bool(s))):
+                raise ParameterError("report", f"holds a {s} where the memoized bit {b} cannot give one")
+    fresh = (second[0], second[0], second[1], second[1])
+    table = (step[0], step[1], fresh[0], fresh[1], step[2], step[3], fresh[2], fresh[3])
+    choice = sent.view(np.uint8) + np.uint8(2) * (prev != perm).view(np.uint8)
+    return bernoulli_choose(rng, table, choice, upper=perm)
+
+
+# --------------------------------------------------------------------------
+# Exact accounting: one report per round
+# --------------------------------------------------------------------------
+
+
+def _permanent_law(randomizers: Sequence[Randomizer]) -> tuple[list[int], Law]:
+    """Law of the memoized bit at the distinct levels, and each round's index among them."""
+    levels = [float(r.level) for r in randomizers]
+    if any(b < a for a, b in itertools.pairwise(levels)):
+        raise ParameterError("levels", f"must not decrease from round to round, got {levels}")
+    distinct = sorted(set(levels))
+    index = [distinct.index(lv) for lv in levels]
+    n = len(distinct)
+    if randomizers[0].mode == "asymmetric":
+        # b = 1: always 1. b = 0: ones up to some level then zeros, P(B_i = 1) = exp(-L_i / 2).
+        ones = [Fraction(math.exp(-lv / 2.0)) for lv in distinct] + [Fraction(0)]
+        zero = {tuple(int(i < j) for i in range(n)): ones[j - 1] - ones[j] if j else 1 - ones[0] for j in range(n + 1)}
+        return index, ({k: v for k, v in zero.items() if v}, {(1,) * n: Fraction(1)})
+    law = laplace_bit_law(tuple(distinct))  # the exact law the simulations' relax_laplace_bits samples
+    patterns = [tuple((h >> i) & 1 for i in range(n)) for h in range(1 << n)]
+    return index, tuple({patterns[h]: p for h, p in enumerate(law[b]) if p} for b in (0, 1))  # type: ignore[return-value]
+
+
+def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True) -> Law:
+    """``P(reports | b)`` for ``b = 0, 1``: one report per round, round ``r`` made with ``randomizers[r]``.
+
+    The permanent bit follows its relaxation chain over the rounds' levels
+    (asymmetric: the exponential chain; symmetric: the law
+    :func:`~protocol.relaxation.relax_laplace_bits` samples, at most 3
+    distinct levels); each report is the IRR of that round's memoized bit,
+    either relaxed from the previous report (:func:`relax_instantaneous`,
+    fresh where the memoized bit changed) or, ``relaxed=False``, fresh every
+    round. Exact rationals.
+    """
+    if not randomizers:
+        raise ParameterError("randomizers", "must hold at least one round")
+    for later in randomizers[1:]:
+        _check_same_kind(randomizers[0], later)
+    index, permanent = _permanent_law(randomizers)
+    irr = [irr_level(r) for r in randomizers]
+    steps = [irr_step_conditionals(a, b) if relaxed else None for a, b in itertools.pairwise(irr)]
+    out: Law = ({}, {})
+    for b in (0, 1):
+        for pattern, weight in permanent[b].items():
+            memo = [pattern[i] for i in index]
+            for reports in itertools.product((0, 1), repeat=len(randomizers)):
+                p = weight * (irr[0][memo[0]] if reports[0] else 1 - irr[0][memo[0]])
+                for r in range(1, len(randomizers)):
+                    step = steps[r - 1]
+                    one = irr[r][memo[r]] if step is None or memo[r] != memo[r - 1] else step[reports[r - 1] + 2 * memo[r]]
+                    p *= one if reports[r] else 1 - one
+                if p:
+                    out[b][reports] = out[b].get(reports, Fraction(0)) + p
+    return out
+
+
+def report_chain_epsilon(
+    randomizers: Sequence[Randomizer], *, value_kind: ValueKind = "set", num_hashes: int = 1, relaxed: bool = True
+) -> float:
+    """Epsilon of one report per round (:func:`report_chain_law`), rounded up.
+
+    Per bit, ``up = max_y ln(P(y|1)/P(y|0))`` and ``down`` the reverse; as
+    :func:`~protocol.accounting.report_epsilon`: asymmetric ``k up`` (the
+    protected direction), symmetric set ``k max(up, down)``, categorical
+    ``k (up + down)``. Infinite when a sequence is possible under one bit only.
+    """
+    law = report_chain_law(randomizers, relaxed=relaxed)
+
+    def worst(num: dict[tuple[int, ...], Fraction], den: dict[tuple[int, ...], Fraction]) -> float:
+        if any(y not in den for y in num):
+            return math.inf
+        return max(math.log(num[y]) - math.log(den[y]) for y in num)
+
+    up, down = worst(law[1], law[0]), worst(law[0], law[1])
+    if randomizers[0].mode == "asymmetric":
+        return round_up(num_hashes * up)
+    if value_kind == "categorical":
+        return round_up(num_hashes * (up + down))
+    return round_up(num_hashes * max(up, down))
+
+
+def report_agreement(before: Randomizer, after: Randomizer, permanent_one_share: float = 0.5) -> tuple[float, float]:
+    """``P(S' = S)`` per bit for a relaxed step and for a fresh IRR, at a fixed memoized bit.
+
+    The memoized bit is 1 with probability ``permanent_one_share``. The
+    relaxed step's reports agree more often: the linkability a fresh IRR
+    is there to blur.
+    """
+    first, second = irr_level(before), irr_level(after)
+    step = irr_step_conditionals(first, second)
+    relaxed = fresh = 0.0
+    for b, weight in ((0, 1.0 - permanent_one_share), (1, permanent_one_share)):
+        p1, p2 = float(first[b]), float(second[b])
+        relaxed += weight * (p1 * float(step[1 + 2 * b]) + (1 - p1) * (1 - float(step[2 * b])))
+        fresh += weight * (p1 * p2 + (1 - p1) * (1 - p2))
+    return relaxed, fresh
