@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from aggregator.cli.commands import (
     association,
     audit,
+    audit_log,
     backup,
     client,
     decode,
@@ -63,6 +64,7 @@ COMMANDS: tuple[Registrar, ...] = (
     simulate.register,
     audit.register,
     backup.register,
+    audit_log.register,
 )
 
 
