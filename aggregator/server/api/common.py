@@ -84,7 +84,7 @@ def int_arg(name: str, *, minimum: int = 0) -> int | None:
         ParameterError: present but not an integer ``>= minimum`` (field ``name``).
     """
     text = request.args.get(name)
-    if text is None or text == "":
+    if text is None:
         return None
     try:
         value = int(text)
