@@ -312,3 +312,17 @@ def upload_worker(url: str, batches: list[list[ReportEnvelope]], seed: int, batc
     hasty.close()
     patient.close()
     return statuses
+
+
+@contextlib.contextmanager
+def app_in(folder: Path, **settings: Any) -> Iterator[Any]:
+    """``create_app`` on SQLite in ``folder`` with fresh keys (for flask's test client); closed afterwards."""
+    AggregatorKeys.generate().save(folder / "keys")
+    app = create_app({"data_dir": str(folder), **settings})
+    try:
+        yield app
+    finally:
+        state = app.extensions["onesided"]
+        state.opener.close()
+        state.offloader.close()
+        state.storage.close()

@@ -225,7 +225,7 @@ def version_2_database(url: str) -> tuple[Storage, dict[str, np.ndarray]]:
 def test_migration_3_converts_per_bit_rows_to_packed_counts(url: str) -> None:
     storage, expected = version_2_database(url)
     try:
-        assert storage.migrate() == migrations.LATEST_VERSION == 3
+        assert storage.migrate() == migrations.LATEST_VERSION >= 3
         for name, ones in expected.items():
             np.testing.assert_array_equal(storage.bit_counts(name)[0], ones)
         inspector = sa.inspect(storage.engine)
@@ -276,7 +276,7 @@ def test_sigkill_during_migration_3_leaves_version_2_intact(url: str) -> None:
                                  timeout=120, check=False)
         assert process.returncode == -signal.SIGKILL, process.stderr.decode()
         assert storage.schema_version() == 2
-        assert storage.migrate() == 3
+        assert storage.migrate() == migrations.LATEST_VERSION
         for name, ones in expected.items():
             np.testing.assert_array_equal(storage.bit_counts(name)[0], ones)
     finally:

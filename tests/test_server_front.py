@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import socket
 import threading
 import time
@@ -178,3 +179,75 @@ def test_the_body_limit_is_inclusive_and_refusals_are_json(registered: tuple[Pat
         status, body = _raw(url, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
         assert status == 400 and json.loads(body)["error"] == "bad_request"
         assert requests.get(f"{url}/v1/metrics", headers=bearer(token), timeout=10).status_code == 200
+
+
+NGINX_CONF = """
+{user}
+daemon off;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log;
+events {{ worker_connections 512; }}
+http {{
+    access_log off;
+    client_body_temp_path {folder}/body;
+    proxy_temp_path {folder}/proxy;
+    fastcgi_temp_path {folder}/fastcgi;
+    uwsgi_temp_path {folder}/uwsgi;
+    scgi_temp_path {folder}/scgi;
+    upstream onesided {{ server {upstream}; keepalive 16; }}
+    server {{
+        listen 127.0.0.1:{port};
+        client_max_body_size 16m;
+        client_header_timeout 10s;
+        client_body_timeout 10s;
+        location / {{
+            proxy_pass http://onesided;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_request_buffering on;
+            proxy_read_timeout 130s;
+        }}
+    }}
+}}
+"""
+
+
+@pytest.mark.slow
+def test_the_documented_nginx_front_serves_through(registered: tuple[Path, str], tmp_path: Path) -> None:
+    """docs/operations.md's reverse-proxy set-up, where nginx is installed (Debian: nginx-light)."""
+    import shutil
+    import subprocess
+
+    from aggsupport import free_port
+
+    nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+    if nginx is None:
+        pytest.skip("nginx is not installed (Debian: apt-get install nginx-light); the proxy set-up is not run")
+    folder, _ = registered
+    keys = AggregatorKeys.load(folder / "keys")
+    proxy_dir = tmp_path / "nginx"
+    proxy_dir.mkdir()
+    with serve_subprocess("--data-dir", str(folder), "--max-connections-per-address", "0") as url:
+        port = free_port()
+        conf = proxy_dir / "nginx.conf"
+        user = "user root;" if os.geteuid() == 0 else ""  # its workers write the temporary files below
+        conf.write_text(NGINX_CONF.format(user=user, folder=proxy_dir, upstream=url.removeprefix("http://"),
+                                          port=port))
+        process = subprocess.Popen([nginx, "-c", str(conf), "-p", str(proxy_dir)], stderr=subprocess.DEVNULL)
+        proxied = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                with contextlib.suppress(requests.RequestException):
+                    if requests.get(f"{proxied}/v1/health", timeout=2).status_code == 200:
+                        break
+                assert process.poll() is None and time.monotonic() < deadline, "nginx did not start"
+                time.sleep(0.1)
+            batch = make_reports(make_params(), keys.seal_public_raw, 100, seed=9).envelopes
+            with trickling(proxied, 16):  # nginx buffers them; the aggregator never sees them
+                time.sleep(1.0)
+                assert post_reports(proxied, batch).json()["accepted"] == 100
+                assert _health_seconds(url) < 2.0
+        finally:
+            process.terminate()
+            process.wait(timeout=10)

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aggsupport import bearer, make_params
+from aggsupport import app_in, bearer, make_params
 from flask.testing import FlaskClient
 
-from aggregator import create_app
 from aggregator.server.storage import Storage
-from protocol.crypto import AggregatorKeys, b64d
+from protocol.crypto import b64d
 from protocol.errors import ParameterError, ReportRejected
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL, MIN_LEVEL, Randomizer
@@ -31,15 +30,8 @@ PARAMS = make_params()
 
 @pytest.fixture
 def app_client(tmp_path: Path) -> Iterator[tuple[FlaskClient, Storage]]:
-    AggregatorKeys.generate().save(tmp_path / "keys")
-    app = create_app({"data_dir": str(tmp_path)})
-    state = app.extensions["onesided"]
-    try:
-        yield app.test_client(), state.storage
-    finally:
-        state.opener.close()
-        state.offloader.close()
-        state.storage.close()
+    with app_in(tmp_path) as app:
+        yield app.test_client(), app.extensions["onesided"].storage
 
 
 def _admin(storage: Storage) -> dict[str, str]:

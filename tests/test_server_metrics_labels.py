@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aggsupport import app_in
 from flask import Flask
 
-from aggregator import create_app
 from aggregator.server.monitoring import METHODS, OTHER
-from protocol.crypto import AggregatorKeys
 from protocol.rng import SeededRandom
 
 REQUESTS = 10_000
@@ -25,13 +24,8 @@ LABEL = re.compile(r'(endpoint|method|status)="([^"]*)"')
 
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[Flask]:
-    AggregatorKeys.generate().save(tmp_path / "keys")
-    app = create_app({"data_dir": str(tmp_path)})
-    yield app
-    state = app.extensions["onesided"]
-    state.opener.close()
-    state.offloader.close()
-    state.storage.close()
+    with app_in(tmp_path) as app:
+        yield app
 
 
 def _label_values(text: str) -> dict[str, set[str]]:

@@ -60,7 +60,7 @@ def test_access_log_is_off_by_default_and_on_when_asked(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in loud.splitlines() if "access-log-check" in line]
     assert len(lines) == 3
     assert {entry["logger"] for entry in lines} == {"onesided.access"}
-    assert all('"GET /v1/health?probe=access-log-check HTTP/1.1" 200' in entry["message"] for entry in lines)
+    assert all('"GET /v1/health?probe=access-log-check HTTP/1.1" 400' in entry["message"] for entry in lines)  # an undocumented query parameter: refused
     assert all(entry["message"].startswith("127.0.0.0/24 ") for entry in lines)  # truncated by default
     flagged = _serve_log(tmp_path, {}, "--access-log")  # the command-line switch, text lines
     assert sum("access-log-check" in line for line in flagged.splitlines()) == 3

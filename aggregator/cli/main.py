@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from aggregator.cli.commands import (
     association,
     audit,
+    audit_log,
     backup,
     client,
     decode,
@@ -73,6 +74,7 @@ COMMANDS: tuple[Registrar, ...] = (
     simulate.register,
     audit.register,
     backup.register,
+    audit_log.register,
 )
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ from flask import Flask
 from aggregator.server.api.errors import register_error_handlers
 from aggregator.server.context import EXTENSION_KEY, AppState
 from aggregator.server.faults import Faults
+from aggregator.server.keyring import KeyRing, load_keyring
 from aggregator.server.monitoring import instrument
+from aggregator.server.openapi import refuse_undocumented_query
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.routes import API_MODULES
@@ -76,20 +79,24 @@ def create_app(
         settings = Settings.from_mapping(config)
     if settings.uses_data_dir:
         prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
+    keyring = load_keyring(settings.key_path) if keys is None and settings.key_path.is_dir() else None
     keys = load_keys(settings) if keys is None else keys
+    if keyring is None:
+        keyring = KeyRing(keys=keys)
     if storage is None:
         storage = Storage.open(settings.database_url, attempts=settings.db_retries, wait_seconds=settings.db_wait_seconds)
     app = Flask("aggregator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes)
+    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes, retired=keyring.open_until(time.time()))
     offloader = Offloader(processes=settings.decode_processes)
     sqlite_dir = Path(storage.engine.url.database or ".").parent if storage.dialect == "sqlite" else None
     app.extensions[EXTENSION_KEY] = AppState(
         settings=settings, storage=storage, keys=keys, opener=opener, offloader=offloader,
-        faults=Faults(data_dir=sqlite_dir),
+        faults=Faults(data_dir=sqlite_dir), keyring=keyring,
     )
     register_error_handlers(app)
     instrument(app)
+    refuse_undocumented_query(app)
     for module in API_MODULES:
         app.register_blueprint(module.blueprint)
     return app

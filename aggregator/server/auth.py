@@ -8,7 +8,8 @@
     def create_metric(): ...
 
 Missing, unknown or revoked token: 401 ``unauthorized``; a valid token of
-another role: 403 ``forbidden``. Admins may use analyst routes. The roles a
+another role: 403 ``forbidden``. Every request with a known token is
+recorded in the audit log (:mod:`aggregator.server.audit`), answered or refused. Admins may use analyst routes. The roles a
 view requires are kept on it (``view.required_roles``) so the OpenAPI
 document and the tests can check that no admin route is open.
 """
@@ -19,8 +20,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from flask import g, request
+from flask import after_this_request, g, request
 
+from aggregator.server.audit import audit_response
 from aggregator.server.context import app_state
 from aggregator.server.errors import Forbidden, Unauthorized
 from aggregator.server.storage import TokenRecord
@@ -52,6 +54,7 @@ def authenticate_request(roles: tuple[str, ...]) -> TokenRecord:
     token = app_state().storage.authenticate(secret)
     if token is None:
         raise Unauthorized("authorization", "unknown or revoked token")
+    g.audit_token = token  # known from here on: the request is audited, refused or not
     if token.role not in roles:
         raise Forbidden("authorization", f"a {token.role} token may not use this route (needs {' or '.join(roles)})")
     return token
@@ -63,6 +66,7 @@ def require_role(*roles: str) -> Callable[[F], F]:
     def decorate(view: F) -> F:
         @functools.wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            after_this_request(audit_response)
             g.token = authenticate_request(roles)
             return view(*args, **kwargs)
 

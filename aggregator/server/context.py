@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from flask import current_app
 
 from aggregator.server.faults import Faults
+from aggregator.server.keyring import KeyRing
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.services.offload import Offloader
 from aggregator.server.settings import Settings
@@ -32,6 +33,7 @@ class AppState:
     opener: EnvelopeOpener
     offloader: Offloader
     faults: Faults = field(default_factory=Faults)
+    keyring: KeyRing | None = None  # retired sealing keys and the announced next signing key
 
     def now(self) -> float:
         """The server's clock (Unix seconds); one place to read it."""

@@ -49,6 +49,9 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "process": record.process,
         }
+        audit = getattr(record, "audit", None)
+        if isinstance(audit, dict):
+            entry["audit"] = audit  # an audit-log event: the whole entry, for log shippers
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)

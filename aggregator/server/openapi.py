@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-from flask import Flask
+from flask import Flask, request
 
 from aggregator.server.api.errors import error_schema
+from protocol.errors import ParameterError
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
@@ -128,3 +129,38 @@ def document_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
     return {
         (path, method) for path, item in document["paths"].items() for method in item if method in HTTP_METHODS
     }
+
+
+def query_parameters(document: dict[str, Any]) -> dict[tuple[str, str], frozenset[str]]:
+    """``(path, method) -> the query parameters the operation documents`` (path-item ones included)."""
+    out = {}
+    for path, item in document["paths"].items():
+        shared = [p for p in item.get("parameters", ()) if p.get("in") == "query"]
+        for method, operation in item.items():
+            if method in HTTP_METHODS:
+                own = [p for p in operation.get("parameters", ()) if p.get("in") == "query"]
+                out[(path, method)] = frozenset(p["name"] for p in (*shared, *own))
+    return out
+
+
+def refuse_undocumented_query(app: Flask) -> None:
+    """Install a check: a query parameter the operation does not document is 400 (field: its name).
+
+    The document is the one source of which parameters exist: before, any
+    name was silently ignored, so a misspelt ``windw=`` answered as if absent.
+    Routes outside the document (``/metrics``, the dashboard) are not checked.
+    """
+    allowed = query_parameters(openapi_document())
+
+    def check() -> None:
+        if not request.args or request.url_rule is None:
+            return
+        names = allowed.get((flask_path(request.url_rule.rule), request.method.lower()))
+        if names is None:
+            return
+        unknown = sorted(set(request.args) - names)
+        if unknown:
+            takes = ", ".join(sorted(names)) or "none"
+            raise ParameterError(unknown[0], f"is not a query parameter of this operation (it takes: {takes})")
+
+    app.before_request(check)

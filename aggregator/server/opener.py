@@ -35,47 +35,50 @@ MIN_POOLED_BATCH = 64  # smaller batches are opened in place: the round trip to 
 Sealed = tuple[bytes, bytes]  # (envelope, associated data)
 Opened = bytes | DecryptError
 
-_helper_key: X25519PrivateKey | None = None
+_helper_keys: list[X25519PrivateKey] = []
 
 
-def _start_helper(raw_private: bytes) -> None:
-    global _helper_key
-    _helper_key = X25519PrivateKey.from_private_bytes(raw_private)
+def _start_helper(raw_privates: list[bytes]) -> None:
+    _helper_keys[:] = [X25519PrivateKey.from_private_bytes(raw) for raw in raw_privates]
 
 
 def _open_in_helper(chunk: list[Sealed]) -> list[bytes | tuple[str, str]]:
     """Runs in a helper process: plaintexts, or ``(field, reason)`` of a ``DecryptError``."""
-    out: list[bytes | tuple[str, str]] = []
-    for envelope, aad in chunk:
+    return [item if isinstance(item, bytes) else (item.field, item.reason)
+            for item in open_in_place(_helper_keys, chunk)]
+
+
+def _open_one(privates: Sequence[X25519PrivateKey], envelope: bytes, aad: bytes) -> Opened:
+    """The current key first, then each retired one still honoured; the current key's error if none opens it."""
+    errors: list[DecryptError] = []
+    for private in privates:  # never empty: the current key comes first
         try:
-            out.append(open_sealed(_helper_key, envelope, aad))  # type: ignore[arg-type]
+            return open_sealed(private, envelope, aad)
         except DecryptError as exc:
-            out.append((exc.field, exc.reason))
-    return out
+            errors.append(exc)
+    return errors[0]
 
 
-def open_in_place(private: X25519PrivateKey, items: Sequence[Sealed]) -> list[Opened]:
+def open_in_place(privates: Sequence[X25519PrivateKey], items: Sequence[Sealed]) -> list[Opened]:
     """Open each envelope here; a failure is returned (not raised) as its ``DecryptError``."""
-    out: list[Opened] = []
-    for envelope, aad in items:
-        try:
-            out.append(open_sealed(private, envelope, aad))
-        except DecryptError as exc:
-            out.append(exc)
-    return out
+    return [_open_one(privates, envelope, aad) for envelope, aad in items]
 
 
 class EnvelopeOpener:
-    """Opens batches of envelopes with the aggregator's X25519 key.
+    """Opens batches of envelopes with the aggregator's X25519 key (and retired ones still honoured).
 
     Args:
         keys: the aggregator's keys.
         processes: helper processes for large batches (0: open in place).
+        retired: sealing keys replaced by a rotation whose date has not passed
+            (``aggregator.server.keyring``): an envelope the current key does
+            not open is tried with each.
     """
 
-    def __init__(self, keys: AggregatorKeys, *, processes: int = 0) -> None:
+    def __init__(self, keys: AggregatorKeys, *, processes: int = 0,
+                 retired: Sequence[X25519PrivateKey] = ()) -> None:
         check_int("decrypt_processes", processes, low=0, high=64)
-        self.private = keys.seal_private
+        self.privates = [keys.seal_private, *retired]
         self.processes = processes
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -83,7 +86,7 @@ class EnvelopeOpener:
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
-                raw = self.private.private_bytes_raw()
+                raw = [private.private_bytes_raw() for private in self.privates]
                 self._pool = ProcessPoolExecutor(
                     max_workers=self.processes,
                     mp_context=multiprocessing.get_context("forkserver"),
@@ -95,7 +98,7 @@ class EnvelopeOpener:
     def open_all(self, items: Sequence[Sealed]) -> list[Opened]:
         """Plaintexts in order; an envelope that does not open gives its ``DecryptError``."""
         if self.processes == 0 or len(items) < MIN_POOLED_BATCH:
-            return open_in_place(self.private, items)
+            return open_in_place(self.privates, items)
         size = -(-len(items) // self.processes)
         chunks = [list(items[i : i + size]) for i in range(0, len(items), size)]
         out: list[Opened] = []
@@ -105,7 +108,7 @@ class EnvelopeOpener:
         except BrokenProcessPool:
             log.warning("a decrypt helper process died; restarting the helpers, this batch is opened in place")
             self.close()
-            return open_in_place(self.private, items)
+            return open_in_place(self.privates, items)
         return out
 
     def close(self) -> None:

@@ -1,13 +1,24 @@
-"""``onesided keys init|show``: the aggregator's X25519 and Ed25519 keys.
+"""``onesided keys init|show|rotate|backup|restore``: the aggregator's X25519 and Ed25519 keys.
 
-The private keys are two files (mode 0600) in a 0700 directory
-(``protocol.crypto.AggregatorKeys.save``); ``show`` prints only the public
-halves and their key ids, which clients pin.
+The private keys are files (mode 0600) in a 0700 directory (``--key-dir``,
+default ``DATA_DIR/keys``; a data directory created here is 0700 too);
+``show`` prints only the public halves and their key ids, which clients pin.
+``rotate --seal`` replaces the sealing key and keeps the old one opening
+reports until a stated date; ``rotate --sign`` first announces the next
+signing key in the signed config, and run again switches to it.
+``backup`` writes every key file encrypted with a passphrase (scrypt and
+AES-256-GCM); ``restore`` writes them back. A running server reads its keys
+when its workers start: after a rotation or restore, send its master SIGHUP.
+The layout and the cryptography: ``aggregator.server.keyring``.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
+import sys
+import time
 
 from aggregator.cli.options import (
     Subparsers,
@@ -16,31 +27,120 @@ from aggregator.cli.options import (
     print_json,
     settings_from_args,
 )
+from protocol.errors import ParameterError
+
+DAY = 86400
+PASSPHRASE_ENV = "ONESIDED_KEY_PASSPHRASE"
 
 
 def register(subparsers: Subparsers) -> None:
-    actions = command_group(subparsers, "keys", "create or show the aggregator's keys")
+    actions = command_group(subparsers, "keys", "create, show, rotate, back up or restore the aggregator's keys")
     init = actions.add_parser("init", help="create the sealing (X25519) and signing (Ed25519) keys")
     add_storage_options(init)
     init.add_argument("--force", action="store_true", help="replace existing keys (clients must re-pin!)")
     init.set_defaults(func=run_init)
-    show = actions.add_parser("show", help="print the public keys and key ids")
+    show = actions.add_parser("show", help="print the public keys, key ids and retired sealing keys")
     add_storage_options(show)
     show.set_defaults(func=run_show)
+    rotate = actions.add_parser("rotate", help="replace the sealing key, or announce and then switch the signing key")
+    add_storage_options(rotate)
+    which = rotate.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seal", action="store_true", help="a new sealing key; the old one keeps opening reports")
+    which.add_argument("--sign", action="store_true",
+                       help="first run: announce the next signing key in the config; second run: switch to it")
+    rotate.add_argument("--keep-old-days", type=float, default=30.0,
+                        help="--seal: days the old sealing key still opens reports sealed to it (default 30)")
+    rotate.set_defaults(func=run_rotate)
+    for name, help_text, func in (("backup", "write the key files, encrypted with a passphrase", run_backup),
+                                  ("restore", "write the key files back from a backup", run_restore)):
+        action = actions.add_parser(name, help=help_text)
+        add_storage_options(action)
+        action.add_argument("file", help="the backup file (written with mode 0600)" if name == "backup"
+                            else "a file written by `onesided keys backup`")
+        action.add_argument("--passphrase-file", help=f"read the passphrase from this file (else ${PASSPHRASE_ENV}, "
+                                                      "else a prompt)")
+        if name == "restore":
+            action.add_argument("--force", action="store_true", help="replace keys already in the key directory")
+        action.set_defaults(func=func)
+
+
+def _key_path(args: argparse.Namespace) -> str:
+    """The key directory; a data directory that holds it is created 0700 (its parents are not ours)."""
+    settings = settings_from_args(args)
+    if settings.key_dir is None:
+        from aggregator.server.private_files import prepare_data_dir
+
+        prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
+    return str(settings.key_path)
 
 
 def run_init(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
+    path = _key_path(args)
     from protocol.crypto import AggregatorKeys
 
     keys = AggregatorKeys.generate()
-    keys.save(settings.key_path, overwrite=args.force)
-    print_json({"key_dir": str(settings.key_path), **keys.public_info()})
+    keys.save(path, overwrite=args.force)
+    print_json({"key_dir": path, **keys.public_info()})
     return 0
 
 
 def run_show(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    from aggregator.server.app import load_keys
-    print_json({"key_dir": str(settings.key_path), **load_keys(settings).public_info()})
+    path = str(settings_from_args(args).key_path)
+    from aggregator.server.keyring import load_keyring
+
+    print_json({"key_dir": path, **load_keyring(path).summary(time.time())})
+    return 0
+
+
+def run_rotate(args: argparse.Namespace) -> int:
+    path = str(settings_from_args(args).key_path)
+    from aggregator.server.keyring import load_keyring, rotate_seal, rotate_sign
+
+    load_keyring(path)  # a missing or damaged directory is one line before anything changes
+    if args.seal:
+        if not 0 <= args.keep_old_days <= 3650:
+            raise ParameterError("keep_old_days", f"must be in [0, 3650], got {args.keep_old_days}")
+        ring, step = rotate_seal(path, int(args.keep_old_days * DAY)), "seal key replaced"
+    else:
+        ring, step = rotate_sign(path)
+        step = {"announced": "next signing key announced in the config; run `keys rotate --sign` again once "
+                             "devices have fetched it", "switched": "signing key switched"}[step]
+    print(f"{step}; send the server's master SIGHUP to load the keys", file=sys.stderr)
+    print_json({"key_dir": path, **ring.summary(time.time())})
+    return 0
+
+
+def _passphrase(args: argparse.Namespace, *, confirm: bool) -> str:
+    if args.passphrase_file:
+        try:
+            with open(args.passphrase_file, encoding="utf-8") as handle:
+                return handle.read().rstrip("\n")
+        except OSError as exc:
+            raise ParameterError("passphrase_file", f"cannot read {args.passphrase_file}: {exc.strerror}") from exc
+    if os.environ.get(PASSPHRASE_ENV):
+        return os.environ[PASSPHRASE_ENV]
+    if not sys.stdin.isatty():
+        raise ParameterError("passphrase", f"give --passphrase-file or ${PASSPHRASE_ENV} (no terminal to ask on)")
+    first = getpass.getpass("passphrase: ")
+    if confirm and getpass.getpass("again: ") != first:
+        raise ParameterError("passphrase", "the two entries differ")
+    return first
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    path = str(settings_from_args(args).key_path)
+    from aggregator.server.keyring import backup_keys, check_passphrase
+
+    passphrase = _passphrase(args, confirm=True)
+    check_passphrase(passphrase)
+    print_json(backup_keys(path, args.file, passphrase))
+    return 0
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    path = _key_path(args)
+    from aggregator.server.keyring import restore_keys
+
+    ring = restore_keys(args.file, path, _passphrase(args, confirm=False), overwrite=args.force)
+    print_json({"key_dir": path, **ring.summary(time.time())})
     return 0

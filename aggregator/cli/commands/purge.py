@@ -25,6 +25,9 @@ def run(args: argparse.Namespace) -> int:
     storage = Storage.open(settings.database_url, attempts=settings.db_retries)
     try:
         deleted = storage.purge_expired(settings.retention_seconds)
+        from aggregator.server.storage.audit import operator_entry
+        storage.record_audit(operator_entry("purge", None, {"retention_seconds": settings.retention_seconds,
+                                                            "deleted_reports": deleted}))
     finally:
         storage.close()
     print_json({"deleted_reports": deleted, "retention_seconds": settings.retention_seconds})

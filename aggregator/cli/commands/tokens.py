@@ -1,7 +1,7 @@
 """``onesided token create|list|revoke``: bearer tokens, directly on the database.
 
 Works without a running server so an operator can bootstrap the first admin
-token. ``create`` prints the secret alone on stdout (it is shown once and
+token. Creating and revoking are recorded in the audit log (actor ``cli:USER``). ``create`` prints the secret alone on stdout (it is shown once and
 stored only as its SHA-256), so ``export ONESIDED_TOKEN=$(onesided token
 create --role admin --name ops)`` works.
 """
@@ -22,7 +22,7 @@ from aggregator.cli.options import (
 from aggregator.server.roles import ROLES
 
 if TYPE_CHECKING:
-    from aggregator.server.storage import Storage
+    from aggregator.server.storage import AuditEntry, Storage
 
 
 def register(subparsers: Subparsers) -> None:
@@ -47,10 +47,17 @@ def _storage(args: argparse.Namespace) -> Storage:
     return Storage.open(settings.database_url, attempts=settings.db_retries)
 
 
+def operator_entry(action: str, target: str, detail: dict[str, str]) -> AuditEntry:
+    from aggregator.server.storage.audit import operator_entry as entry
+
+    return entry(action, target, detail)
+
+
 def run_create(args: argparse.Namespace) -> int:
     storage = _storage(args)
     try:
         record, secret = storage.create_token(role=args.role, name=args.name)
+        storage.record_audit(operator_entry("token create", record.name, {"role": record.role}))
     finally:
         storage.close()
     print(f"created {record.role} token {record.name!r}; it is shown only now", file=sys.stderr)
@@ -70,7 +77,9 @@ def run_list(args: argparse.Namespace) -> int:
 def run_revoke(args: argparse.Namespace) -> int:
     storage = _storage(args)
     try:
-        print_json(storage.revoke_token(args.name).to_dict())
+        revoked = storage.revoke_token(args.name)
+        storage.record_audit(operator_entry("token revoke", revoked.name, {"role": revoked.role}))
+        print_json(revoked.to_dict())
     finally:
         storage.close()
     return 0

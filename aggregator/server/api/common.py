@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint, g, request
 from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import UnsupportedMediaType
 from werkzeug.routing import IntegerConverter
@@ -69,7 +69,8 @@ def json_body() -> Any:
     if request.mimetype != JSON_MIMETYPE:
         raise UnsupportedMediaType(f"send the body as {JSON_MIMETYPE}, not {request.mimetype or 'nothing'}")
     try:
-        return json.loads(body_bytes(), parse_constant=_no_constants)
+        g.json_body = body = json.loads(body_bytes(), parse_constant=_no_constants)  # the audit log's detail
+        return body
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParameterError("body", f"is not valid JSON: {exc}") from exc
     except RecursionError as exc:
@@ -83,7 +84,7 @@ def int_arg(name: str, *, minimum: int = 0) -> int | None:
         ParameterError: present but not an integer ``>= minimum`` (field ``name``).
     """
     text = request.args.get(name)
-    if text is None or text == "":
+    if text is None:
         return None
     try:
         value = int(text)

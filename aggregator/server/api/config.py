@@ -35,7 +35,7 @@ def signed_config() -> dict[str, Any]:
     entries = [metric_entry(m, rounds) for m in state.storage.list_metrics()]
     payload = build_config_payload(
         issued_at=int(now),
-        aggregator=state.keys.public_info(),
+        aggregator=state.keyring.public_info() if state.keyring is not None else state.keys.public_info(),
         metrics=entries,
         rounds=[r.announcement for r in rounds if r.is_open(now)],
     )

@@ -3,7 +3,7 @@
 >>> import tempfile
 >>> storage = Storage.open(f"sqlite:///{tempfile.mkdtemp()}/doc.db")
 >>> storage.schema_version()
-3
+4
 >>> storage.table_counts()["reports"]
 0
 >>> storage.close()
@@ -17,6 +17,7 @@ pool underneath). Methods by table:
   :meth:`collections`, :meth:`purge_expired`, :meth:`table_counts`
 * tokens: :meth:`create_token`, :meth:`authenticate`, :meth:`list_tokens`, :meth:`revoke_token`
 * releases: :meth:`create_release`, :meth:`get_release`, :meth:`list_releases`, :meth:`update_release`
+* audit log: :meth:`record_audit`, :meth:`audit_entries`
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sqlalchemy.engine import Engine
 
 from aggregator.server.faults import classify, first_line
 from aggregator.server.storage import migrations
+from aggregator.server.storage.audit import AuditEntry, AuditStore
 from aggregator.server.storage.engine import (
     describe_database,
     make_engine,
@@ -52,7 +54,7 @@ from aggregator.server.storage.tokens import TokenStore, hash_token, new_token_s
 log = logging.getLogger(__name__)
 
 
-class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore):
+class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore, AuditStore):
     """All tables behind one engine.
 
     Args:
@@ -121,6 +123,7 @@ class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore):
 
 
 __all__ = [
+    "AuditEntry",
     "ROLES",
     "Collection",
     "MetricBinding",

@@ -101,10 +101,31 @@ def _v3_packed_aggregates(conn: Connection) -> None:
     conn.execute(sa.text("DROP TABLE aggregates_v1"))
 
 
+def _v4_audit_log(conn: Connection) -> None:
+    """The ``audit_log`` table, append-only: the database refuses UPDATE and DELETE on it (triggers)."""
+    schema.audit_log.create(conn)
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text(
+            "CREATE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'audit_log is append-only'; END $$"
+        ))
+        conn.execute(sa.text(
+            "CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log "
+            "FOR EACH ROW EXECUTE FUNCTION audit_log_append_only()"
+        ))
+        return
+    for event in ("UPDATE", "DELETE"):
+        conn.execute(sa.text(
+            f"CREATE TRIGGER audit_log_no_{event.lower()} BEFORE {event} ON audit_log "
+            "BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END"
+        ))
+
+
 MIGRATIONS: tuple[tuple[int, Migration], ...] = (
     (1, _v1_initial),
     (2, _v2_one_open_round),
     (3, _v3_packed_aggregates),
+    (4, _v4_audit_log),
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
 

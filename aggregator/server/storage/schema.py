@@ -19,6 +19,7 @@ Tables:
 * ``cohort_totals``: ``(metric, window, round, cohort) -> reports``.
 * ``tokens``: bearer tokens, stored as SHA-256 hex.
 * ``releases``: central releases to analysts (body is JSON).
+* ``audit_log``: who did what with a token, append-only (schema version 4).
 """
 
 from __future__ import annotations
@@ -149,3 +150,18 @@ releases = sa.Table(
 
 VERSION_1_TABLES = (metrics, rounds, reports, aggregates_v1, cohort_totals, tokens, releases)
 """What version 1 created, in an order that satisfies the foreign keys."""
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("at", sa.BigInteger, nullable=False, index=True),  # Unix milliseconds
+    sa.Column("actor", sa.String(64), nullable=False, index=True),  # the token's name, or "cli:USER"
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("action", sa.String(120), nullable=False),  # "POST /v1/metrics/<name>/rounds", "token create"
+    sa.Column("target", sa.String(300), nullable=True),  # the path, or what a command acted on
+    sa.Column("status", sa.Integer, nullable=False),  # the HTTP status answered (0: a command that succeeded)
+    sa.Column("address_class", sa.String(16), nullable=False),  # loopback, private, link_local, public, local
+    sa.Column("address", sa.String(64), nullable=True),  # the client's network (/24, /48), never the address
+    sa.Column("detail", sa.Text, nullable=True),  # the request's scalar JSON fields, canonical JSON
+)
