@@ -68,9 +68,10 @@ _DIGITS = 6
 # last Laplace rate) is used and marked as a bound.
 MAX_EXACT_LAPLACE_LEVELS = 6
 MAX_NESTED_LAPLACE_LEVELS = 3
-# The forward recursion's grid: at most this many pieces (levels spanning a ratio past ~1,000 fall
-# back to the continuous bound rather than take seconds on a device).
-MAX_FORWARD_PIECES = 12_000
+# The forward recursion's work: pieces of its grid times the 2^(n+1) steps of the pattern tree, at
+# most this many (about 30 us each on a loaded 2-core machine: a second at most, once per chain, in
+# the client's sync() when it joins a round). Wider or longer chains keep the continuous bound.
+MAX_FORWARD_WORK = 40_000
 _THRESHOLD = 0.5
 # Bound on the quadrature error of an epsilon (errors ~1e-15 on probabilities >= 1e-3; pinned in tests).
 _QUAD_SLACK = 1e-8
@@ -466,7 +467,7 @@ class _Grid:
     def of(cls, levels: tuple[float, ...]) -> _Grid | None:
         span = _TAIL_RATE_SPAN / min(levels) + 1.0
         step = min(1.0, 4.0 / max(levels))
-        if 2.0 * span / step > MAX_FORWARD_PIECES:
+        if 2.0 * span / step * 2 ** (len(levels) + 1) > MAX_FORWARD_WORK:
             return None
         below = -np.arange(0.0, span + step, step)[::-1]
         above = _THRESHOLD + np.arange(step, span + step, step)
