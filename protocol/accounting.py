@@ -463,12 +463,16 @@ class _Grid:
     w: FloatArray
     above: FloatArray  # 1.0 on the pieces above the threshold 1/2, else 0.0 (per node)
 
+    @staticmethod
+    def work(levels: tuple[float, ...]) -> float:
+        """Pieces times the ``2^(n+1)`` steps of the pattern tree (compared with :data:`MAX_FORWARD_WORK`)."""
+        span = _TAIL_RATE_SPAN / min(levels) + 1.0
+        return 2.0 * span / min(1.0, 4.0 / max(levels)) * 2 ** (len(levels) + 1)
+
     @classmethod
-    def of(cls, levels: tuple[float, ...]) -> _Grid | None:
+    def of(cls, levels: tuple[float, ...]) -> _Grid:
         span = _TAIL_RATE_SPAN / min(levels) + 1.0
         step = min(1.0, 4.0 / max(levels))
-        if 2.0 * span / step * 2 ** (len(levels) + 1) > MAX_FORWARD_WORK:
-            return None
         below = -np.arange(0.0, span + step, step)[::-1]
         above = _THRESHOLD + np.arange(step, span + step, step)
         edges = np.unique(np.concatenate([below, [0.0, _THRESHOLD], above]))
@@ -520,11 +524,9 @@ def _forward_step(grid: _Grid, g: FloatArray, a: float, b: float, keep: FloatArr
     return out
 
 
-def _forward_pattern_probabilities(levels: tuple[float, ...]) -> dict[tuple[int, ...], float] | None:
-    """``P0`` of every pattern by the forward recursion (``None``: the levels need too fine a grid)."""
+def _forward_pattern_probabilities(levels: tuple[float, ...]) -> dict[tuple[int, ...], float]:
+    """``P0`` of every pattern by the forward recursion (any work: callers on a device check it first)."""
     grid = _Grid.of(levels)
-    if grid is None:
-        return None
     keeps = (1.0 - grid.above, grid.above)
     first = 0.5 * levels[0] * np.exp(-levels[0] * np.abs(grid.x))
     out: dict[tuple[int, ...], float] = {}
@@ -545,18 +547,12 @@ def sequence_pattern_probabilities(levels: tuple[float, ...]) -> dict[tuple[int,
     """``P0(y)`` for every pattern of a Laplace-thresholded bit (b = 0) released at ``levels``.
 
     Up to :data:`MAX_NESTED_LAPLACE_LEVELS` levels by nested quadrature; more by the forward
-    recursion when its grid is small enough.
-
-    Raises:
-        ParameterError: (field ``levels``) more than 3 levels spanning too wide a range of rates.
+    recursion, whatever its work (research tools may wait; the accounting checks
+    :data:`MAX_FORWARD_WORK` before asking).
     """
     _check_sequence(levels)
     if len(levels) > MAX_NESTED_LAPLACE_LEVELS:
-        forward = _forward_pattern_probabilities(levels)
-        if forward is None:
-            raise ParameterError("levels", f"rates {min(levels):g} to {max(levels):g} are too far apart "
-                                 "for the exact computation")
-        return forward
+        return _forward_pattern_probabilities(levels)
     return {
         pattern: _pattern_probability(levels, pattern)
         for pattern in itertools.product((0, 1), repeat=len(levels))
@@ -583,7 +579,7 @@ def _laplace_sequence_exact(levels: tuple[float, ...]) -> float:
 
 def _exact_feasible(levels: tuple[float, ...]) -> bool:
     """Whether :func:`sequence_pattern_probabilities` computes ``levels`` exactly (not too wide a grid)."""
-    return len(levels) <= MAX_NESTED_LAPLACE_LEVELS or _Grid.of(levels) is not None
+    return len(levels) <= MAX_NESTED_LAPLACE_LEVELS or _Grid.work(levels) <= MAX_FORWARD_WORK
 
 
 def sequence_bit_epsilon(mode: Mode, levels: tuple[float, ...] | list[float]) -> tuple[float, bool]:

@@ -40,7 +40,7 @@ LONG_CHAINS = [
 def test_forward_recursion_equals_the_nested_quadrature(levels: tuple[float, ...]) -> None:
     forward = _forward_pattern_probabilities(levels)
     nested = sequence_pattern_probabilities(levels)
-    assert forward is not None and forward.keys() == nested.keys()
+    assert forward.keys() == nested.keys()
     for pattern, p in nested.items():
         assert forward[pattern] == pytest.approx(p, rel=1e-11)
 
