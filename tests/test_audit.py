@@ -33,6 +33,7 @@ from aggregator.research.audit import (
     planted_float_release,
     reachable,
 )
+from aggregator.research.audit_device import DEVICE_TARGETS, PLANTED_DEVICE
 from protocol.errors import ParameterError
 from protocol.mechanisms import ALapMechanism
 from protocol.rng import RandomSource, SeededRandom
@@ -267,7 +268,10 @@ def test_cli_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(name in out for name in TARGETS)
     assert main(["audit", "--list", "--planted", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in rows] == list(PLANTED) and all(r["planted"] for r in rows)
+    assert [r["name"] for r in rows] == [*PLANTED, *PLANTED_DEVICE] and all(r["planted"] for r in rows)
+    assert main(["audit", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in DEVICE_TARGETS)  # the device path is audited too
 
 
 def test_cli_json_run(capsys: pytest.CaptureFixture[str]) -> None:
@@ -292,10 +296,11 @@ def test_cli_exits_1_when_a_shipped_claim_is_exceeded(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     leaky = PLANTED["planted-none-bit"]
-    monkeypatch.setattr(audit_module, "TARGETS", {"leaky": AuditTarget(
+    shipped = {"leaky": AuditTarget(
         name="leaky", claimed=leaky.claimed, sample_a=leaky.sample_a, sample_b=leaky.sample_b,
         direction=leaky.direction,
-    )})
+    )}
+    monkeypatch.setattr(audit_module, "shipped_targets", lambda: {"mechanisms": shipped})
     assert main(["audit", "--samples", "20000"]) == 1
     captured = capsys.readouterr()
     assert "FAIL" in captured.out and "leaky" in captured.err

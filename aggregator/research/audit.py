@@ -79,11 +79,13 @@ __all__ = [
     "clopper_pearson_lower",
     "clopper_pearson_upper",
     "find_target",
+    "planted_targets",
     "outcome_keys",
     "planted_float_release",
     "planted_none_bit_reports",
     "planted_per_set_memo_days",
     "reachable",
+    "shipped_targets",
 ]
 
 Direction = Literal["both", "a_over_b"]
@@ -1003,13 +1005,29 @@ PLANTED: Mapping[str, AuditTarget] = _Registry({
 """Deliberately broken mechanisms: an audit must put each one's lower bound above its claim."""
 
 
+def shipped_targets() -> dict[str, Mapping[str, AuditTarget]]:
+    """The shipped registries by kind: the mechanisms (:data:`TARGETS`) and the device path end to end."""
+    from .audit_device import DEVICE_TARGETS  # drives client_sdk; imported when asked for
+
+    return {"mechanisms": TARGETS, "device": DEVICE_TARGETS}
+
+
+def planted_targets() -> dict[str, Mapping[str, AuditTarget]]:
+    """The planted registries: broken mechanisms (:data:`PLANTED`) and device-path regressions."""
+    from .audit_device import PLANTED_DEVICE
+
+    return {"mechanisms": PLANTED, "device": PLANTED_DEVICE}
+
+
 def find_target(name: str) -> AuditTarget:
-    """A shipped or planted target by name.
+    """A shipped or planted target by name (mechanisms or the device path).
 
     Raises:
         ParameterError: (field ``target``) no such target.
     """
-    for registry in (TARGETS, PLANTED):
+    registries = [*shipped_targets().values(), *planted_targets().values()]
+    for registry in registries:
         if name in registry:
             return registry[name]
-    raise ParameterError("target", f"unknown target {name!r}; known: {', '.join([*TARGETS, *PLANTED])}")
+    known = [n for registry in registries for n in registry]
+    raise ParameterError("target", f"unknown target {name!r}; known: {', '.join(known)}")

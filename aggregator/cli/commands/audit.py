@@ -1,10 +1,12 @@
 """``onesided audit``: empirical lower bounds on the privacy loss of the shipped mechanisms.
 
-Each target (``aggregator.research.audit.TARGETS``) is sampled on two neighbouring
-inputs and the table shows the printed epsilon next to the audited lower
-bound; a lower bound above the claim is a failure (exit 1). ``--planted``
-audits the deliberately broken mechanisms instead, which must be caught
-(a planted mechanism that is not caught also exits 1). docs/audit.md.
+Each target (``aggregator.research.audit.TARGETS``, and the device path end to
+end: ``aggregator.research.audit_device.DEVICE_TARGETS``) is sampled on two
+neighbouring inputs and the table shows the printed epsilon next to the
+audited lower bound; a lower bound above the claim is a failure (exit 1).
+``--planted`` audits the deliberately broken mechanisms and the planted
+device-path regressions instead, which must be caught (a planted target that
+is not caught also exits 1). docs/audit.md.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--seed", type=int, default=1, help="seed of the sample streams (default 1)")
     parser.add_argument("--confidence", type=float, default=None,
                         help="confidence of each lower bound (default 1 - 1e-6)")
-    parser.add_argument("--planted", action="store_true", help="audit the planted broken mechanisms (must be caught)")
+    parser.add_argument("--planted", action="store_true",
+                        help="audit the planted broken mechanisms and device-path regressions (must be caught)")
+    parser.add_argument("--device-samples", type=int, default=None,
+                        help="clients per input for the device-path targets (default 4000: each sample is a whole "
+                        "client run, sealed and opened, ~10-25 ms)")
     parser.add_argument("--json", action="store_true", help="JSON output")
     parser.add_argument("--list", action="store_true", help="list the targets and their claims, audit nothing")
     parser.set_defaults(func=run_audit)
@@ -33,16 +39,30 @@ def register(subparsers: Subparsers) -> None:
 
 def _selected(args: argparse.Namespace) -> list[tuple[str, bool]]:
     """``(name, planted)`` in the order given; the default set depends on ``--planted``."""
-    from aggregator.research.audit import PLANTED, TARGETS, find_target
+    from aggregator.research.audit import find_target, planted_targets, shipped_targets
 
+    planted = [n for registry in planted_targets().values() for n in registry]
     names = list(args.targets)
     if not names:
-        names = list(PLANTED) if args.planted else list(TARGETS)
+        names = planted if args.planted else [n for registry in shipped_targets().values() for n in registry]
     elif args.planted:
-        names += [n for n in PLANTED if n not in names]
+        names += [n for n in planted if n not in names]
     for name in names:
         find_target(name)  # unknown names fail before any sampling
-    return [(name, name in PLANTED) for name in names]
+    return [(name, name in planted) for name in names]
+
+
+def _target(name: str, device_samples: int | None) -> Any:
+    """The target, its sample cap set by ``--device-samples`` when it has one (the device-path targets)."""
+    import dataclasses
+
+    from aggregator.research.audit import find_target
+    from protocol.validation import check_int
+
+    target = find_target(name)
+    if device_samples is not None and target.max_samples is not None:
+        target = dataclasses.replace(target, max_samples=check_int("device_samples", device_samples, low=4))
+    return target
 
 
 def _verdict(passed: bool, planted: bool) -> str:
@@ -80,7 +100,7 @@ def _table(rows: list[dict[str, Any]], samples: int, confidence: float) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from aggregator.research.audit import DEFAULT_CONFIDENCE, audit, find_target
+    from aggregator.research.audit import DEFAULT_CONFIDENCE, audit
 
     selected = _selected(args)
     if args.list:
@@ -88,7 +108,7 @@ def run_audit(args: argparse.Namespace) -> int:
     confidence = DEFAULT_CONFIDENCE if args.confidence is None else args.confidence
     rows: list[dict[str, Any]] = []
     for name, planted in selected:
-        result = audit(find_target(name), args.samples, seed=args.seed, confidence=confidence)
+        result = audit(_target(name, args.device_samples), args.samples, seed=args.seed, confidence=confidence)
         rows.append({**result.to_dict(), "planted": planted, "verdict": _verdict(result.passed, planted)})
     if args.json:
         print_json(rows)

@@ -1,0 +1,112 @@
+"""The auditor drives the real device path (``client_sdk.Client``, sealed reports opened by the aggregator).
+
+Each sample is a whole client: sync a signed config, report a history (windows, rounds), flush; the
+outcome is what the aggregator opened. The claim is the client's ledger charge. Shipped targets must pass
+(the audit's lower bound exceeds a true claim with probability <= 1 - confidence = 1e-6 per target); the
+planted device-path regressions, patched into this process only while sampling, must be caught.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aggregator.research.audit import audit, find_target, planted_targets, shipped_targets
+from aggregator.research.audit_device import (
+    DEVICE_TARGETS,
+    PLANTED_DEVICE,
+    DeviceScenario,
+    Window,
+    _run_client,
+    device_reports,
+    irr_switched_off,
+    ledger_charge,
+)
+from protocol.crypto import AggregatorKeys
+from protocol.encodings import DirectEncoding
+from protocol.errors import ParameterError
+from protocol.params import MetricParams
+from protocol.rng import SeededRandom
+
+PLACES = DirectEncoding(domain=("home", "clinic", "work"))
+HC, H = frozenset({"home", "clinic"}), frozenset({"home"})
+
+
+def _asym(level: float = 2.0, **extra: object) -> MetricParams:
+    return MetricParams(name="audit", encoding=PLACES, mode="asymmetric", level=level, **extra)  # type: ignore[arg-type]
+
+
+def test_every_report_is_sealed_and_opened_with_the_aggregator_key(tmp_path: Path) -> None:
+    scenario = DeviceScenario(_asym(level=1.0), (Window(HC, rounds=(2.0,)), Window(HC)),
+                              (Window(H, rounds=(2.0,)), Window(H)))
+    fake, spent = _run_client(scenario, scenario.history_a, AggregatorKeys.generate(), tmp_path / "s", SeededRandom(3))
+    sent = sorted((env.window, env.round) for env, _ in fake.stored.values())
+    assert sent == sorted(scenario.slots) and len(sent) == 3  # window 1, its round, window 2
+    assert all(env.sealed is not None and env.plain is None for env, _ in fake.stored.values())
+    assert spent == 2.0  # window 1 relaxed 1 -> 2 costs 2/2, window 2 at level 2 costs 2/2: the ledger
+    # the holder's bits: clinic is always 1 (asymmetric noise only adds ones)
+    assert all(payload.bits[1] for _, payload in fake.stored.values())
+
+
+def test_outcome_rows_hold_every_slot_and_whether_it_was_sent() -> None:
+    scenario = DeviceScenario(_asym(), (Window(HC), Window(HC), Window(HC)), (Window(H), Window(H), Window(H)),
+                              max_epsilon={"audit": 2.0})
+    rows = device_reports(scenario, scenario.history_a, 20, SeededRandom(4))
+    m = 3
+    assert rows.shape == (20, 3 * (m + 1))
+    sent = rows[:, [0, m + 1, 2 * (m + 1)]]
+    assert sent[:, :2].all() and not sent[:, 2].any()  # the ceiling refuses the third window: nothing sent
+    assert ledger_charge(scenario) == 2.0
+
+
+def test_the_charge_must_not_depend_on_the_values() -> None:
+    with pytest.raises(ParameterError):
+        DeviceScenario(_asym(), (Window(HC, rounds=(3.0,)),), (Window(H),))  # not the same schedule
+
+
+def test_device_targets_are_in_the_registries_and_claim_the_ledger() -> None:
+    assert set(DEVICE_TARGETS) <= set(shipped_targets()["device"])
+    assert set(PLANTED_DEVICE) == set(planted_targets()["device"])
+    assert find_target("device-asymmetric-set").claimed == 1.0  # one window, level 2, one member: 2/2
+    assert find_target("device-ceiling-global").claimed == 1.0  # the second window is refused by the ceiling
+    assert find_target("device-asymmetric-close-rounds").claimed == 1.0  # lazy chain 1.8 -> 1.9 -> 2: the last
+    for name in DEVICE_TARGETS:
+        target = DEVICE_TARGETS[name]
+        assert target.max_samples is not None and math.isfinite(target.claimed) and target.focus
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_TARGETS))
+def test_shipped_device_targets_pass_at_a_small_sample(name: str) -> None:
+    # false-failure rate per target: 1e-6 (the audit's confidence), whatever the sample size
+    result = audit(DEVICE_TARGETS[name], 100, seed=11)
+    assert result.passed, result.to_dict()
+    assert result.samples == 100
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_DEVICE))
+def test_planted_device_regressions_are_caught(name: str) -> None:
+    # At 400 clients per input (200 measured) each regression's distinguishing event leaves the audit a
+    # margin of many standard deviations (e.g. noise re-drawn per report: P(all ones | b) = e^-2.85 = 0.058,
+    # caught unless 45 or more of 200 hit, a Binomial(200, 0.058) tail below 1e-12; IRR off: the two
+    # windows' ones have P = e^-2 = 0.135 where the charge allows 0.47).
+    target = PLANTED_DEVICE[name]
+    result = audit(target, 400, seed=5)
+    assert not result.passed, result.to_dict()
+    assert result.lower_bound > target.claimed
+
+
+def test_planting_is_undone_after_sampling() -> None:
+    import client_sdk.client as client_module
+    import client_sdk.memo as memo
+
+    before = (memo.apply_irr, client_module.apply_irr)
+    with irr_switched_off():
+        assert memo.apply_irr is not before[0] and client_module.apply_irr is memo.apply_irr
+    assert (memo.apply_irr, client_module.apply_irr) == before
+    # a shipped target sampled after a planted one sees the real IRR: reports vary
+    scenario = DeviceScenario(_asym(irr_q=0.5), (Window(H),), (Window(frozenset()),))
+    rows = device_reports(scenario, scenario.history_b, 60, SeededRandom(8))
+    assert 0 < rows[:, 1:].sum() < rows[:, 1:].size and np.all(rows[:, 0])
