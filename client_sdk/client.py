@@ -67,6 +67,7 @@ from protocol.wire import (
 )
 
 from .ledger import (
+    Budget,
     Ceiling,
     Ledger,
     LedgerEntry,
@@ -76,6 +77,7 @@ from .ledger import (
     check_new_window,
     check_relaxation,
     ledger_entry,
+    period_of,
     unused_entry,
 )
 from .lock import StateLock
@@ -225,6 +227,12 @@ class Client:
             makes the IRR predictable to whoever knows it and is refused
             unless ``insecure_rng_for_testing=True``.
         insecure_rng_for_testing: allow a non-secure ``rng`` (tests and benchmarks only).
+        budget_period: a renewing budget: ``max_epsilon`` is then the ceiling
+            per metric **per period** (``"day"``, ``"week"``, ``"month"`` = 30
+            days, or seconds; periods aligned to the Unix epoch, UTC). ``None``
+            (default): ``max_epsilon`` is the metric's lifetime ceiling.
+        budget_warning: log a warning (once per metric and period) when what
+            is left falls below this fraction of the ceiling.
         accept_round: the app's consent to a relaxation round (``None``: accept
             every round the ceiling allows). A refused round is not applied and
             nothing is sent for it: the aggregator sees non-participation.
@@ -263,6 +271,8 @@ class Client:
         rng: RandomSource | int | None = None,
         accept_round: Callable[[RoundAnnouncement], bool] | None = None,
         insecure_rng_for_testing: bool = False,
+        budget_period: str | int | None = None,
+        budget_warning: float = 0.2,
     ) -> None:
         if on_corrupt not in CORRUPT_POLICIES:
             raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {on_corrupt!r}")
@@ -272,7 +282,9 @@ class Client:
         if not _seconds("send_interval", send_interval) > 0:
             raise ParameterError("send_interval", f"must be > 0, got {send_interval!r}")
         self._keys = pinned_keys(server_public_keys)
-        self._ceiling = Ceiling.of(max_epsilon)
+        self._ceiling = Ceiling.of(max_epsilon, budget_period)
+        self.budget_warning = check_number("budget_warning", budget_warning, nonnegative=True, high=1.0)
+        self._warned: set[tuple[str, int]] = set()
         self._on_error = on_error
         self._accept_round = accept_round
         self._rng = _secure_or_testing(rng, insecure_rng_for_testing)
@@ -320,6 +332,9 @@ class Client:
             self._queue = ReportQueue(self._store.queue_path, self._store.key)
             self._state = self._open_state(self._on_corrupt)
             self._config = self._stored_config()
+            now = self._clock()
+            for record in self._state.metrics.values():  # the budget policy may have changed since
+                self._dirty = record.follow_period(self._ceiling.period, now) or self._dirty
         except BaseException:
             self._file_lock.release()
             raise
@@ -412,10 +427,36 @@ class Client:
             self._dirty = True
             self.save()
 
-    def _prior(self, metric: str) -> float:
+    def _prior(self, metric: str, when: float | None = None) -> float:
+        """Lost-state charges of ``metric``: all of them, or (renewing budget) those of the period holding ``when``."""
         if not self._state.lost:
             return 0.0
-        return sum(Ceiling.from_dict(lost["ceiling"]).for_metric(metric) for lost in self._state.lost)
+        period = self._ceiling.period
+        return sum(
+            Ceiling.from_dict(lost["ceiling"]).for_metric(metric) for lost in self._state.lost
+            if when is None or period is None or period_of(float(lost["at"]), period) == period_of(when, period)
+        )
+
+    def _period_prior(self, metric: str, record: MetricRecord | None, when: float) -> float:
+        """The ``prior`` a ceiling check takes: per period (renewing budget) or for the lifetime."""
+        if record is not None and record.period is not None:
+            return self._prior(metric, when)
+        return self._prior(metric)
+
+    def _relax_prior(self, metric: str, record: MetricRecord) -> float:
+        """The ``prior`` of a relaxation's check: that of the current window's period (renewing budget)."""
+        when = record.current.window if record.current is not None else self._clock()
+        return self._period_prior(metric, record, when)
+
+    def _warn_low(self, metric: str, record: MetricRecord, left: float, ceiling: float, when: float) -> None:
+        """Log once per metric and period: what is left fell below ``budget_warning`` of the ceiling."""
+        period = record.period
+        start = 0 if period is None else period_of(when, period)
+        if (metric, start) in self._warned:
+            return
+        self._warned.add((metric, start))
+        renews = "" if period is None else f"; it renews at {start + period} (unix time)"
+        log.warning("metric %s: %.6g of its privacy budget of %.6g left%s", metric, max(0.0, left), ceiling, renews)
 
     # --- config -----------------------------------------------------------------
 
@@ -544,7 +585,8 @@ class Client:
         self._settle(record, record.metric_params())
         try:  # the check relax() makes, asked first so a refusal is recorded once, as a round refusal
             check_relaxation(record, record.metric_params(), announcement.level_to,
-                             self._ceiling.for_metric(announcement.metric), self._prior(announcement.metric))
+                             self._ceiling.for_metric(announcement.metric),
+                             self._relax_prior(announcement.metric, record))
         except OnesidedError as exc:
             return str(exc)
         return None
@@ -569,7 +611,8 @@ class Client:
         if record is None:
             cohort = int(self._rng.integers(params.num_cohorts, 1)[0])
             record = MetricRecord(
-                params=params.to_dict(), digest=entry.digest, cohort=cohort, levels=[params.level], rounds=[0]
+                params=params.to_dict(), digest=entry.digest, cohort=cohort, levels=[params.level], rounds=[0],
+                period=self._ceiling.period,
             )
             self._state.metrics[params.name] = record
             self._dirty = True
@@ -629,8 +672,10 @@ class Client:
             current = record.current
             if current is not None and window <= current.window:
                 return self._repeat(record, window, value_text)
+            ceiling = self._ceiling.for_metric(metric)
             try:
-                check_new_window(record, params, self._ceiling.for_metric(metric), self._prior(metric))
+                after = check_new_window(record, params, ceiling, self._period_prior(metric, record, window),
+                                         window=window)
             except OnesidedError as exc:
                 self._event("refused", metric, str(exc))
                 raise
@@ -642,10 +687,14 @@ class Client:
             record.current = WindowRelease(
                 window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
             )
+            if record.first_window is None:
+                record.first_window = window
             self._enqueue(item)
             self._dirty = True
             if self.autosave:
                 self.save()
+        if ceiling - after < self.budget_warning * ceiling:
+            self._warn_low(metric, record, ceiling - after, ceiling, window)
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
 
@@ -790,8 +839,8 @@ class Client:
             self._settle(record, params)
             if level_to != record.levels[-1]:
                 ceiling = self._ceiling.for_metric(metric)
-                self._check(lambda: check_relaxation(record, params, float(level_to), ceiling,
-                                                     self._prior(metric)), metric)
+                prior = self._relax_prior(metric, record)
+                self._check(lambda: check_relaxation(record, params, float(level_to), ceiling, prior), metric)
                 item = self._resend(entry, record, float(level_to), round_id)
                 record.levels.append(float(level_to))
                 record.rounds.append(round_id)
@@ -1033,14 +1082,18 @@ class Client:
     # --- ledger -------------------------------------------------------------------
 
     def _ledger_entry(self, metric: str, record: MetricRecord) -> LedgerEntry:
-        return ledger_entry(record, record.metric_params(), self._ceiling.for_metric(metric), self._prior(metric))
+        now = self._clock()
+        return ledger_entry(record, record.metric_params(), self._ceiling.for_metric(metric), self._prior(metric),
+                            now=now, period_prior=self._period_prior(metric, record, now))
 
     def ledger(self) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
         with self._lock:
             config = self._config
+            now, period = self._clock(), self._ceiling.period
             unused = () if config is None else tuple(
-                unused_entry(e.params, self._ceiling.for_metric(e.params.name), self._prior(e.params.name))
+                unused_entry(e.params, self._ceiling.for_metric(e.params.name), self._prior(e.params.name),
+                             period=period, now=now, period_prior=self._prior(e.params.name, now))
                 for e in config.metrics if e.params.name not in self._state.metrics
             )
             return Ledger(
@@ -1050,6 +1103,14 @@ class Client:
                 queued_reports=len(self._queue),
                 unused=unused,
             )
+
+    def budget(self, metric: str) -> Budget:
+        """What is left of ``metric``'s privacy budget, and when it renews.
+
+        Raises:
+            KeyError: ``metric`` is neither used nor in the verified config.
+        """
+        return Budget.of(self.ledger()[metric])
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:
         self._state.record_event(LedgerEvent(at=self._clock(), kind=kind, metric=metric, detail=detail))
