@@ -31,12 +31,10 @@ attempt).
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -54,12 +52,8 @@ from protocol.randomizers import MAX_LEVEL
 from protocol.rng import RandomSource, SecureRandom, as_rng
 from protocol.validation import check_int, check_number
 from protocol.wire import (
-    STATUS_ACCEPTED,
-    STATUS_REPLAYED,
     ConfigPayload,
     MetricEntry,
-    ReportEnvelope,
-    ReportResult,
     RoundAnnouncement,
     pack_payload_mask,
     verify_config,
@@ -90,17 +84,15 @@ from .memo import (
     prepare_level,
 )
 from .pools import EphemeralPool, HeldKeys, IrrPool
-from .queue import Item, QueueDamage, ReportQueue, envelope_of, pending_item
+from .queue import Item, QueueDamage, ReportQueue, pending_item
+from .sender import FlushResult, Sender
 from .state import ClientState, StateCorrupted, StateStore
-from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport, TransportError
+from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport
 
 log = logging.getLogger("onesided.client")
 
 OnError = Callable[[Exception], None]
 CORRUPT_POLICIES = ("raise", "reset")
-# Whole-batch answers after which resending the same batch cannot help: the batch is dropped.
-_POISON_STATUSES = frozenset({400, 415, 422})
-_DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
 class ReportsDropped(OnesidedError):
     """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
 
@@ -110,29 +102,6 @@ class ReportsDropped(OnesidedError):
         super().__init__(f"{count} queued report(s) dropped: {reason}")
         self.count = count
         self.reason = reason
-
-
-@dataclass(frozen=True, kw_only=True)
-class FlushResult:
-    """What one :meth:`Client.flush` did.
-
-    Attributes:
-        delivered: reports the aggregator stored (``accepted``) or already had (``replayed``).
-        rejected: reports with a final non-delivered status (dropped; see ``on_error``).
-        dropped: reports discarded because their whole batch was refused.
-        remaining: reports still queued.
-        deferred: nothing was tried: the server's ``Retry-After`` has not passed,
-            or another flush was still running at the deadline.
-        error: the error that stopped sending early, if any (a passed
-            deadline is a :class:`TransportError` with field ``deadline``).
-    """
-
-    delivered: int = 0
-    rejected: int = 0
-    dropped: int = 0
-    remaining: int = 0
-    deferred: bool = False
-    error: Exception | None = None
 
 
 def pinned_keys(keys: bytes | str | Iterable[bytes | str]) -> dict[str, bytes]:
@@ -291,7 +260,6 @@ class Client:
         self._clock = clock
         self._monotonic = monotonic
         self.max_queue = max_queue
-        self.batch_size = batch_size
         self.autosave = autosave
         self.transport = Transport(
             server_url, retry=retry, session=session, sleep=sleep, clock=clock, rng=self._rng,
@@ -299,10 +267,7 @@ class Client:
             monotonic=monotonic,
         )
         self._lock = threading.RLock()
-        self._sending = threading.Lock()  # one flush at a time
-        self._not_before = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sender = Sender(self, self.transport, batch_size=batch_size, clock=clock, monotonic=monotonic)
         self._exit_hook = False
         self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
         self._on_corrupt = on_corrupt
@@ -889,93 +854,9 @@ class Client:
         except OnesidedError as exc:
             self._notify(exc)
             return FlushResult(remaining=len(self._queue), error=exc)
-        result = self._flush(until, wait=True)
+        result = self._sender.flush(until, wait=True)
         self._prepare()
         return result
-
-    def _flush(self, until: float | None, *, wait: bool) -> FlushResult:
-        """:meth:`flush` by the monotonic instant ``until``; ``wait=False``: skip if a flush is running."""
-        if not len(self._queue):
-            return FlushResult()
-        if self._clock() < self._not_before:
-            return FlushResult(remaining=len(self._queue), deferred=True)
-        timeout = -1.0 if until is None else max(0.0, until - self._monotonic())
-        if not self._sending.acquire(timeout=timeout if wait else 0):
-            return FlushResult(remaining=len(self._queue), deferred=True)
-        delivered = rejected = dropped = 0
-        error: Exception | None = None
-        try:
-            with self._lock:
-                self.save()
-                pending = set(self._queue.ids())
-            while batch := self._next_batch(pending):
-                try:
-                    results = self.transport.upload(batch, deadline=until)
-                except TransportError as exc:
-                    dropped += self._after_batch_error(batch, exc)
-                    if exc.retryable:
-                        raise
-                    continue
-                ok, bad = self._after_results(results)
-                delivered, rejected = delivered + ok, rejected + bad
-        except Exception as exc:  # background sending never raises into the app
-            error = exc
-            self._notify(exc)
-        finally:
-            self._sending.release()
-        return FlushResult(
-            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._queue), error=error
-        )
-
-    def _next_batch(self, pending: set[str]) -> list[ReportEnvelope]:
-        """Up to ``batch_size`` of the reports in ``pending``, oldest first, sealed; a malformed one is dropped.
-
-        Sealing happens outside the client's lock, so ``report()`` never waits for it.
-        """
-        with self._lock:
-            items = list(itertools.islice((r for r in self._queue if r.get("report_id") in pending), self.batch_size))
-        batch, malformed = [], []
-        for item in items:
-            try:
-                batch.append(envelope_of(item, self._held.get(str(item.get("report_id")))))
-            except (ReportRejected, ValueError, KeyError, TypeError):
-                malformed.append(str(item.get("report_id")))
-        if malformed:
-            pending.difference_update(malformed)
-            with self._lock:
-                self._drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
-                self.save()
-        return batch
-
-    def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
-        """Handle a whole-batch failure; returns how many reports were dropped."""
-        if exc.retryable:
-            if exc.retry_after is not None:
-                self._not_before = self._clock() + exc.retry_after
-            return 0
-        if exc.status == 413 and len(batch) > 1:
-            self.batch_size = max(1, len(batch) // 2)
-            log.info("batch too large; batch size now %d", self.batch_size)
-            return 0
-        if exc.status not in _POISON_STATUSES:
-            raise exc
-        with self._lock:
-            count = self._drop([r.report_id_text for r in batch], f"batch refused ({exc.error_code})",
-                               f"the aggregator refused the batch: {exc}")
-            self.save()
-        return count
-
-    def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
-        failed = [r for r in results if r.status not in _DELIVERED]
-        with self._lock:
-            self._queue.remove([r.report_id for r in results])
-            self._held.forget(r.report_id for r in results)
-            self.save()
-        log.info("uploaded %d reports: %d delivered, %d rejected", len(results), len(results) - len(failed),
-                 len(failed))
-        for result in failed:
-            self._notify(ReportRejected(result.field or "report", result.detail or result.status, code=result.status))
-        return len(results) - len(failed), len(failed)
 
     def start(self, interval: float = 60.0) -> None:
         """Flush in a background thread every ``interval`` seconds until :meth:`close`.
@@ -987,42 +868,18 @@ class Client:
         check_number("interval", interval, positive=True)
         if not self._file_lock.held:
             self._reopen()
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self.transport.stop_by(None)
-            self._thread = threading.Thread(target=self._send_loop, args=(float(interval),),
-                                            name="onesided-client", daemon=True)
-            self._thread.start()
+        self._sender.start(float(interval), self._background_tick, self._prepare)
         self._register_exit()
 
-    def _send_loop(self, interval: float) -> None:
-        """The background sender: seals and sends; never raises, never waits on a flush the app is running."""
-        try:
-            self._prepare()
-        except Exception:  # pragma: no cover - a last guard for the thread
-            log.exception("preparing ephemeral keys failed")
-        while not self._stop.wait(interval):
-            try:
-                self._flush(None, wait=False)
-                self._prepare()
-            except Exception:  # pragma: no cover - _flush catches; a last guard for the thread
-                log.exception("background flush failed")
+    def _background_tick(self) -> None:
+        """One turn of the background sender: send what is queued, then make keys and IRR ahead."""
+        self._sender.flush(None, wait=False)
+        self._prepare()
 
-    def _stop_sender(self, until: float) -> None:
-        """Stop the background sender, waiting for it until the monotonic instant ``until``."""
-        self._stop.set()
-        thread = self._thread
-        if thread is None:
-            return
-        self.transport.stop_by(until)
-        thread.join(timeout=max(0.0, until - self._monotonic()))
-        if thread.is_alive():  # its calls stay cut to ``until``
-            log.warning("background sender still busy at the deadline; it ends on its own")
-        else:
-            self._thread = None
-            self.transport.stop_by(None)
+    @property
+    def batch_size(self) -> int:
+        """Reports per upload (halved by the sender on a ``413``)."""
+        return self._sender.batch_size
 
     def close(self, deadline: float | None = None, *, flush: bool = True) -> FlushResult:
         """Stop the background sender, send what is queued, save the state, close the HTTP session.
@@ -1042,12 +899,12 @@ class Client:
         """
         seconds = self.exit_deadline if deadline is None else _seconds("deadline", deadline)
         until = self._monotonic() + seconds
-        self._stop_sender(until)
+        self._sender.stop(until)
         self._unregister_exit()
         result = FlushResult(remaining=len(self._queue))
         if flush:
             self.transport.stop_by(until)
-            result = self._flush(until, wait=True)
+            result = self._sender.flush(until, wait=True)
         self.save()
         self._file_lock.release()
         self.transport.close()

@@ -219,7 +219,7 @@ def simulate_crash(client: Any) -> None:
     can open the same state, as the next launch of the app would. The
     crashed object must not be used again.
     """
-    client._stop.set()
+    client._sender.stopping.set()
     client._unregister_exit()
     client._file_lock.abandon()  # close the descriptor: the lock goes with it
 

@@ -234,7 +234,7 @@ def test_background_sender(fake: FakeAggregator, tmp_path: Path) -> None:
     for _ in range(500):
         if len(fake.stored) == 3:
             break
-        client._stop.wait(0.01)
+        client._sender.stopping.wait(0.01)
     client.close()
     assert len(fake.stored) == 3
 
