@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 from protocol.crypto import b64d, b64e, key_id
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import (
+    BudgetExceeded,
     OnesidedError,
     ParameterError,
     PolicyError,
@@ -93,6 +94,8 @@ log = logging.getLogger("onesided.client")
 
 OnError = Callable[[Exception], None]
 CORRUPT_POLICIES = ("raise", "reset")
+BUDGET_REFUSALS = ("raise", "skip")
+MAX_SYNC_BACKOFF = 3600.0  # the background sender's wait between failed syncs grows to this
 class ReportsDropped(OnesidedError):
     """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
 
@@ -202,6 +205,13 @@ class Client:
             (default): ``max_epsilon`` is the metric's lifetime ceiling.
         budget_warning: log a warning (once per metric and period) when what
             is left falls below this fraction of the ceiling.
+        budget_refusals: ``"raise"`` (default): :meth:`report` raises
+            :class:`BudgetExceeded`; ``"skip"``: it returns ``None``, logs, and
+            passes the error to ``on_error`` (an app that wants no exception
+            from telemetry).
+        sync_interval: seconds between the background sender's syncs (the
+            config's own ``sync_interval``, when it announces one, wins);
+            a failed sync is retried sooner, with backoff.
         accept_round: the app's consent to a relaxation round (``None``: accept
             every round the ceiling allows). A refused round is not applied and
             nothing is sent for it: the aggregator sees non-participation.
@@ -242,6 +252,8 @@ class Client:
         insecure_rng_for_testing: bool = False,
         budget_period: str | int | None = None,
         budget_warning: float = 0.2,
+        budget_refusals: str = "raise",
+        sync_interval: float = 3600.0,
     ) -> None:
         if on_corrupt not in CORRUPT_POLICIES:
             raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {on_corrupt!r}")
@@ -253,6 +265,12 @@ class Client:
         self._keys = pinned_keys(server_public_keys)
         self._ceiling = Ceiling.of(max_epsilon, budget_period)
         self.budget_warning = check_number("budget_warning", budget_warning, nonnegative=True, high=1.0)
+        if budget_refusals not in BUDGET_REFUSALS:
+            raise ParameterError("budget_refusals", f"must be one of {BUDGET_REFUSALS}, got {budget_refusals!r}")
+        self.budget_refusals = budget_refusals
+        self.sync_interval = check_number("sync_interval", sync_interval, positive=True)
+        self._next_sync = 0.0  # wall time of the background sender's next sync (0: now)
+        self._sync_failures = 0
         self._warned: set[tuple[str, int]] = set()
         self._on_error = on_error
         self._accept_round = accept_round
@@ -479,7 +497,9 @@ class Client:
                     if not any(e.metric == name and e.detail == detail for e in self._state.events):
                         self._event("params_changed", name, detail)
             self._commit()
+            self._release_waiting()
             applied = self._apply_rounds(config)
+            self._next_sync = self._clock() + (config.sync_interval or self.sync_interval)
         self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
                  applied)
@@ -589,7 +609,7 @@ class Client:
 
     # --- reporting ----------------------------------------------------------------
 
-    def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str:
+    def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str | None:
         """Encode, randomize (memoized noise, fresh IRR) and queue one report; the sender seals it.
 
         A metric takes one value per window (its ``time_precision``): the
@@ -608,16 +628,23 @@ class Client:
             metric: a metric of the signed config.
             value_or_set: a value, or a set of values (e.g. the places visited today).
 
+        Before the first verified config (an offline first launch) the
+        value is kept in the encrypted state and ``None`` is returned; it is
+        encoded, charged and queued, in the window of this call, when a
+        config arrives (:meth:`sync`, or the background sender's).
+
         Returns:
             The report id (base64url): the id the aggregator will see,
             ``SHA-256("onesided/report-id/v1" || pkE)[:16]`` of the report's
-            ephemeral key (docs/wire.md 1.3).
+            ephemeral key (docs/wire.md 1.3). ``None`` when the value waits
+            for the first config, or was refused with ``budget_refusals="skip"``.
 
         Raises:
             BudgetExceeded: a new window's report would pass the ceiling (nothing is queued).
             AlreadyReported: another value was reported for the metric in this window.
-            ParameterError: unknown metric, no config, a value outside a direct domain,
-                a set for a categorical metric.
+            ParameterError: unknown metric (once a config is known), a value outside a
+                direct domain, a set for a categorical metric, a value that is not str,
+                bytes or an iterable of them.
             PolicyError: the metric's parameters changed since it was first used, or the
                 clock is before the window of the metric's last report.
         """
@@ -629,39 +656,96 @@ class Client:
                                      f"{type(value_or_set).__name__}")
             value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
         with self._lock:
-            entry, record, plan, irr = self._reporting(metric, value_or_set)
-            params = entry.params
-            window = window_start(self._clock(), params.time_precision)
-            value_key = canonical_value(value_or_set)
-            value_text = b64e(value_key)
-            current = record.current
-            if current is not None and window <= current.window:
-                return self._repeat(record, window, value_text)
-            ceiling = self._ceiling.for_metric(metric)
+            if self._config is None:
+                self._wait_for_config(metric, value_or_set)
+                return None
             try:
-                after = check_new_window(record, params, ceiling, self._period_prior(metric, record, window),
-                                         window=window)
-            except OnesidedError as exc:
-                self._event("refused", metric, str(exc))
-                raise
-            payload = plan.payload(value_or_set, noise_key(window, value_key), irr.take())
-            item = self._item(entry, record, window, payload)
-            record.close_window(params)
-            report_id: str = item["report_id"]
-            step = len(record.levels) - 1
-            record.current = WindowRelease(
-                window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
-            )
-            if record.first_window is None:
-                record.first_window = window
-            self._enqueue(item)
-            self._dirty = True
-            if self.autosave:
-                self.save()
+                return self._report_at(metric, value_or_set, self._clock())
+            except BudgetExceeded as exc:
+                if self.budget_refusals == "raise":
+                    raise
+                self._notify(exc)
+                return None
+
+    def _report_at(self, metric: str, value_or_set: Value | tuple[Value, ...], when: float) -> str:
+        """:meth:`report` of a value given at the instant ``when`` (now, or when it waited for a config)."""
+        entry, record, plan, irr = self._reporting(metric, value_or_set)
+        params = entry.params
+        window = window_start(when, params.time_precision)
+        value_key = canonical_value(value_or_set)
+        value_text = b64e(value_key)
+        current = record.current
+        if current is not None and window <= current.window:
+            return self._repeat(record, window, value_text)
+        ceiling = self._ceiling.for_metric(metric)
+        try:
+            after = check_new_window(record, params, ceiling, self._period_prior(metric, record, window),
+                                     window=window)
+        except OnesidedError as exc:
+            self._event("refused", metric, str(exc))
+            raise
+        payload = plan.payload(value_or_set, noise_key(window, value_key), irr.take())
+        item = self._item(entry, record, window, payload)
+        record.close_window(params)
+        report_id: str = item["report_id"]
+        step = len(record.levels) - 1
+        record.current = WindowRelease(
+            window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
+        )
+        if record.first_window is None:
+            record.first_window = window
+        self._enqueue(item)
+        self._dirty = True
+        if self.autosave:
+            self.save()
         if ceiling - after < self.budget_warning * ceiling:
             self._warn_low(metric, record, ceiling - after, ceiling, window)
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
+
+    def _wait_for_config(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> None:
+        """Keep a value reported before the first config, in the encrypted state, until one arrives.
+
+        Nothing is encoded, charged or sent yet; :meth:`_release_waiting`
+        does all three with the time of this call when a config is verified.
+        """
+        if not isinstance(metric, str) or not metric:
+            raise ParameterError("metric", f"must be a metric name, got {metric!r}")
+        kind = "one" if isinstance(value_or_set, str | bytes) else "set"
+        self._state.waiting.append({"metric": metric, "value": b64e(canonical_value(value_or_set)),
+                                    "kind": kind, "at": self._clock()})
+        overflow = len(self._state.waiting) - self.max_queue
+        if overflow > 0:
+            del self._state.waiting[:overflow]
+            self._event("dropped", None, f"{overflow} oldest value(s) waiting for a config dropped")
+            self._notify(ReportsDropped(overflow, "too many values waiting for the first config; oldest dropped"))
+        self._dirty = True
+        if self.autosave:
+            self.save()
+        log.debug("metric %s: value kept until the first config", metric)
+
+    def _release_waiting(self) -> int:
+        """Report the values that waited for a config, each in the window of its own time.
+
+        What the config makes impossible (an unknown metric, a set for a
+        categorical metric, a second value in a window, the ceiling) is
+        passed to ``on_error`` and dropped; it never raises.
+        """
+        waiting, self._state.waiting = self._state.waiting, []
+        released = 0
+        for held in waiting:
+            members = members_of_canonical(b64d(held["value"], "value"))
+            value: Value | tuple[Value, ...] = members[0] if held["kind"] == "one" and members else tuple(members)
+            try:
+                self._report_at(str(held["metric"]), value, float(held["at"]))
+                released += 1
+            except OnesidedError as exc:
+                self._event("refused", str(held["metric"]), f"a value that waited for the config: {exc}")
+                self._notify(exc)
+        if waiting:
+            self._commit()
+            log.info("%d of %d value(s) that waited for the config reported", released, len(waiting))
+        return released
 
     def _reporting(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> _Reporting:
         """The metric's entry, record and report plan (made once per config, cohort and level), the value's kind checked.
@@ -868,13 +952,36 @@ class Client:
         check_number("interval", interval, positive=True)
         if not self._file_lock.held:
             self._reopen()
-        self._sender.start(float(interval), self._background_tick, self._prepare)
+        self._sender.start(float(interval), self._background_tick, self._background_start)
         self._register_exit()
 
     def _background_tick(self) -> None:
-        """One turn of the background sender: send what is queued, then make keys and IRR ahead."""
+        """One turn of the background sender: sync when due, send what is queued, make keys and IRR ahead."""
+        self._sync_if_due()
         self._sender.flush(None, wait=False)
         self._prepare()
+
+    def _background_start(self) -> None:
+        """The background sender's first turn: the first sync (when due), then keys and IRR ahead."""
+        self._sync_if_due()
+        self._prepare()
+
+    def _sync_if_due(self) -> None:
+        """Sync when the schedule says so; a failure goes to ``on_error`` and is retried with backoff."""
+        if self._clock() < self._next_sync:
+            return
+        try:
+            self.sync()
+            self._sync_failures = 0
+        except Exception as exc:  # background work never raises into the app
+            self._sync_failures += 1
+            wait = min(MAX_SYNC_BACKOFF, self.sync_interval, 15.0 * 2 ** min(self._sync_failures, 16))
+            self._next_sync = self._clock() + wait * (0.5 + 0.5 * float(self._rng.uniform(1)[0]))
+            self._notify(exc)
+
+    def _config_outdated(self) -> None:
+        """An upload answer said the config changed: the background sender syncs at its next turn."""
+        self._next_sync = 0.0
 
     @property
     def batch_size(self) -> int:

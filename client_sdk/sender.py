@@ -21,7 +21,13 @@ from typing import Protocol, cast
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from protocol.errors import ReportRejected
-from protocol.wire import STATUS_ACCEPTED, STATUS_REPLAYED, ReportEnvelope, ReportResult
+from protocol.wire import (
+    STATUS_ACCEPTED,
+    STATUS_OUTDATED_CONFIG,
+    STATUS_REPLAYED,
+    ReportEnvelope,
+    ReportResult,
+)
 
 from .queue import ReportQueue, envelope_of
 from .transport import Transport, TransportError
@@ -69,6 +75,7 @@ class SenderHost(Protocol):
     _held: HeldKeysLike
 
     def save(self) -> None: ...
+    def _config_outdated(self) -> None: ...
     def _drop(self, ids: Sequence[str], why: str, notice: str, *, oldest: bool = False) -> int: ...
     def _notify(self, error: Exception) -> None: ...
 
@@ -175,6 +182,8 @@ class Sender:
 
     def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
         failed = [r for r in results if r.status not in _DELIVERED]
+        if any(r.status == STATUS_OUTDATED_CONFIG for r in failed):
+            self._host._config_outdated()  # the aggregator's config changed: sync again soon
         with self._host._lock:
             self._host._queue.remove([r.report_id for r in results])
             self._host._held.forget(r.report_id for r in results)

@@ -114,6 +114,7 @@ class FakeAggregator:
         self._failures: deque[_Failure] = deque()
         self.signer = self.keys
         self.issued_at = 0  # the config's serial (tests move it to replay an older config)
+        self.sync_interval: int | None = None  # the re-sync schedule the config announces (None: none)
 
     @property
     def sign_public(self) -> str:
@@ -135,7 +136,7 @@ class FakeAggregator:
     def config_document(self) -> dict[str, Any]:
         payload = build_config_payload(
             issued_at=self.issued_at, aggregator=self.keys.public_info(), metrics=list(self.entries.values()),
-            rounds=self.rounds,
+            rounds=self.rounds, sync_interval=self.sync_interval,
         )
         return self.signer.sign(payload)
 
