@@ -149,7 +149,7 @@ class Clock:
 
 
 def make_client(folder: Path, fake: FakeAggregator, clock: Clock, *, autosave: bool) -> Client:
-    client = Client("http://agg.invalid", folder / "state", server_public_keys=fake.sign_public,
+    client = Client("http://agg.invalid", folder / "state", background=False, server_public_keys=fake.sign_public,
                     max_epsilon=1e9, session=fake, max_queue=10**7, autosave=autosave, clock=clock)
     client.sync()
     return client

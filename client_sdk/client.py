@@ -183,7 +183,11 @@ class Client:
         batch_size: reports per upload.
         autosave: persist after every :meth:`report` (else at :meth:`flush`,
             :meth:`save` and :meth:`close`).
-        background: start the background sender now (:meth:`start` with ``send_interval``).
+        background: start the background sender now (default; :meth:`start`
+            with ``send_interval``): it syncs first, sends every
+            ``send_interval`` seconds, re-syncs on the config's schedule. ``False``:
+            the app drives :meth:`sync` and :meth:`flush` itself (tests,
+            simulations, command-line tools).
         send_interval: seconds between background flushes.
         exit_deadline: the default deadline of :meth:`close`, and the overall
             deadline of the flush at interpreter exit (seconds).
@@ -239,7 +243,7 @@ class Client:
         max_queue: int = 10_000,
         batch_size: int = 500,
         autosave: bool = True,
-        background: bool = False,
+        background: bool = True,
         send_interval: float = 60.0,
         exit_deadline: float = 5.0,
         flush_at_exit: bool = False,

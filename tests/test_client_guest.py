@@ -52,7 +52,7 @@ def make_client(fake: FakeAggregator, path: Path, clock: Clock | None = None, **
     clock = clock or Clock()
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("session", fake)
-    return Client("http://agg.test", path, server_public_keys=fake.sign_public, clock=clock, sleep=clock.sleep,
+    return Client("http://agg.test", path, background=False, server_public_keys=fake.sign_public, clock=clock, sleep=clock.sleep,
                   monotonic=clock.monotonic, rng=5, insecure_rng_for_testing=True, **kwargs)
 
 

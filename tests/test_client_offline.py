@@ -50,7 +50,7 @@ class Offline:
 
 def make_client(session: Any, fake: FakeAggregator, path: Path, clock: Clock, **kwargs: Any) -> Client:
     kwargs.setdefault("max_epsilon", 10.0)
-    return Client("http://agg.test", path, server_public_keys=fake.sign_public, session=session, clock=clock,
+    return Client("http://agg.test", path, background=False, server_public_keys=fake.sign_public, session=session, clock=clock,
                   retry=RetryPolicy(max_attempts=1), **kwargs)
 
 

@@ -35,7 +35,7 @@ def make_client(fake: FakeAggregator, path: Path, sleeps: Sleeps, **kwargs: obje
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("retry", POLICY)
     kwargs.setdefault("clock", Clock(1_000_000.0))
-    return Client("http://agg.test/", path, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
+    return Client("http://agg.test/", path, background=False, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
                   rng=11, insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
 
