@@ -114,6 +114,7 @@ class FakeAggregator:
         self._failures: deque[_Failure] = deque()
         self.signer = self.keys
         self.issued_at = 0  # the config's serial (tests move it to replay an older config)
+        self.replayed = 0  # reports sent again after they were stored (answered replayed)
         self.sync_interval: int | None = None  # the re-sync schedule the config announces (None: none)
 
     @property
@@ -186,6 +187,7 @@ class FakeAggregator:
         if report.params_digest != entry.digest:
             return ReportResult(report_id=rid, status=STATUS_OUTDATED_CONFIG, field="params_digest")
         if (report.metric, rid) in self.stored:
+            self.replayed += 1
             return ReportResult(report_id=rid, status=STATUS_REPLAYED)
         try:
             payload = open_report(
