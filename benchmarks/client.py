@@ -149,7 +149,7 @@ class Clock:
 
 
 def make_client(folder: Path, fake: FakeAggregator, clock: Clock, *, autosave: bool) -> Client:
-    client = Client("http://agg.invalid", folder / "state", server_public_keys=fake.sign_public,
+    client = Client("http://agg.invalid", folder / "state", background=False, server_public_keys=fake.sign_public,
                     max_epsilon=1e9, session=fake, max_queue=10**7, autosave=autosave, clock=clock)
     client.sync()
     return client
@@ -274,8 +274,12 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="every case (Bloom 16/128 bits, direct), autosave off")
     ap.add_argument("--callgrind", action="store_true", help="instruction counts under valgrind instead of times")
     ap.add_argument("--case", help=argparse.SUPPRESS)  # the case one --callgrind child counts
+    ap.add_argument("--burst", type=int, metavar="N",
+                    help="N report() calls back to to back (no sender) against the primed path")
     args = ap.parse_args()
-    if args.case is not None:
+    if args.burst:
+        burst(args)
+    elif args.case is not None:
         count_case(args)
     elif args.callgrind:
         callgrind(args)
@@ -362,6 +366,40 @@ def inclusive_counts(out: Path, functions: tuple[str, ...]) -> dict[str, int]:
     if missing:
         raise SystemExit(f"callgrind_annotate did not list {sorted(missing)}")
     return counts
+
+
+def burst(args: argparse.Namespace) -> None:
+    """``--burst N``: N report() calls in new windows with nothing between them (no flush, no background
+    sender), against the primed path (both pools refilled, untimed, before every call), one process."""
+    params = bloom_params(args.bits)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"Bloom m={args.bits}, k=2; {args.burst} reports each; load average {load_average()}")
+        primed = Series(Path(tmp) / "primed", params, None, min(args.bits, 32), autosave=False)
+        times: list[int] = []
+        for i in range(args.burst):
+            primed.client._prepare()  # untimed: keys and IRR made ahead, as after the sender's turn
+            timed(lambda: primed.report(i), times)  # noqa: B023 - called at once
+        print(f"  primed (pools full before each call): {stats(times)}")
+        primed.client.flush()
+        primed.check_delivered()
+        primed.close()
+        for label, filler in (("burst (back to back, no sender):     ", True),
+                              ("burst, keys made inline (as before): ", False)):
+            series = Series(Path(tmp) / label.split()[0] / str(filler), params, None, min(args.bits, 32),
+                            autosave=False)
+            pool = series.client._ephemeral
+            if not filler:  # the pool as it was: 32 keys, no thread, a key made on the spot once empty
+                pool._wake = lambda: None  # type: ignore[method-assign]
+                pool.max_size = pool.size
+            bursty: list[int] = []
+            for i in range(args.burst):
+                timed(lambda: series.report(i), bursty)  # noqa: B023 - called at once
+            ratio = median_us(bursty) / median_us(times)
+            print(f"  {label} {stats(bursty)}  ({ratio:.2f}x primed; key pool {pool.size}); "
+                  f"load average {load_average()}")
+            series.client.flush()
+            series.check_delivered()
+            series.close()
 
 
 def load_average() -> str:

@@ -48,7 +48,7 @@ def time_reports(folder: Path, queued: int, calls: int) -> tuple[float, float, i
                           mode="asymmetric", level=2.0, irr_q=0.1)
     fake = FakeAggregator([params])
     clock = StepClock()
-    client = Client("http://agg.invalid", folder / "state", server_public_keys=fake.sign_public,
+    client = Client("http://agg.invalid", folder / "state", background=False, server_public_keys=fake.sign_public,
                     max_epsilon=float("inf"), session=fake, max_queue=10**7, clock=clock, autosave=False)
     client.sync()
     for i in range(queued):

@@ -31,18 +31,17 @@ attempt).
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from protocol.crypto import b64d, b64e, key_id
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import (
+    BudgetExceeded,
     OnesidedError,
     ParameterError,
     PolicyError,
@@ -54,12 +53,8 @@ from protocol.randomizers import MAX_LEVEL
 from protocol.rng import RandomSource, SecureRandom, as_rng
 from protocol.validation import check_int, check_number
 from protocol.wire import (
-    STATUS_ACCEPTED,
-    STATUS_REPLAYED,
     ConfigPayload,
     MetricEntry,
-    ReportEnvelope,
-    ReportResult,
     RoundAnnouncement,
     pack_payload_mask,
     verify_config,
@@ -67,6 +62,7 @@ from protocol.wire import (
 )
 
 from .ledger import (
+    Budget,
     Ceiling,
     Ledger,
     LedgerEntry,
@@ -76,6 +72,7 @@ from .ledger import (
     check_new_window,
     check_relaxation,
     ledger_entry,
+    period_of,
     unused_entry,
 )
 from .lock import StateLock
@@ -88,17 +85,17 @@ from .memo import (
     prepare_level,
 )
 from .pools import EphemeralPool, HeldKeys, IrrPool
-from .queue import Item, QueueDamage, ReportQueue, envelope_of, pending_item
+from .queue import Item, QueueDamage, ReportQueue, pending_item
+from .sender import FlushResult, Sender
 from .state import ClientState, StateCorrupted, StateStore
-from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport, TransportError
+from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport
 
 log = logging.getLogger("onesided.client")
 
 OnError = Callable[[Exception], None]
 CORRUPT_POLICIES = ("raise", "reset")
-# Whole-batch answers after which resending the same batch cannot help: the batch is dropped.
-_POISON_STATUSES = frozenset({400, 415, 422})
-_DELIVERED = frozenset({STATUS_ACCEPTED, STATUS_REPLAYED})
+BUDGET_REFUSALS = ("raise", "skip")
+MAX_SYNC_BACKOFF = 3600.0  # the background sender's wait between failed syncs grows to this
 class ReportsDropped(OnesidedError):
     """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
 
@@ -108,29 +105,6 @@ class ReportsDropped(OnesidedError):
         super().__init__(f"{count} queued report(s) dropped: {reason}")
         self.count = count
         self.reason = reason
-
-
-@dataclass(frozen=True, kw_only=True)
-class FlushResult:
-    """What one :meth:`Client.flush` did.
-
-    Attributes:
-        delivered: reports the aggregator stored (``accepted``) or already had (``replayed``).
-        rejected: reports with a final non-delivered status (dropped; see ``on_error``).
-        dropped: reports discarded because their whole batch was refused.
-        remaining: reports still queued.
-        deferred: nothing was tried: the server's ``Retry-After`` has not passed,
-            or another flush was still running at the deadline.
-        error: the error that stopped sending early, if any (a passed
-            deadline is a :class:`TransportError` with field ``deadline``).
-    """
-
-    delivered: int = 0
-    rejected: int = 0
-    dropped: int = 0
-    remaining: int = 0
-    deferred: bool = False
-    error: Exception | None = None
 
 
 def pinned_keys(keys: bytes | str | Iterable[bytes | str]) -> dict[str, bytes]:
@@ -209,7 +183,11 @@ class Client:
         batch_size: reports per upload.
         autosave: persist after every :meth:`report` (else at :meth:`flush`,
             :meth:`save` and :meth:`close`).
-        background: start the background sender now (:meth:`start` with ``send_interval``).
+        background: start the background sender now (default; :meth:`start`
+            with ``send_interval``): it syncs first, sends every
+            ``send_interval`` seconds, re-syncs on the config's schedule. ``False``:
+            the app drives :meth:`sync` and :meth:`flush` itself (tests,
+            simulations, command-line tools).
         send_interval: seconds between background flushes.
         exit_deadline: the default deadline of :meth:`close`, and the overall
             deadline of the flush at interpreter exit (seconds).
@@ -225,6 +203,19 @@ class Client:
             makes the IRR predictable to whoever knows it and is refused
             unless ``insecure_rng_for_testing=True``.
         insecure_rng_for_testing: allow a non-secure ``rng`` (tests and benchmarks only).
+        budget_period: a renewing budget: ``max_epsilon`` is then the ceiling
+            per metric **per period** (``"day"``, ``"week"``, ``"month"`` = 30
+            days, or seconds; periods aligned to the Unix epoch, UTC). ``None``
+            (default): ``max_epsilon`` is the metric's lifetime ceiling.
+        budget_warning: log a warning (once per metric and period) when what
+            is left falls below this fraction of the ceiling.
+        budget_refusals: ``"raise"`` (default): :meth:`report` raises
+            :class:`BudgetExceeded`; ``"skip"``: it returns ``None``, logs, and
+            passes the error to ``on_error`` (an app that wants no exception
+            from telemetry).
+        sync_interval: seconds between the background sender's syncs (the
+            config's own ``sync_interval``, when it announces one, wins);
+            a failed sync is retried sooner, with backoff.
         accept_round: the app's consent to a relaxation round (``None``: accept
             every round the ceiling allows). A refused round is not applied and
             nothing is sent for it: the aggregator sees non-participation.
@@ -252,7 +243,7 @@ class Client:
         max_queue: int = 10_000,
         batch_size: int = 500,
         autosave: bool = True,
-        background: bool = False,
+        background: bool = True,
         send_interval: float = 60.0,
         exit_deadline: float = 5.0,
         flush_at_exit: bool = False,
@@ -263,6 +254,10 @@ class Client:
         rng: RandomSource | int | None = None,
         accept_round: Callable[[RoundAnnouncement], bool] | None = None,
         insecure_rng_for_testing: bool = False,
+        budget_period: str | int | None = None,
+        budget_warning: float = 0.2,
+        budget_refusals: str = "raise",
+        sync_interval: float = 3600.0,
     ) -> None:
         if on_corrupt not in CORRUPT_POLICIES:
             raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {on_corrupt!r}")
@@ -272,14 +267,21 @@ class Client:
         if not _seconds("send_interval", send_interval) > 0:
             raise ParameterError("send_interval", f"must be > 0, got {send_interval!r}")
         self._keys = pinned_keys(server_public_keys)
-        self._ceiling = Ceiling.of(max_epsilon)
+        self._ceiling = Ceiling.of(max_epsilon, budget_period)
+        self.budget_warning = check_number("budget_warning", budget_warning, nonnegative=True, high=1.0)
+        if budget_refusals not in BUDGET_REFUSALS:
+            raise ParameterError("budget_refusals", f"must be one of {BUDGET_REFUSALS}, got {budget_refusals!r}")
+        self.budget_refusals = budget_refusals
+        self.sync_interval = check_number("sync_interval", sync_interval, positive=True)
+        self._next_sync = 0.0  # wall time of the background sender's next sync (0: now)
+        self._sync_failures = 0
+        self._warned: set[tuple[str, int]] = set()
         self._on_error = on_error
         self._accept_round = accept_round
         self._rng = _secure_or_testing(rng, insecure_rng_for_testing)
         self._clock = clock
         self._monotonic = monotonic
         self.max_queue = max_queue
-        self.batch_size = batch_size
         self.autosave = autosave
         self.transport = Transport(
             server_url, retry=retry, session=session, sleep=sleep, clock=clock, rng=self._rng,
@@ -287,10 +289,7 @@ class Client:
             monotonic=monotonic,
         )
         self._lock = threading.RLock()
-        self._sending = threading.Lock()  # one flush at a time
-        self._not_before = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sender = Sender(self, self.transport, batch_size=batch_size, clock=clock, monotonic=monotonic)
         self._exit_hook = False
         self._store = StateStore(state_path, key=state_key, key_path=key_path, rollback_keyring=rollback_keyring)
         self._on_corrupt = on_corrupt
@@ -320,6 +319,9 @@ class Client:
             self._queue = ReportQueue(self._store.queue_path, self._store.key)
             self._state = self._open_state(self._on_corrupt)
             self._config = self._stored_config()
+            now = self._clock()
+            for record in self._state.metrics.values():  # the budget policy may have changed since
+                self._dirty = record.follow_period(self._ceiling.period, now) or self._dirty
         except BaseException:
             self._file_lock.release()
             raise
@@ -412,10 +414,36 @@ class Client:
             self._dirty = True
             self.save()
 
-    def _prior(self, metric: str) -> float:
+    def _prior(self, metric: str, when: float | None = None) -> float:
+        """Lost-state charges of ``metric``: all of them, or (renewing budget) those of the period holding ``when``."""
         if not self._state.lost:
             return 0.0
-        return sum(Ceiling.from_dict(lost["ceiling"]).for_metric(metric) for lost in self._state.lost)
+        period = self._ceiling.period
+        return sum(
+            Ceiling.from_dict(lost["ceiling"]).for_metric(metric) for lost in self._state.lost
+            if when is None or period is None or period_of(float(lost["at"]), period) == period_of(when, period)
+        )
+
+    def _period_prior(self, metric: str, record: MetricRecord | None, when: float) -> float:
+        """The ``prior`` a ceiling check takes: per period (renewing budget) or for the lifetime."""
+        if record is not None and record.period is not None:
+            return self._prior(metric, when)
+        return self._prior(metric)
+
+    def _relax_prior(self, metric: str, record: MetricRecord) -> float:
+        """The ``prior`` of a relaxation's check: that of the current window's period (renewing budget)."""
+        when = record.current.window if record.current is not None else self._clock()
+        return self._period_prior(metric, record, when)
+
+    def _warn_low(self, metric: str, record: MetricRecord, left: float, ceiling: float, when: float) -> None:
+        """Log once per metric and period: what is left fell below ``budget_warning`` of the ceiling."""
+        period = record.period
+        start = 0 if period is None else period_of(when, period)
+        if (metric, start) in self._warned:
+            return
+        self._warned.add((metric, start))
+        renews = "" if period is None else f"; it renews at {start + period} (unix time)"
+        log.warning("metric %s: %.6g of its privacy budget of %.6g left%s", metric, max(0.0, left), ceiling, renews)
 
     # --- config -----------------------------------------------------------------
 
@@ -473,7 +501,9 @@ class Client:
                     if not any(e.metric == name and e.detail == detail for e in self._state.events):
                         self._event("params_changed", name, detail)
             self._commit()
+            self._release_waiting()
             applied = self._apply_rounds(config)
+            self._next_sync = self._clock() + (config.sync_interval or self.sync_interval)
         self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
                  applied)
@@ -544,7 +574,8 @@ class Client:
         self._settle(record, record.metric_params())
         try:  # the check relax() makes, asked first so a refusal is recorded once, as a round refusal
             check_relaxation(record, record.metric_params(), announcement.level_to,
-                             self._ceiling.for_metric(announcement.metric), self._prior(announcement.metric))
+                             self._ceiling.for_metric(announcement.metric),
+                             self._relax_prior(announcement.metric, record))
         except OnesidedError as exc:
             return str(exc)
         return None
@@ -569,7 +600,8 @@ class Client:
         if record is None:
             cohort = int(self._rng.integers(params.num_cohorts, 1)[0])
             record = MetricRecord(
-                params=params.to_dict(), digest=entry.digest, cohort=cohort, levels=[params.level], rounds=[0]
+                params=params.to_dict(), digest=entry.digest, cohort=cohort, levels=[params.level], rounds=[0],
+                period=self._ceiling.period,
             )
             self._state.metrics[params.name] = record
             self._dirty = True
@@ -581,7 +613,7 @@ class Client:
 
     # --- reporting ----------------------------------------------------------------
 
-    def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str:
+    def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str | None:
         """Encode, randomize (memoized noise, fresh IRR) and queue one report; the sender seals it.
 
         A metric takes one value per window (its ``time_precision``): the
@@ -600,16 +632,23 @@ class Client:
             metric: a metric of the signed config.
             value_or_set: a value, or a set of values (e.g. the places visited today).
 
+        Before the first verified config (an offline first launch) the
+        value is kept in the encrypted state and ``None`` is returned; it is
+        encoded, charged and queued, in the window of this call, when a
+        config arrives (:meth:`sync`, or the background sender's).
+
         Returns:
             The report id (base64url): the id the aggregator will see,
             ``SHA-256("onesided/report-id/v1" || pkE)[:16]`` of the report's
-            ephemeral key (docs/wire.md 1.3).
+            ephemeral key (docs/wire.md 1.3). ``None`` when the value waits
+            for the first config, or was refused with ``budget_refusals="skip"``.
 
         Raises:
             BudgetExceeded: a new window's report would pass the ceiling (nothing is queued).
             AlreadyReported: another value was reported for the metric in this window.
-            ParameterError: unknown metric, no config, a value outside a direct domain,
-                a set for a categorical metric.
+            ParameterError: unknown metric (once a config is known), a value outside a
+                direct domain, a set for a categorical metric, a value that is not str,
+                bytes or an iterable of them.
             PolicyError: the metric's parameters changed since it was first used, or the
                 clock is before the window of the metric's last report.
         """
@@ -621,33 +660,96 @@ class Client:
                                      f"{type(value_or_set).__name__}")
             value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
         with self._lock:
-            entry, record, plan, irr = self._reporting(metric, value_or_set)
-            params = entry.params
-            window = window_start(self._clock(), params.time_precision)
-            value_key = canonical_value(value_or_set)
-            value_text = b64e(value_key)
-            current = record.current
-            if current is not None and window <= current.window:
-                return self._repeat(record, window, value_text)
+            if self._config is None:
+                self._wait_for_config(metric, value_or_set)
+                return None
             try:
-                check_new_window(record, params, self._ceiling.for_metric(metric), self._prior(metric))
-            except OnesidedError as exc:
-                self._event("refused", metric, str(exc))
-                raise
-            payload = plan.payload(value_or_set, noise_key(window, value_key), irr.take())
-            item = self._item(entry, record, window, payload)
-            record.close_window(params)
-            report_id: str = item["report_id"]
-            step = len(record.levels) - 1
-            record.current = WindowRelease(
-                window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
-            )
-            self._enqueue(item)
-            self._dirty = True
-            if self.autosave:
-                self.save()
+                return self._report_at(metric, value_or_set, self._clock())
+            except BudgetExceeded as exc:
+                if self.budget_refusals == "raise":
+                    raise
+                self._notify(exc)
+                return None
+
+    def _report_at(self, metric: str, value_or_set: Value | tuple[Value, ...], when: float) -> str:
+        """:meth:`report` of a value given at the instant ``when`` (now, or when it waited for a config)."""
+        entry, record, plan, irr = self._reporting(metric, value_or_set)
+        params = entry.params
+        window = window_start(when, params.time_precision)
+        value_key = canonical_value(value_or_set)
+        value_text = b64e(value_key)
+        current = record.current
+        if current is not None and window <= current.window:
+            return self._repeat(record, window, value_text)
+        ceiling = self._ceiling.for_metric(metric)
+        try:
+            after = check_new_window(record, params, ceiling, self._period_prior(metric, record, window),
+                                     window=window)
+        except OnesidedError as exc:
+            self._event("refused", metric, str(exc))
+            raise
+        payload = plan.payload(value_or_set, noise_key(window, value_key), irr.take())
+        item = self._item(entry, record, window, payload)
+        record.close_window(params)
+        report_id: str = item["report_id"]
+        step = len(record.levels) - 1
+        record.current = WindowRelease(
+            window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
+        )
+        if record.first_window is None:
+            record.first_window = window
+        self._enqueue(item)
+        self._dirty = True
+        if self.autosave:
+            self.save()
+        if ceiling - after < self.budget_warning * ceiling:
+            self._warn_low(metric, record, ceiling - after, ceiling, window)
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
+
+    def _wait_for_config(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> None:
+        """Keep a value reported before the first config, in the encrypted state, until one arrives.
+
+        Nothing is encoded, charged or sent yet; :meth:`_release_waiting`
+        does all three with the time of this call when a config is verified.
+        """
+        if not isinstance(metric, str) or not metric:
+            raise ParameterError("metric", f"must be a metric name, got {metric!r}")
+        kind = "one" if isinstance(value_or_set, str | bytes) else "set"
+        self._state.waiting.append({"metric": metric, "value": b64e(canonical_value(value_or_set)),
+                                    "kind": kind, "at": self._clock()})
+        overflow = len(self._state.waiting) - self.max_queue
+        if overflow > 0:
+            del self._state.waiting[:overflow]
+            self._event("dropped", None, f"{overflow} oldest value(s) waiting for a config dropped")
+            self._notify(ReportsDropped(overflow, "too many values waiting for the first config; oldest dropped"))
+        self._dirty = True
+        if self.autosave:
+            self.save()
+        log.debug("metric %s: value kept until the first config", metric)
+
+    def _release_waiting(self) -> int:
+        """Report the values that waited for a config, each in the window of its own time.
+
+        What the config makes impossible (an unknown metric, a set for a
+        categorical metric, a second value in a window, the ceiling) is
+        passed to ``on_error`` and dropped; it never raises.
+        """
+        waiting, self._state.waiting = self._state.waiting, []
+        released = 0
+        for held in waiting:
+            members = members_of_canonical(b64d(held["value"], "value"))
+            value: Value | tuple[Value, ...] = members[0] if held["kind"] == "one" and members else tuple(members)
+            try:
+                self._report_at(str(held["metric"]), value, float(held["at"]))
+                released += 1
+            except OnesidedError as exc:
+                self._event("refused", str(held["metric"]), f"a value that waited for the config: {exc}")
+                self._notify(exc)
+        if waiting:
+            self._commit()
+            log.info("%d of %d value(s) that waited for the config reported", released, len(waiting))
+        return released
 
     def _reporting(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> _Reporting:
         """The metric's entry, record and report plan (made once per config, cohort and level), the value's kind checked.
@@ -790,8 +892,8 @@ class Client:
             self._settle(record, params)
             if level_to != record.levels[-1]:
                 ceiling = self._ceiling.for_metric(metric)
-                self._check(lambda: check_relaxation(record, params, float(level_to), ceiling,
-                                                     self._prior(metric)), metric)
+                prior = self._relax_prior(metric, record)
+                self._check(lambda: check_relaxation(record, params, float(level_to), ceiling, prior), metric)
                 item = self._resend(entry, record, float(level_to), round_id)
                 record.levels.append(float(level_to))
                 record.rounds.append(round_id)
@@ -840,93 +942,9 @@ class Client:
         except OnesidedError as exc:
             self._notify(exc)
             return FlushResult(remaining=len(self._queue), error=exc)
-        result = self._flush(until, wait=True)
+        result = self._sender.flush(until, wait=True)
         self._prepare()
         return result
-
-    def _flush(self, until: float | None, *, wait: bool) -> FlushResult:
-        """:meth:`flush` by the monotonic instant ``until``; ``wait=False``: skip if a flush is running."""
-        if not len(self._queue):
-            return FlushResult()
-        if self._clock() < self._not_before:
-            return FlushResult(remaining=len(self._queue), deferred=True)
-        timeout = -1.0 if until is None else max(0.0, until - self._monotonic())
-        if not self._sending.acquire(timeout=timeout if wait else 0):
-            return FlushResult(remaining=len(self._queue), deferred=True)
-        delivered = rejected = dropped = 0
-        error: Exception | None = None
-        try:
-            with self._lock:
-                self.save()
-                pending = set(self._queue.ids())
-            while batch := self._next_batch(pending):
-                try:
-                    results = self.transport.upload(batch, deadline=until)
-                except TransportError as exc:
-                    dropped += self._after_batch_error(batch, exc)
-                    if exc.retryable:
-                        raise
-                    continue
-                ok, bad = self._after_results(results)
-                delivered, rejected = delivered + ok, rejected + bad
-        except Exception as exc:  # background sending never raises into the app
-            error = exc
-            self._notify(exc)
-        finally:
-            self._sending.release()
-        return FlushResult(
-            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._queue), error=error
-        )
-
-    def _next_batch(self, pending: set[str]) -> list[ReportEnvelope]:
-        """Up to ``batch_size`` of the reports in ``pending``, oldest first, sealed; a malformed one is dropped.
-
-        Sealing happens outside the client's lock, so ``report()`` never waits for it.
-        """
-        with self._lock:
-            items = list(itertools.islice((r for r in self._queue if r.get("report_id") in pending), self.batch_size))
-        batch, malformed = [], []
-        for item in items:
-            try:
-                batch.append(envelope_of(item, self._held.get(str(item.get("report_id")))))
-            except (ReportRejected, ValueError, KeyError, TypeError):
-                malformed.append(str(item.get("report_id")))
-        if malformed:
-            pending.difference_update(malformed)
-            with self._lock:
-                self._drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
-                self.save()
-        return batch
-
-    def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
-        """Handle a whole-batch failure; returns how many reports were dropped."""
-        if exc.retryable:
-            if exc.retry_after is not None:
-                self._not_before = self._clock() + exc.retry_after
-            return 0
-        if exc.status == 413 and len(batch) > 1:
-            self.batch_size = max(1, len(batch) // 2)
-            log.info("batch too large; batch size now %d", self.batch_size)
-            return 0
-        if exc.status not in _POISON_STATUSES:
-            raise exc
-        with self._lock:
-            count = self._drop([r.report_id_text for r in batch], f"batch refused ({exc.error_code})",
-                               f"the aggregator refused the batch: {exc}")
-            self.save()
-        return count
-
-    def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
-        failed = [r for r in results if r.status not in _DELIVERED]
-        with self._lock:
-            self._queue.remove([r.report_id for r in results])
-            self._held.forget(r.report_id for r in results)
-            self.save()
-        log.info("uploaded %d reports: %d delivered, %d rejected", len(results), len(results) - len(failed),
-                 len(failed))
-        for result in failed:
-            self._notify(ReportRejected(result.field or "report", result.detail or result.status, code=result.status))
-        return len(results) - len(failed), len(failed)
 
     def start(self, interval: float = 60.0) -> None:
         """Flush in a background thread every ``interval`` seconds until :meth:`close`.
@@ -938,42 +956,41 @@ class Client:
         check_number("interval", interval, positive=True)
         if not self._file_lock.held:
             self._reopen()
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self.transport.stop_by(None)
-            self._thread = threading.Thread(target=self._send_loop, args=(float(interval),),
-                                            name="onesided-client", daemon=True)
-            self._thread.start()
+        self._sender.start(float(interval), self._background_tick, self._background_start)
         self._register_exit()
 
-    def _send_loop(self, interval: float) -> None:
-        """The background sender: seals and sends; never raises, never waits on a flush the app is running."""
-        try:
-            self._prepare()
-        except Exception:  # pragma: no cover - a last guard for the thread
-            log.exception("preparing ephemeral keys failed")
-        while not self._stop.wait(interval):
-            try:
-                self._flush(None, wait=False)
-                self._prepare()
-            except Exception:  # pragma: no cover - _flush catches; a last guard for the thread
-                log.exception("background flush failed")
+    def _background_tick(self) -> None:
+        """One turn of the background sender: sync when due, send what is queued, make keys and IRR ahead."""
+        self._sync_if_due()
+        self._sender.flush(None, wait=False)
+        self._prepare()
 
-    def _stop_sender(self, until: float) -> None:
-        """Stop the background sender, waiting for it until the monotonic instant ``until``."""
-        self._stop.set()
-        thread = self._thread
-        if thread is None:
+    def _background_start(self) -> None:
+        """The background sender's first turn: the first sync (when due), then keys and IRR ahead."""
+        self._sync_if_due()
+        self._prepare()
+
+    def _sync_if_due(self) -> None:
+        """Sync when the schedule says so; a failure goes to ``on_error`` and is retried with backoff."""
+        if self._clock() < self._next_sync:
             return
-        self.transport.stop_by(until)
-        thread.join(timeout=max(0.0, until - self._monotonic()))
-        if thread.is_alive():  # its calls stay cut to ``until``
-            log.warning("background sender still busy at the deadline; it ends on its own")
-        else:
-            self._thread = None
-            self.transport.stop_by(None)
+        try:
+            self.sync()
+            self._sync_failures = 0
+        except Exception as exc:  # background work never raises into the app
+            self._sync_failures += 1
+            wait = min(MAX_SYNC_BACKOFF, self.sync_interval, 15.0 * 2 ** min(self._sync_failures, 16))
+            self._next_sync = self._clock() + wait * (0.5 + 0.5 * float(self._rng.uniform(1)[0]))
+            self._notify(exc)
+
+    def _config_outdated(self) -> None:
+        """An upload answer said the config changed: the background sender syncs at its next turn."""
+        self._next_sync = 0.0
+
+    @property
+    def batch_size(self) -> int:
+        """Reports per upload (halved by the sender on a ``413``)."""
+        return self._sender.batch_size
 
     def close(self, deadline: float | None = None, *, flush: bool = True) -> FlushResult:
         """Stop the background sender, send what is queued, save the state, close the HTTP session.
@@ -993,12 +1010,12 @@ class Client:
         """
         seconds = self.exit_deadline if deadline is None else _seconds("deadline", deadline)
         until = self._monotonic() + seconds
-        self._stop_sender(until)
+        self._sender.stop(until)
         self._unregister_exit()
         result = FlushResult(remaining=len(self._queue))
         if flush:
             self.transport.stop_by(until)
-            result = self._flush(until, wait=True)
+            result = self._sender.flush(until, wait=True)
         self.save()
         self._file_lock.release()
         self.transport.close()
@@ -1033,14 +1050,18 @@ class Client:
     # --- ledger -------------------------------------------------------------------
 
     def _ledger_entry(self, metric: str, record: MetricRecord) -> LedgerEntry:
-        return ledger_entry(record, record.metric_params(), self._ceiling.for_metric(metric), self._prior(metric))
+        now = self._clock()
+        return ledger_entry(record, record.metric_params(), self._ceiling.for_metric(metric), self._prior(metric),
+                            now=now, period_prior=self._period_prior(metric, record, now))
 
     def ledger(self) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
         with self._lock:
             config = self._config
+            now, period = self._clock(), self._ceiling.period
             unused = () if config is None else tuple(
-                unused_entry(e.params, self._ceiling.for_metric(e.params.name), self._prior(e.params.name))
+                unused_entry(e.params, self._ceiling.for_metric(e.params.name), self._prior(e.params.name),
+                             period=period, now=now, period_prior=self._prior(e.params.name, now))
                 for e in config.metrics if e.params.name not in self._state.metrics
             )
             return Ledger(
@@ -1050,6 +1071,14 @@ class Client:
                 queued_reports=len(self._queue),
                 unused=unused,
             )
+
+    def budget(self, metric: str) -> Budget:
+        """What is left of ``metric``'s privacy budget, and when it renews.
+
+        Raises:
+            KeyError: ``metric`` is neither used nor in the verified config.
+        """
+        return Budget.of(self.ledger()[metric])
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:
         self._state.record_event(LedgerEvent(at=self._clock(), kind=kind, metric=metric, detail=detail))

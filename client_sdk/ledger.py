@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.accounting import from_micro, round_up, sequence_bit_epsilon, to_micro
-from protocol.errors import BudgetExceeded, TighteningRefused
+from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.params import MetricParams
-from protocol.validation import check_number
+from protocol.validation import check_int, check_number
 
 DEFAULT_KEY = "*"
 
@@ -57,8 +57,11 @@ class Ceiling:
 
     default: float | None
     per_metric: Mapping[str, float] = field(default_factory=dict)
+    period: int | None = None
 
     def __post_init__(self) -> None:
+        if self.period is not None:
+            check_int("budget_period", self.period, low=1)
         # >= 0 here: a ceiling kept in an older state (lost-state records) may be 0; what an app sets
         # goes through of(), which wants > 0.
         if self.default is not None:
@@ -67,13 +70,15 @@ class Ceiling:
             check_number(f"max_epsilon[{name!r}]", value, nonnegative=True, finite=False)
 
     @classmethod
-    def of(cls, max_epsilon: float | Mapping[str, float]) -> Ceiling:
-        """A number (every metric) or a mapping (``"*"`` is the default)."""
+    def of(cls, max_epsilon: float | Mapping[str, float], period: str | int | None = None) -> Ceiling:
+        """A number (every metric) or a mapping (``"*"`` is the default); per ``period`` when one is given."""
+        seconds = period_seconds(period)
         if isinstance(max_epsilon, Mapping):
             named = {k: _check_epsilon(f"max_epsilon[{k!r}]", v) for k, v in max_epsilon.items() if k != DEFAULT_KEY}
             default = max_epsilon.get(DEFAULT_KEY)
-            return cls(default=None if default is None else _check_epsilon("max_epsilon", default), per_metric=named)
-        return cls(default=_check_epsilon("max_epsilon", max_epsilon))
+            return cls(default=None if default is None else _check_epsilon("max_epsilon", default), per_metric=named,
+                       period=seconds)
+        return cls(default=_check_epsilon("max_epsilon", max_epsilon), period=seconds)
 
     def for_metric(self, name: str) -> float:
         if name in self.per_metric:
@@ -92,6 +97,27 @@ class Ceiling:
         values = {k: _float_of_json(v) for k, v in data.items()}
         default = values.pop(DEFAULT_KEY, None)
         return cls(default=default, per_metric=values)
+
+
+# A renewing budget's periods, aligned to the Unix epoch (UTC midnight; weeks start on Thursdays, the
+# epoch's weekday); a "month" is 30 days, not a calendar month (every period has the same length).
+PERIODS = {"day": 86_400, "week": 7 * 86_400, "month": 30 * 86_400}
+
+
+def period_seconds(period: str | int | None) -> int | None:
+    """``"day"``, ``"week"``, ``"month"`` or a whole number of seconds (``None``: a lifetime ceiling)."""
+    if period is None:
+        return None
+    if isinstance(period, str):
+        if period not in PERIODS:
+            raise ParameterError("budget_period", f"must be one of {sorted(PERIODS)} or seconds, got {period!r}")
+        return PERIODS[period]
+    return check_int("budget_period", period, low=1)
+
+
+def period_of(when: float, period: int) -> int:
+    """The start of the period holding the instant ``when`` (a window is charged to the period it starts in)."""
+    return int(when // period) * period
 
 
 def _json_float(value: float) -> float | None:
@@ -189,6 +215,11 @@ class MetricRecord:
         closed_micro: the summed cost of the earlier windows, in micro-epsilons.
         closed_windows: how many earlier windows released.
         closed_exact: False when one of them was charged a bound.
+        period: the renewing budget's period (seconds) the record's period sums are kept for
+            (``None``: a lifetime ceiling).
+        period_start, period_micro: the latest period holding a closed window, and what its closed
+            windows cost (micro-epsilons).
+        first_window: the start of the first window released (``None``: none, or an older state).
     """
 
     params: dict[str, Any]
@@ -200,6 +231,10 @@ class MetricRecord:
     closed_micro: int = 0
     closed_windows: int = 0
     closed_exact: bool = True
+    period: int | None = None
+    period_start: int = 0
+    period_micro: int = 0
+    first_window: int | None = None
     # window_cost by chain of levels, with the parameters object it was computed for (memory only): a report
     # asks for the same one or two costs every time, and the shared cache compares whole parameter objects.
     _costs: dict[tuple[float, ...], tuple[MetricParams, tuple[float, bool], int]] = field(
@@ -259,8 +294,39 @@ class MetricRecord:
         else:
             self.closed_micro += micro
             self.closed_exact = self.closed_exact and exact
+            if self.period is not None:
+                start = period_of(self.current.window, self.period)
+                if start > self.period_start:
+                    self.period_start, self.period_micro = start, micro
+                else:  # the same period (or one before a change of period: kept, as an over-count)
+                    self.period_micro += micro
         self.closed_windows += 1
         self.current = None
+
+    def follow_period(self, period: int | None, now: float) -> bool:
+        """Keep the period sums for ``period``; ``True`` when the record changed.
+
+        A record kept under another period (or a lifetime ceiling) does not
+        know what its closed windows cost per new period, so all of them are
+        charged to the current one: the next periods start clean, and no
+        period is ever charged less than it released.
+        """
+        if period == self.period:
+            return False
+        self.period = period
+        self.period_start = 0 if period is None else period_of(now, period)
+        self.period_micro = self.closed_micro if period is not None else 0
+        return True
+
+    def spent_in(self, params: MetricParams, start: int, last_step: int | None = None) -> int:
+        """Micro-epsilons charged to the period starting at ``start`` (a renewing budget), the current
+        window through ``last_step``. ``-1``: infinite (trusted)."""
+        closed = self.period_micro if start <= self.period_start else 0
+        current = self.current
+        if current is None or self.period is None or period_of(current.window, self.period) != start:
+            return closed
+        _, _, micro = self._cost(params, self.window_levels(last_step))
+        return -1 if micro < 0 else closed + micro
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -273,6 +339,10 @@ class MetricRecord:
             "closed_micro": self.closed_micro,
             "closed_windows": self.closed_windows,
             "closed_exact": self.closed_exact,
+            "period": self.period,
+            "period_start": self.period_start,
+            "period_micro": self.period_micro,
+            "first_window": self.first_window,
         }
 
     @classmethod
@@ -288,6 +358,10 @@ class MetricRecord:
             closed_micro=int(data["closed_micro"]),
             closed_windows=int(data["closed_windows"]),
             closed_exact=bool(data["closed_exact"]),
+            period=None if data.get("period") is None else int(data["period"]),
+            period_start=int(data.get("period_start", 0)),
+            period_micro=int(data.get("period_micro", 0)),
+            first_window=None if data.get("first_window") is None else int(data["first_window"]),
         )
 
 
@@ -304,23 +378,44 @@ def _checked(total: float, before: float, cost: float, ceiling: float, what: Cal
     return total
 
 
-def check_new_window(record: MetricRecord, params: MetricParams, ceiling: float, prior: float) -> float:
+def _period_before(record: MetricRecord, params: MetricParams, start: int, prior: float) -> float:
+    """What the period starting at ``start`` was charged so far, its lost-state ``prior`` included."""
+    micro = record.spent_in(params, start)
+    spent = math.inf if micro < 0 else from_micro(micro)
+    return spent if prior == 0 else round_up(prior + spent)
+
+
+def check_new_window(
+    record: MetricRecord, params: MetricParams, ceiling: float, prior: float, *, window: int | None = None
+) -> float:
     """Refuse a report in a new window whose cost would pass the ceiling.
 
+    With a renewing budget (``record.period`` set) the ceiling is per
+    period: what the period of ``window`` was charged (``prior`` being that
+    period's lost-state charge) plus the new window's cost must stay within
+    it. Otherwise the metric's lifetime total must.
+
     Returns:
-        The metric's total spent after the report (``prior`` included).
+        What the ceiling is compared with after the report: the metric's
+        total (``prior`` included), or the period's total (renewing budget).
 
     Raises:
         BudgetExceeded: with ``requested`` the window's cost and ``remaining``
-            what is left under the ceiling.
+            what is left under the ceiling (in the period, for a renewing budget).
     """
     spent, _ = record.spent(params)
     cost, _ = record.window_cost(params, record.levels[-1:])
+    what = lambda: f"metric {params.name!r}: a report in a new window costs {cost:.6g}"  # noqa: E731
+    if record.period is not None and window is not None:
+        start = period_of(window, record.period)
+        renews = start + record.period
+        before = _period_before(record, params, start, prior)
+        return _checked(round_up(before + cost), before, cost, ceiling,
+                        lambda: f"{what()}; this period's budget is spent (it renews at {renews})")
     # spent is a count of micro-epsilons as a double (from_micro) or inf, which round_up returns as they
     # are (it is idempotent on its own results): without a prior the first rounding changes nothing.
     before = spent if prior == 0 else round_up(prior + spent)
-    return _checked(round_up(before + cost), before, cost, ceiling,
-                    lambda: f"metric {params.name!r}: a report in a new window costs {cost:.6g}")
+    return _checked(round_up(before + cost), before, cost, ceiling, what)
 
 
 def check_relaxation(
@@ -330,9 +425,12 @@ def check_relaxation(
 
     A round re-sends the current window's value at ``level_to`` (one more
     report of its chain); earlier windows are final and cost nothing more.
+    With a renewing budget the extra cost is charged to the period of the
+    current window (``prior`` being that period's lost-state charge).
 
     Returns:
-        The metric's total spent after the relaxation (``prior`` included).
+        The metric's total spent after the relaxation (``prior`` included), or the
+        period's total (renewing budget).
 
     Raises:
         TighteningRefused: ``level_to`` is below the current level.
@@ -349,12 +447,18 @@ def check_relaxation(
         params=record.params, digest=record.digest, cohort=record.cohort,
         levels=[*record.levels, level_to], rounds=[*record.rounds, 0], current=record.current,
         closed_micro=record.closed_micro, closed_windows=record.closed_windows,
-        closed_exact=record.closed_exact,
+        closed_exact=record.closed_exact, period=record.period, period_start=record.period_start,
+        period_micro=record.period_micro,
     )
     after, _ = extended.spent(params, last_step=extended.step)
+    what = lambda: f"metric {params.name!r}: relaxing to level {level_to:.6g}"  # noqa: E731
+    if record.period is not None:
+        start = period_of(record.current.window, record.period)
+        extra = round_up(after - spent)
+        in_period = _period_before(record, params, start, prior)
+        return _checked(round_up(in_period + extra), in_period, extra, ceiling, what)
     total = round_up(prior + after)
-    return _checked(total, before, round_up(after - spent), ceiling,
-                    lambda: f"metric {params.name!r}: relaxing to level {level_to:.6g}")
+    return _checked(total, before, round_up(after - spent), ceiling, what)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -377,6 +481,12 @@ class LedgerEntry:
         epsilon_per_window: a new window at the current level (what the next window will cost).
         neighbour: the neighbour relation of one window, in words.
         protects, reveals: the policy in words.
+        period: a renewing budget's period in seconds (``None``: ``ceiling`` is for the metric's
+            lifetime). With one, ``ceiling`` and ``remaining`` are per period, and ``spent`` is still
+            the total over every period so far.
+        period_start, renews_at: the current period (the one holding the clock's instant).
+        spent_this_period: what the current period was charged (its lost-state prior included).
+        periods: the periods from the one of the first report through the current one.
     """
 
     metric: str
@@ -395,13 +505,31 @@ class LedgerEntry:
     neighbour: str
     protects: str
     reveals: str
+    period: int | None = None
+    period_start: int | None = None
+    renews_at: int | None = None
+    spent_this_period: float | None = None
+    periods: int | None = None
 
 
-def ledger_entry(record: MetricRecord, params: MetricParams, ceiling: float, prior: float) -> LedgerEntry:
-    """The view of one metric's record."""
+def ledger_entry(
+    record: MetricRecord, params: MetricParams, ceiling: float, prior: float, *,
+    now: float | None = None, period_prior: float = 0.0,
+) -> LedgerEntry:
+    """The view of one metric's record (``now`` and ``period_prior``: the current period, for a renewing budget)."""
     spent, exact = record.spent(params)
     total = round_up(prior + spent)
     guarantee = params.guarantee(record.levels[-1])
+    renewing: dict[str, Any] = {}
+    if record.period is not None and now is not None:
+        start = period_of(now, record.period)
+        this_period = _period_before(record, params, start, period_prior)
+        first = record.first_window
+        renewing = {
+            "period": record.period, "period_start": start, "renews_at": start + record.period,
+            "spent_this_period": this_period, "remaining": _remaining(ceiling, this_period),
+            "periods": None if first is None else (start - period_of(first, record.period)) // record.period + 1,
+        }
     return LedgerEntry(
         metric=params.name,
         mode=params.mode,
@@ -419,14 +547,60 @@ def ledger_entry(record: MetricRecord, params: MetricParams, ceiling: float, pri
         neighbour=guarantee.neighbour,
         protects=guarantee.protects,
         reveals=guarantee.reveals,
+    ) if not renewing else dataclasses.replace(
+        ledger_entry(record, params, ceiling, prior), **renewing,
     )
 
 
-def unused_entry(params: MetricParams, ceiling: float, prior: float) -> LedgerEntry:
+def unused_entry(
+    params: MetricParams, ceiling: float, prior: float, *, period: int | None = None, now: float | None = None,
+    period_prior: float = 0.0,
+) -> LedgerEntry:
     """The view of a metric of the config this client has not reported yet: nothing spent but ``prior``."""
     record = MetricRecord(params=params.to_dict(), digest=params.digest(), cohort=0, levels=[params.level],
-                          rounds=[0])
-    return dataclasses.replace(ledger_entry(record, params, ceiling, prior), cohort=None)
+                          rounds=[0], period=period)
+    entry = ledger_entry(record, params, ceiling, prior, now=now, period_prior=period_prior)
+    return dataclasses.replace(entry, cohort=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """What is left of one metric's privacy budget (:meth:`client_sdk.Client.budget`).
+
+    Attributes:
+        metric: the metric.
+        period: the renewing budget's period in seconds (``None``: a lifetime ceiling, never renewed).
+        ceiling: the ceiling (per period, with a period).
+        spent_this_period: charged to the current period (lifetime: the total).
+        remaining: what is left now; ``renews_at`` (unix time) when it is whole again (``None``: never).
+        total_spent: everything released so far, over all periods (never hidden: the loss about a
+            user whose every window differs is up to this sum).
+        periods: the periods from the first report's through the current one (``None``: unknown).
+        epsilon_per_window: what the next window costs; ``windows_left`` how many fit in ``remaining``.
+    """
+
+    metric: str
+    period: int | None
+    ceiling: float
+    spent_this_period: float
+    remaining: float
+    renews_at: int | None
+    total_spent: float
+    periods: int | None
+    epsilon_per_window: float
+    windows_left: float
+
+    @classmethod
+    def of(cls, entry: LedgerEntry) -> Budget:
+        per_window = entry.epsilon_per_window
+        left = math.inf if math.isinf(entry.remaining) or per_window == 0 else float(
+            to_micro(entry.remaining) // max(1, to_micro(per_window)))
+        return cls(
+            metric=entry.metric, period=entry.period, ceiling=entry.ceiling,
+            spent_this_period=entry.spent if entry.spent_this_period is None else entry.spent_this_period,
+            remaining=entry.remaining, renews_at=entry.renews_at, total_spent=entry.spent, periods=entry.periods,
+            epsilon_per_window=per_window, windows_left=0.0 if math.isinf(per_window) else left,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -475,6 +649,8 @@ class Ledger:
 
 
 __all__ = [
+    "PERIODS",
+    "Budget",
     "Ceiling",
     "Ledger",
     "LedgerEntry",
@@ -484,6 +660,8 @@ __all__ = [
     "check_new_window",
     "check_relaxation",
     "ledger_entry",
+    "period_of",
+    "period_seconds",
     "unused_entry",
     "window_cost",
 ]

@@ -12,7 +12,9 @@ forked child (which must never reuse its parent's keys or uniforms).
 from __future__ import annotations
 
 import collections
+import logging
 import os
+import threading
 import weakref
 from collections.abc import Iterable
 
@@ -25,6 +27,8 @@ from protocol.wire import sealed_report_id
 
 from .memo import IrrMasks, irr_masks
 
+log = logging.getLogger("onesided.client")
+
 # Randomness made ahead of time, off the caller's thread (by sync(), flush() and the sender), so that
 # report() neither generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms and compares
 # them through numpy (~5 us) per call. Apps report a few values a day; a burst beyond the pools makes
@@ -32,7 +36,10 @@ from .memo import IrrMasks, irr_masks
 # (HeldKeys), are memory only; each item is handed out once, and all are emptied in a forked child
 # (which must never reuse its parent's keys or uniforms).
 EPHEMERAL_POOL = 32
+MAX_EPHEMERAL_POOL = 2048  # what a burst can grow the pool to (a key pair and its id: ~0.3 KiB)
 IRR_AHEAD = 64
+MAX_IRR_AHEAD = 4096
+FILLER_IDLE = 30.0  # seconds a filler thread waits for work before it ends
 _AHEAD: weakref.WeakSet[EphemeralPool | IrrPool | HeldKeys] = weakref.WeakSet()
 
 
@@ -58,11 +65,23 @@ class EphemeralPool:
     Kept in memory only (never written: a pool lost in a crash costs
     nothing). ``take()`` never waits: an empty pool makes a key on the spot.
     Thread-safe (``deque`` appends and pops are atomic).
+
+    A burst of reports (more than the pool between two refills by the
+    sender) would make a key inline on every call: ``take()`` therefore
+    wakes a filler thread of its own when the pool is half empty, and an
+    empty pool doubles its size (up to ``max_size``), so that keys are made
+    off the caller's thread at the rate they are used. The filler is a
+    daemon that ends after ``FILLER_IDLE`` seconds without work (and with
+    the pool); a forked child starts its own.
     """
 
-    def __init__(self, size: int = EPHEMERAL_POOL) -> None:
+    def __init__(self, size: int = EPHEMERAL_POOL, max_size: int = MAX_EPHEMERAL_POOL) -> None:
         self.size = size
+        self.max_size = max(size, max_size)
         self._keys: collections.deque[Ephemeral] = collections.deque()
+        self._wanted = threading.Event()
+        self._filler: threading.Thread | None = None
+        self._filler_pid = 0
         _AHEAD.add(self)
 
     def __len__(self) -> int:
@@ -72,9 +91,14 @@ class EphemeralPool:
         """``(key, private, public, report id)``: a key never handed out before, its raw halves, and
         ``b64e(sealed_report_id(public))``."""
         try:
-            return self._keys.popleft()
+            key = self._keys.popleft()
         except IndexError:
+            self.size = min(self.max_size, 2 * self.size)  # a burst: keep more ahead
+            self._wake()
             return _ephemeral()
+        if len(self._keys) < self.size // 2:
+            self._wake()
+        return key
 
     def refill(self) -> None:
         while len(self._keys) < self.size:
@@ -82,6 +106,31 @@ class EphemeralPool:
 
     def clear(self) -> None:
         self._keys.clear()
+
+    def _wake(self) -> None:
+        """Ask the filler thread to refill (starting it if it is not running in this process)."""
+        self._wanted.set()
+        filler = self._filler
+        if filler is not None and filler.is_alive() and self._filler_pid == os.getpid():
+            return
+        self._filler_pid = os.getpid()
+        self._filler = threading.Thread(target=_fill, args=(weakref.ref(self), self._wanted),
+                                        name="onesided-keys", daemon=True)
+        self._filler.start()
+
+
+def _fill(pool_ref: weakref.ref[EphemeralPool], wanted: threading.Event) -> None:
+    """The filler thread: refill when woken; end when idle or when the pool is gone. Never raises."""
+    while wanted.wait(FILLER_IDLE):
+        wanted.clear()
+        pool = pool_ref()
+        if pool is None:
+            return
+        try:
+            pool.refill()
+        except Exception:  # keys made ahead are an optimization: take() makes them itself
+            log.exception("making ephemeral keys ahead failed")
+        del pool
 
 
 class HeldKeys:
@@ -121,8 +170,11 @@ class IrrPool:
     in one call and compares them with ``irr_p`` / ``irr_q`` in one
     vectorized step (:meth:`Randomizer.instantaneous`'s comparisons, row by
     row); each report then takes one pair of masks, once. Same source, same
-    law; only the moment of drawing moves. ``take()`` never waits: an empty
-    pool draws one report's uniforms on the spot. Thread-safe.
+    law; only the moment of drawing moves. An empty pool draws the next
+    block on the spot, in one call, and doubles its size (up to
+    ``MAX_IRR_AHEAD``), so a burst draws once per block, not once per
+    report. (No thread of its own: the source may be a seeded generator,
+    which is not shared across threads.) Thread-safe.
     """
 
     def __init__(self, source: RandomSource, randomizer: Randomizer, num_bits: int, size: int = IRR_AHEAD) -> None:
@@ -142,8 +194,11 @@ class IrrPool:
             return (0, 0)
         try:
             return self._masks.popleft()
-        except IndexError:
-            return self._draw(1)[0]
+        except IndexError:  # a burst: draw the next block now, in one call, and keep more ahead
+            self.size = min(MAX_IRR_AHEAD, 2 * self.size)
+            drawn = self._draw(self.size)
+            self._masks.extend(drawn[1:])
+            return drawn[0]
 
     def refill(self) -> None:
         """Draw the next reports' IRR now if less than half of ``size`` is left."""
@@ -157,4 +212,4 @@ class IrrPool:
         return irr_masks(self.randomizer, self.source.uniform((reports, self.num_bits)))
 
 
-__all__ = ["EPHEMERAL_POOL", "IRR_AHEAD", "Ephemeral", "EphemeralPool", "HeldKeys", "IrrPool"]
+__all__ = ["EPHEMERAL_POOL", "IRR_AHEAD", "MAX_EPHEMERAL_POOL", "MAX_IRR_AHEAD", "Ephemeral", "EphemeralPool", "HeldKeys", "IrrPool"]

@@ -77,7 +77,10 @@ class StateCorrupted(OnesidedError):
 class ClientState:
     """Everything a client keeps between runs (mutable; guarded by the client's lock).
 
-    ``queue`` is a read-only view of the outgoing queue, which is stored in
+    ``waiting`` holds the values reported before the first verified config
+    (metric, canonical value, kind, time): encrypted with the rest, never
+    sent as they are; they are encoded, charged and queued when a config
+    arrives. ``queue`` is a read-only view of the outgoing queue, which is stored in
     its own file (:class:`client_sdk.queue.ReportQueue`, attached by the
     client); it is not part of the state file. ``generation`` counts saves.
     """
@@ -90,6 +93,7 @@ class ClientState:
     lost: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] | None = None
     dropped: int = 0
+    waiting: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_secret(self.secret)
@@ -114,6 +118,7 @@ class ClientState:
             "lost": self.lost,
             "config": self.config,
             "dropped": self.dropped,
+            "waiting": self.waiting,
         }
         return json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
@@ -131,6 +136,7 @@ class ClientState:
             lost=list(data["lost"]),
             config=data["config"],
             dropped=int(data["dropped"]),
+            waiting=[dict(w) for w in data.get("waiting", [])],
         )
 
 

@@ -114,6 +114,8 @@ class FakeAggregator:
         self._failures: deque[_Failure] = deque()
         self.signer = self.keys
         self.issued_at = 0  # the config's serial (tests move it to replay an older config)
+        self.replayed = 0  # reports sent again after they were stored (answered replayed)
+        self.sync_interval: int | None = None  # the re-sync schedule the config announces (None: none)
 
     @property
     def sign_public(self) -> str:
@@ -135,7 +137,7 @@ class FakeAggregator:
     def config_document(self) -> dict[str, Any]:
         payload = build_config_payload(
             issued_at=self.issued_at, aggregator=self.keys.public_info(), metrics=list(self.entries.values()),
-            rounds=self.rounds,
+            rounds=self.rounds, sync_interval=self.sync_interval,
         )
         return self.signer.sign(payload)
 
@@ -185,6 +187,7 @@ class FakeAggregator:
         if report.params_digest != entry.digest:
             return ReportResult(report_id=rid, status=STATUS_OUTDATED_CONFIG, field="params_digest")
         if (report.metric, rid) in self.stored:
+            self.replayed += 1
             return ReportResult(report_id=rid, status=STATUS_REPLAYED)
         try:
             payload = open_report(
@@ -219,7 +222,7 @@ def simulate_crash(client: Any) -> None:
     can open the same state, as the next launch of the app would. The
     crashed object must not be used again.
     """
-    client._stop.set()
+    client._sender.stopping.set()
     client._unregister_exit()
     client._file_lock.abandon()  # close the descriptor: the lock goes with it
 

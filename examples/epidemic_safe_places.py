@@ -72,7 +72,7 @@ def make_clients(agg: LocalAggregator, folder: Path, n: int, ceiling: float, see
     # is per metric: the exact metric needs an infinite one (the device adds no noise there).
     key = hashlib.sha256(b"example-state-key").digest()
     return [
-        Client(agg.url, folder / f"client-{i:04d}.state", server_public_keys=agg.keys.sign_public_raw,
+        Client(agg.url, folder / f"client-{i:04d}.state", background=False, server_public_keys=agg.keys.sign_public_raw,
                max_epsilon={"places": ceiling, "places-exact": math.inf}, state_key=key, autosave=False,
                rng=seed * 10_000 + i, insecure_rng_for_testing=True)
         for i in range(n)

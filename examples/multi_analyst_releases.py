@@ -58,7 +58,7 @@ def collect(url: str, sign_public: bytes, folder: Path, visits: list[list[str]],
     key = hashlib.sha256(b"example-state-key").digest()
     for i, places in enumerate(visits):
         # A trusted metric carries no local noise: a client sends it only with an infinite ceiling.
-        with Client(url, folder / f"client-{i:04d}.state", server_public_keys=sign_public,
+        with Client(url, folder / f"client-{i:04d}.state", background=False, server_public_keys=sign_public,
                     max_epsilon=math.inf, state_key=key, autosave=False, rng=seed * 1000 + i,
                     insecure_rng_for_testing=True) as client:
             client.sync()

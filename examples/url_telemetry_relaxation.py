@@ -82,7 +82,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, local_aggregator(Path(tmp) / "aggregator") as agg:
         digest = agg.admin.post("/v1/metrics", params.to_dict())["digest"]
         key = hashlib.sha256(b"example-state-key").digest()
-        sdk = [Client(agg.url, Path(tmp) / f"client-{i}.state", server_public_keys=agg.keys.sign_public_raw,
+        sdk = [Client(agg.url, Path(tmp) / f"client-{i}.state", background=False, server_public_keys=agg.keys.sign_public_raw,
                       max_epsilon=8.0, state_key=key, autosave=False, rng=args.seed * 1000 + i,
                       insecure_rng_for_testing=True)
                for i in range(args.sdk_clients)]

@@ -1084,16 +1084,25 @@ class MetricEntry:
 
 @dataclass(frozen=True, kw_only=True)
 class ConfigPayload:
-    """A verified config: keys, metrics, open rounds (and their signed documents, kept as sent)."""
+    """A verified config: keys, metrics, open rounds (and their signed documents, kept as sent).
+
+    ``sync_interval`` (optional): the seconds the aggregator asks clients to wait before fetching the
+    config again (:data:`SYNC_INTERVAL_RANGE`); ``None`` when it does not say.
+    """
 
     issued_at: int
     aggregator: AggregatorInfo
     metrics: tuple[MetricEntry, ...]
     rounds: tuple[RoundAnnouncement, ...]
     round_documents: tuple[dict[str, Any], ...]
+    sync_interval: int | None = None
 
     def metric(self, name: str) -> MetricEntry | None:
         return next((m for m in self.metrics if m.params.name == name), None)
+
+
+# The re-sync schedule a config may announce: from a minute to a week.
+SYNC_INTERVAL_RANGE = (60, 7 * 86_400)
 
 
 def build_config_payload(
@@ -1102,6 +1111,7 @@ def build_config_payload(
     aggregator: dict[str, str],
     metrics: Sequence[MetricEntry],
     rounds: Sequence[dict[str, Any]],
+    sync_interval: int | None = None,
 ) -> dict[str, Any]:
     """The config payload to sign (docs/wire.md 8.2).
 
@@ -1110,14 +1120,19 @@ def build_config_payload(
         aggregator: :meth:`protocol.crypto.AggregatorKeys.public_info`.
         metrics: one entry per metric.
         rounds: signed round announcement documents (open rounds).
+        sync_interval: seconds clients should wait before fetching the config again (optional:
+            left out when ``None``, so clients that predate the field accept the config).
     """
-    return {
+    payload = {
         "version": CONFIG_VERSION,
         "issued_at": issued_at,
         "aggregator": aggregator,
         "metrics": [m.to_dict() for m in metrics],
         "rounds": list(rounds),
     }
+    if sync_interval is not None:
+        payload["sync_interval"] = _int(sync_interval, "sync_interval", *SYNC_INTERVAL_RANGE)
+    return payload
 
 
 def _validate_metrics(items: Any) -> tuple[MetricEntry, ...]:
@@ -1161,7 +1176,7 @@ def validate_config_payload(payload: Any, *, sign_public: bytes) -> ConfigPayloa
             ``rounds[1].payload.level_to``); ``SignatureError`` for a round
             that does not verify (field ``rounds[i].signature``...).
     """
-    data = _object(payload, "", ("version", "issued_at", "aggregator", "metrics", "rounds"))
+    data = _object(payload, "", ("version", "issued_at", "aggregator", "metrics", "rounds"), ("sync_interval",))
     if isinstance(data["version"], bool) or data["version"] != CONFIG_VERSION:
         raise ReportRejected("version", f"must be {CONFIG_VERSION}, got {data['version']!r}")
     issued_at = _int(data["issued_at"], "issued_at", 0, MAX_WINDOW)
@@ -1180,12 +1195,14 @@ def validate_config_payload(payload: Any, *, sign_public: bytes) -> ConfigPayloa
             raise SignatureError(f"rounds[{i}].{exc.field}", exc.reason) from None
         except ReportRejected as exc:
             raise _under(f"rounds[{i}]", exc) from None
+    sync_interval = data.get("sync_interval")
     return ConfigPayload(
         issued_at=issued_at,
         aggregator=aggregator,
         metrics=metrics,
         rounds=tuple(rounds),
         round_documents=tuple(data["rounds"]),
+        sync_interval=None if sync_interval is None else _int(sync_interval, "sync_interval", *SYNC_INTERVAL_RANGE),
     )
 
 
@@ -1205,6 +1222,7 @@ def verify_config(document: Any, *, sign_public: bytes) -> ConfigPayload:
 
 __all__ = [
     "STATUSES",
+    "SYNC_INTERVAL_RANGE",
     "AggregatorInfo",
     "ConfigPayload",
     "MetricEntry",

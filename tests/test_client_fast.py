@@ -6,6 +6,7 @@ import hmac
 import math
 import random
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from client_sdk.memo import (
     report_bits,
     report_mask,
 )
-from client_sdk.pools import EphemeralPool, IrrPool, _empty_after_fork
+from client_sdk.pools import IRR_AHEAD, EphemeralPool, IrrPool, _empty_after_fork
 from client_sdk.queue import envelope_of
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import ValueKind, from_micro, round_up
@@ -166,7 +167,7 @@ ASYM_IRR = MetricParams(name="places", encoding=BloomEncoding(num_bits=128, num_
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("clock", Clock(WINDOW + 3600.0))
     kwargs.setdefault("max_epsilon", 100.0)
-    return Client("http://agg.test", path, server_public_keys=[fake.sign_public], session=fake,
+    return Client("http://agg.test", path, background=False, server_public_keys=[fake.sign_public], session=fake,
                   **kwargs)  # type: ignore[arg-type]
 
 
@@ -256,8 +257,14 @@ def test_a_queue_of_sealed_reports_from_before_still_sends(tmp_path: Path) -> No
 def test_keys_and_irr_made_ahead_are_handed_out_once_and_dropped_in_a_forked_child() -> None:
     pool = EphemeralPool(size=8)
     pool.refill()
-    taken = [pool.take() for _ in range(12)]  # 8 made ahead, 4 made on the spot
-    assert len({public for _, _, public, _ in taken}) == 12 and len(pool) == 0
+    taken = [pool.take() for _ in range(12)]  # 8 made ahead, the rest by the filler thread or on the spot
+    assert len({public for _, _, public, _ in taken}) == 12
+    for _ in range(1000):  # half empty: the filler thread refills the pool off the caller's thread
+        if len(pool) >= pool.size:
+            break
+        time.sleep(0.01)
+    assert len(pool) >= pool.size >= 8
+    assert len({public for _, _, public, _ in [*taken, *(pool.take() for _ in range(8))]}) == 20
     assert all(rid == b64e(sealed_report_id(public)) for _, _, public, rid in taken)
     assert all(key.private_bytes_raw() == private and key.public_key().public_bytes_raw() == public
                for key, private, public, _ in taken)
@@ -266,11 +273,11 @@ def test_keys_and_irr_made_ahead_are_handed_out_once_and_dropped_in_a_forked_chi
     ahead = IrrPool(SeededRandom(9), randomizer, 37, size=16)
     ahead.refill()
     assert len(ahead) == 16
-    drawn = [ahead.take() for _ in range(20)]  # 16 drawn ahead in one call, 4 on the spot
+    drawn = [ahead.take() for _ in range(20)]  # 16 drawn ahead in one call; empty: the next block, doubled
     source = SeededRandom(9)
-    expected = irr_masks(randomizer, source.uniform((16, 37))) + [irr_masks(randomizer, source.uniform((1, 37)))[0]
-                                                                   for _ in range(4)]
+    expected = irr_masks(randomizer, source.uniform((16, 37))) + irr_masks(randomizer, source.uniform((32, 37)))[:4]
     assert drawn == expected  # the source's stream, in order, once each
+    assert (ahead.size, len(ahead)) == (32, 28)
     ahead.refill()
     _empty_after_fork()  # what os.register_at_fork runs in a child: nothing of the parent's is reused
     assert len(pool) == 0 and len(ahead) == 0
@@ -284,15 +291,15 @@ def test_the_irr_comes_from_the_os_csprng_and_the_sender_fills_the_pools(tmp_pat
     assert len(client._ephemeral) == 0
     client.sync()
     assert len(client._ephemeral) == client._ephemeral.size and not client._irr  # no IRR for unused metrics
-    client.report("places", {"home"})  # the first report of the metric draws its IRR on the spot
+    client.report("places", {"home"})  # the first report of the metric draws a block of IRR on the spot
     (irr,) = client._irr.values()
-    assert isinstance(irr.source, SecureRandom) and len(irr) == 0
+    assert isinstance(irr.source, SecureRandom) and len(irr) == irr.size - 1 == 2 * IRR_AHEAD - 1
     assert len(client._ephemeral) == client._ephemeral.size - 1
-    client.flush()  # the sender refills both
-    assert len(client._ephemeral) == client._ephemeral.size and len(irr) == irr.size
+    client.flush()  # the sender refills the keys; the IRR is refilled once half of it is used
+    assert len(client._ephemeral) == client._ephemeral.size and len(irr) == irr.size - 1
     clock.advance(DAY)
     client.report("places", {"home"})
-    assert len(irr) == irr.size - 1
+    assert len(irr) == irr.size - 2
 
 
 def test_a_round_resend_is_queued_pending_with_its_own_id(tmp_path: Path) -> None:
@@ -404,7 +411,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
                          insecure_rng_for_testing=True)
     client.sync()
     items: list[dict[str, object]] = []
-    for day in range(100):  # 80 drawn inline (the pool is filled by the sender), then the pool's after flush()
+    for day in range(100):  # the first draws a block of 128 (the pool ran dry), flush() draws 80 more
         value = f"https://example.org/{day % 7}"
         rid = client.report("urls", value)
         items.extend(i for i in client._queue if i["report_id"] == rid)
@@ -412,7 +419,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
             client.flush()
         clock.now += DAY
     blocks = [b for b in source.blocks if b.ndim == 2 and b.shape[1] == 32]
-    assert [len(b) for b in blocks] == [1] * 80 + [64]
+    assert [len(b) for b in blocks] == [128, 80]
     rows = iter(np.concatenate(blocks))
     record = client._state.metrics["urls"]
     randomizer = params.randomizer()

@@ -52,7 +52,7 @@ def make_client(fake: FakeAggregator, path: Path, clock: Clock | None = None, **
     clock = clock or Clock()
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("session", fake)
-    return Client("http://agg.test", path, server_public_keys=fake.sign_public, clock=clock, sleep=clock.sleep,
+    return Client("http://agg.test", path, background=False, server_public_keys=fake.sign_public, clock=clock, sleep=clock.sleep,
                   monotonic=clock.monotonic, rng=5, insecure_rng_for_testing=True, **kwargs)
 
 
@@ -315,8 +315,8 @@ def test_close_does_not_hang_on_a_hanging_server(fake: FakeAggregator, tmp_path:
     client.close()
     assert time.monotonic() - began < 2.0
     release.set()
-    if client._thread is not None:  # the sender was left to end on its own: let it, before the test ends
-        client._thread.join(10)
+    if client._sender.thread is not None:  # the sender was left to end on its own: let it, before the test ends
+        client._sender.thread.join(10)
     assert client.ledger().queued_reports == 1  # still queued for the next run
 
 
@@ -342,9 +342,9 @@ def test_background_flag_sends_and_registers_the_exit_flush(
     client.start(0.01)  # already running: nothing new
     assert len(hooks) == 1
     client.close()
-    assert hooks == [] and client._thread is None
+    assert hooks == [] and client._sender.thread is None
     client.start(0.01)  # a closed client can start again
-    assert client._thread is not None and client._thread.is_alive()
+    assert client._sender.thread is not None and client._sender.thread.is_alive()
     client.close()
     asked = make_client(fake, tmp_path / "asked", flush_at_exit=True)
     assert len(hooks) == 1
@@ -398,7 +398,7 @@ def test_background_loop_survives_errors(fake: FakeAggregator, tmp_path: Path) -
         if len(errors) >= 3:
             break
         time.sleep(0.01)
-    assert client._thread is not None and client._thread.is_alive()  # errors do not end the sender
+    assert client._sender.thread is not None and client._sender.thread.is_alive()  # errors do not end the sender
     fake.fail_next(0)
     fake._failures.clear()
     for _ in range(500):

@@ -38,7 +38,7 @@ def make_client(
     tmp_path: Path, max_epsilon: object, metrics: list[MetricParams] | None = None, clock: Clock | None = None
 ) -> Client:
     fake = FakeAggregator(metrics or [ASYM, SYM, CAT, TRUSTED, SYM_IRR])
-    client = Client("http://agg.test", tmp_path / "state", server_public_keys=fake.sign_public,
+    client = Client("http://agg.test", tmp_path / "state", background=False, server_public_keys=fake.sign_public,
                     max_epsilon=max_epsilon, session=fake, rng=3, insecure_rng_for_testing=True,  # type: ignore[arg-type]
                     clock=clock or Clock(T0))
     client.sync()
@@ -205,10 +205,10 @@ def test_a_seeded_rng_needs_the_testing_switch(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM])
     for rng in (7, SeededRandom(7)):
         with pytest.raises(ParameterError) as info:
-            Client("http://agg.test", tmp_path / "s", server_public_keys=fake.sign_public, max_epsilon=1.0,
+            Client("http://agg.test", tmp_path / "s", background=False, server_public_keys=fake.sign_public, max_epsilon=1.0,
                    session=fake, rng=rng)
         assert info.value.field == "rng"
-    Client("http://agg.test", tmp_path / "s", server_public_keys=fake.sign_public, max_epsilon=1.0,
+    Client("http://agg.test", tmp_path / "s", background=False, server_public_keys=fake.sign_public, max_epsilon=1.0,
            session=fake, rng=SecureRandom())
 
 

@@ -21,16 +21,16 @@ ASYM = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_hashe
 
 
 def make_client(session: Any, path: Path, keys: object) -> Client:
-    return Client("http://agg.test", path, server_public_keys=keys, max_epsilon=10.0,  # type: ignore[arg-type]
+    return Client("http://agg.test", path, background=False, server_public_keys=keys, max_epsilon=10.0,  # type: ignore[arg-type]
                   session=session)
 
 
 def test_good_config_is_accepted_and_kept(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM])
     client = make_client(fake, tmp_path / "s", fake.keys.sign_public_raw)
-    with pytest.raises(ParameterError, match="sync"):
-        client.report("places", "x")
+    assert client.report("places", "x") is None  # no config yet: the value waits for one
     config = client.sync()
+    assert len(fake.stored) == 0 and client.ledger().queued_reports == 1  # reported once the config came
     assert [m.params.name for m in config.metrics] == ["places"]
     assert config.aggregator.seal_public == fake.keys.seal_public_raw
     with pytest.raises(ParameterError, match="not a metric"):

@@ -35,7 +35,7 @@ def make_client(fake: FakeAggregator, path: Path, sleeps: Sleeps, **kwargs: obje
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("retry", POLICY)
     kwargs.setdefault("clock", Clock(1_000_000.0))
-    return Client("http://agg.test/", path, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
+    return Client("http://agg.test/", path, background=False, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
                   rng=11, insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
 
@@ -234,7 +234,7 @@ def test_background_sender(fake: FakeAggregator, tmp_path: Path) -> None:
     for _ in range(500):
         if len(fake.stored) == 3:
             break
-        client._stop.wait(0.01)
+        client._sender.stopping.wait(0.01)
     client.close()
     assert len(fake.stored) == 3
 

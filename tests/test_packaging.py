@@ -101,7 +101,7 @@ def test_a_client_from_the_bare_install_reports_to_an_aggregator(bare_venv: Path
         script = textwrap.dedent(f"""
             from client_sdk import Client
             client = Client({server.url!r}, {str(tmp_path / "client.state")!r},
-                            server_public_keys={b64e(server.keys.sign_public_raw)!r}, max_epsilon=10.0)
+                            background=False, server_public_keys={b64e(server.keys.sign_public_raw)!r}, max_epsilon=10.0)
             client.sync()
             client.report("places", {{"home", "cafe"}})
             result = client.flush()

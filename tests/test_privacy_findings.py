@@ -62,7 +62,7 @@ def test_none_is_all_zeros_on_bloom_too_and_never_a_candidate() -> None:
 def test_the_client_sends_noise_only_for_none(tmp_path: Path) -> None:
     params = categorical(level=MAX_LEVEL)  # noise ones nearly never: what is sent is the true bits
     fake = FakeAggregator([params])
-    client = Client("http://agg.test", tmp_path / "s", server_public_keys=fake.sign_public, session=fake,
+    client = Client("http://agg.test", tmp_path / "s", background=False, server_public_keys=fake.sign_public, session=fake,
                     max_epsilon=math.inf)
     client.sync()
     client.report("dx", "none")
@@ -117,7 +117,7 @@ def test_round_decisions_do_not_depend_on_the_values(tmp_path: Path) -> None:
     for name, values in {"same": ["a", "a", "a"], "changing": ["a", "b", "c"]}.items():
         fake = FakeAggregator([params])
         now = [1_699_920_000.0]
-        client = Client("http://agg.test", tmp_path / name, server_public_keys=fake.sign_public, session=fake,
+        client = Client("http://agg.test", tmp_path / name, background=False, server_public_keys=fake.sign_public, session=fake,
                         max_epsilon=6.0, clock=lambda now=now: now[0])  # type: ignore[misc]
         client.sync()
         for value in values:

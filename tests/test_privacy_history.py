@@ -142,7 +142,7 @@ def charged(params: MetricParams, hist: Sequence[Window], tmp_path: Path) -> flo
     """What the real client's ledger charges for the history (reports, rounds and windows as given)."""
     fake = FakeAggregator([params])
     now = [T0 + 3600.0]
-    client = Client("http://agg.test", tmp_path / "state", server_public_keys=fake.sign_public, session=fake,
+    client = Client("http://agg.test", tmp_path / "state", background=False, server_public_keys=fake.sign_public, session=fake,
                     max_epsilon=math.inf, clock=lambda: now[0])
     client.sync()
     rounds = 0

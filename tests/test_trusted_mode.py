@@ -46,7 +46,7 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
 
 def new_client(srv: LiveServer, path: Path, *, clock: float, session: requests.Session, seed: int,
                max_epsilon: float = math.inf) -> Client:
-    return Client(srv.url, path, server_public_keys=srv.keys.sign_public_raw, max_epsilon=max_epsilon,
+    return Client(srv.url, path, background=False, server_public_keys=srv.keys.sign_public_raw, max_epsilon=max_epsilon,
                   session=session, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
                   clock=lambda: clock, rng=seed, autosave=False, insecure_rng_for_testing=True)
 

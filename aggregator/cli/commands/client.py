@@ -76,7 +76,8 @@ def client_from_args(args: argparse.Namespace) -> Client:
     state = Path(args.state or os.environ.get("ONESIDED_CLIENT_STATE") or DEFAULT_STATE).expanduser()
     from client_sdk.client import Client
 
-    return Client(server, state, server_public_keys=key, max_epsilon=args.max_epsilon)
+    return Client(server, state, server_public_keys=key, max_epsilon=args.max_epsilon,
+                  background=False)  # one command: it syncs and sends itself
 
 
 def _jsonable(value: Any) -> Any:
