@@ -27,10 +27,10 @@ def browser() -> Iterator[Any]:
     yield from launch_chromium()
 
 
-def _open(browser: Any, scenario: Scenario, width: int) -> Any:
+def _open(browser: Any, world: Scenario, width: int) -> Any:
     page = browser.new_page(viewport={"width": width, "height": 800})
-    page.goto(scenario.agg.url + "/dashboard")
-    page.fill("#token", scenario.agg.analyst.token or "")
+    page.goto(world.agg.url + "/dashboard")
+    page.fill("#token", world.agg.analyst.token or "")
     page.click("#token-use")
     return page
 
