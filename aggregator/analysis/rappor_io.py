@@ -59,12 +59,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.analysis.association import ReportsEM, em_reports_fit, log_likelihoods
 from aggregator.analysis.decoding.counts import BitCounts
 from aggregator.analysis.decoding.fit import check_candidates, fit_bit_table
 from protocol.encodings import BloomEncoding
@@ -72,6 +71,9 @@ from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import laplace_rate_from_f
 from protocol.validation import check_int, check_probability
+
+if TYPE_CHECKING:  # the association's EM is imported by the functions that use it: decode-rappor of one
+    from aggregator.analysis.association import ReportsEM  # variable starts faster without it
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -577,6 +579,8 @@ def _variable_likelihoods(
         return BOOLEAN_VALUES, logs
     if map_path is None:
         raise ParameterError(field, f"is required: {var.var!r} is a string variable")
+    from aggregator.analysis.association import log_likelihoods
+
     names, table = read_map(map_path, rappor)
     logs = log_likelihoods(bits, cohorts, table, (p_star, q_star))
     if not other:
@@ -662,6 +666,8 @@ def decode_rappor_association(
     found = [_variable_likelihoods(v, p, bits, data.cohorts, path, not ignore_other, field)
              for v, p, bits, path, field in zip(variables, params, data.bits, (map1, map2), ("map1", "map2"),
                                                 strict=True)]
+    from aggregator.analysis.association import em_reports_fit
+
     em = em_reports_fit(found[0][1], found[1][1], max_iterations=max_em_iters, tolerance=em_tolerance)
     return AssocResult(names=(var1, var2), values=(found[0][0], found[1][0]), em=em,
                        num_reports=int(data.cohorts.size), removed=data.removed)

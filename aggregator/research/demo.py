@@ -284,7 +284,7 @@ def run_demo(cfg: DemoConfig, *, progress: bool = True, say: Callable[[str], Non
     out_dir.mkdir(parents=True, exist_ok=True)  # fails now, not after the run, if it cannot be made
     data_dir = Path(cfg.data_dir) if cfg.data_dir is not None else out_dir / "data"
     made_here = not data_dir.exists()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: keys, reports, client states
     if any(data_dir.iterdir()):
         raise ParameterError("data_dir", f"{data_dir} is not empty (kept by an earlier run with --keep?): "
                              "remove it or choose another --out")

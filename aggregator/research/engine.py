@@ -16,6 +16,8 @@ runs its blocks one after the other, so its memory is bounded by one block.
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -132,12 +134,18 @@ class DaskEngine:
 
     def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
             progress: Callable[[str], None]) -> BlockCounts:
+        import dask
         from distributed import Client, LocalCluster, as_completed
 
         tasks = _tasks(seeds, self.blocks_per_task)
+        # the workers' spill folder: a fresh one removed after the run (dask's default, ./dask-scratch-space
+        # or $TMPDIR/dask-scratch-space, stays behind)
+        scratch = tempfile.mkdtemp(prefix="onesided-dask-") if self.scheduler is None else None
         if self.scheduler is None:
-            cluster: Any = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=self.processes,
-                                        dashboard_address=":0")  # any free port: no clash, no warning
+            with dask.config.set({"temporary-directory": scratch}):  # the scheduler's lock files too
+                cluster: Any = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=self.processes,
+                                            dashboard_address=":0",  # any free port: no clash, no warning
+                                            local_directory=scratch)
         else:
             cluster = self.scheduler
         try:
@@ -161,6 +169,8 @@ class DaskEngine:
         finally:
             if not isinstance(cluster, str):
                 cluster.close()
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
         if total is None:
             raise ParameterError("blocks", "need at least one block")
         return total

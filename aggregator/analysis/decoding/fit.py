@@ -43,7 +43,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from aggregator.analysis.decoding.counts import BitCounts, bit_estimates, check_probabilities
 from aggregator.analysis.decoding.design import (
@@ -58,6 +57,7 @@ from aggregator.analysis.decoding.multiple_testing import (
     detect,
     one_sided_p_values,
 )
+from aggregator.analysis.decoding.normal import quantile
 from aggregator.analysis.decoding.solvers import least_squares_refit, nonnegative_lasso
 from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
@@ -202,7 +202,7 @@ def _assemble(
     correction: str,
     confidence: float,
 ) -> CandidateFit:
-    z = float(special.ndtri(0.5 + confidence / 2.0))
+    z = quantile(0.5 + confidence / 2.0)
     p_values = one_sided_p_values(estimates, std_errors)
     return CandidateFit(
         candidates=candidates,
@@ -223,7 +223,7 @@ def _assemble(
 
 def _selection_z(num_candidates: int) -> float:
     """``Phi^-1(1 - 1/S)``: about one null candidate of ``S`` passes by chance."""
-    return float(special.ndtri(1.0 - 1.0 / max(num_candidates, 2)))
+    return quantile(1.0 - 1.0 / max(num_candidates, 2))
 
 
 def _score_sd(design: Design) -> FloatArray:

@@ -22,8 +22,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
+from aggregator.analysis.decoding.normal import upper_tail
 from protocol.errors import ParameterError
 from protocol.validation import check_probability
 
@@ -55,7 +55,7 @@ def one_sided_p_values(estimates: FloatArray, std_errors: FloatArray) -> FloatAr
     exact = se == 0.0
     out[exact] = np.where(est[exact] > 0.0, 0.0, 1.0)
     noisy = np.isfinite(se) & (se > 0.0)
-    out[noisy] = special.ndtr(-est[noisy] / se[noisy])
+    out[noisy] = upper_tail(est[noisy] / se[noisy])
     return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from scipy import linalg, optimize, sparse
+from scipy import linalg, sparse
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -39,6 +39,8 @@ def _restricted_solve(
     upper = linalg.cholesky(gram, lower=False, check_finite=False)
     target = columns.T @ response - penalty / 2.0
     rhs = linalg.solve_triangular(upper, target, trans="T", lower=False, check_finite=False)
+    from scipy import optimize  # here: only the LASSO/NNLS fits need it, and it is slow to import
+
     x, _ = optimize.nnls(upper, rhs, maxiter=50 * max(gram.shape[0], 1))
     return np.asarray(x, dtype=np.float64)
 

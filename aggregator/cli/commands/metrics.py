@@ -15,7 +15,7 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aggregator.cli.options import (
     Subparsers,
@@ -27,7 +27,9 @@ from aggregator.cli.options import (
     int_list,
 )
 from protocol.errors import ParameterError
-from protocol.params import MetricParams
+
+if TYPE_CHECKING:  # imported when a command runs: 'onesided --help' loads no numpy
+    from protocol.params import MetricParams
 
 
 def register(subparsers: Subparsers) -> None:
@@ -129,6 +131,8 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ParameterError: a missing or invalid parameter (field named).
     """
+    from protocol.params import MetricParams
+
     if args.file is not None:
         try:
             data = json.loads(args.file.read_text("utf-8"))
@@ -201,6 +205,7 @@ def _metric_rows(metrics: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run_create(args: argparse.Namespace) -> int:
     from aggregator.cli.render import record
+    from protocol.params import MetricParams
 
     data = params_from_args(args)
     params = MetricParams.from_dict(data)
@@ -229,6 +234,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     from aggregator.cli.render import record, table
+    from protocol.params import MetricParams
 
     def human(body: dict[str, Any]) -> str:
         params = MetricParams.from_dict(body["params"])

@@ -346,7 +346,8 @@
     $("candidates-box").hidden = p.encoding.kind === "direct";
     resetResults();
     const trusted = isTrusted(metric);
-    for (const view of ["estimates", "certificates", "rounds"]) $("tab-" + view).hidden = trusted;
+    for (const view of ["estimates", "rounds"]) $("tab-" + view).hidden = trusted;
+    $("tab-certificates").hidden = p.mode !== "asymmetric";  // one-sided certificates need one-sided noise
     $("tab-releases").hidden = !trusted;
     $("collection-form").hidden = trusted;  // releases choose their own window
     $("metric-section").hidden = false;
@@ -551,12 +552,14 @@
     const height = layout.head + rows * layout.rowH + 6;
     const root = svg("svg", { class: cls, width: width, height: height, viewBox: "0 0 " + width + " " + height,
       "data-rows": rows });
-    return { root: root, width: width, height: height, left: layout.left, right: layout.right, rowH: layout.rowH,
-      head: layout.head };
+    // on a narrow screen the labels get at most 40% of the width, the values at most 18%
+    return { root: root, width: width, height: height, left: Math.min(layout.left, Math.round(0.4 * width)),
+      right: Math.min(layout.right, Math.round(0.18 * width)), rowH: layout.rowH, head: layout.head };
   }
 
+  // The container's width (a phone's 300 px and up), so that a chart never widens the page.
   function chartWidth(container) {
-    return Math.max(560, Math.min(1100, container.clientWidth || 900));
+    return Math.max(300, Math.min(1100, container.clientWidth || 900));
   }
 
   // An x axis on top: grid lines down to `bottom` and tick labels.
@@ -771,10 +774,19 @@
     renderEstimates();
   }
 
+  // "counts >= 0": max(0, x) of the estimate and its interval, for display only (biased upwards;
+  // the API's JSON and CSV keep the unbiased values, which the download saves).
+  function displayed(rows) {
+    if (!$("est-nonneg").checked) return rows;
+    const clip = (v) => (typeof v === "number" ? Math.max(0, v) : v);
+    return rows.map((row) => Object.assign({}, row, { estimate: clip(row.estimate), lower: clip(row.lower),
+      upper: clip(row.upper), proportion: clip(row.proportion) }));
+  }
+
   function sortedRows() {
     const key = state.sort.key;
     const sign = state.sort.descending ? -1 : 1;
-    let rows = state.rows.slice();
+    let rows = displayed(state.rows);
     if ($("detected-only").checked) rows = rows.filter((row) => row.detected);
     rows.sort((a, b) => {
       if (key === "candidate") return sign * a.candidate.localeCompare(b.candidate);
@@ -828,7 +840,7 @@
     clear(container);
     const body = state.estimates;
     if (!body || !state.rows.length) return;
-    const ranked = state.rows.slice().sort((a, b) => b.estimate - a.estimate)
+    const ranked = displayed(state.rows).sort((a, b) => b.estimate - a.estimate)
       .filter((row) => !$("detected-only").checked || row.detected);
     const rows = ranked.slice(0, Number($("est-top").value));
     const z = detectionZ(body);
@@ -875,7 +887,9 @@
       (100 * body.confidence).toFixed(0) + "% interval. Dashed line: the detection threshold z·se = " +
       (threshold === null ? "–" : threshold.toFixed(1)) + " (z = " + z.toFixed(2) + " for " + body.correction +
       " at alpha " + body.alpha + ", se the median standard error " + fixed(se, 1) +
-      "); each bar's own threshold is in its tooltip. Hover a bar, or focus the chart and use the arrow keys.";
+      "); each bar's own threshold is in its tooltip. Hover a bar, or focus the chart and use the arrow keys." +
+      ($("est-nonneg").checked ? " Shown as max(0, x): each estimate is unbiased, so small counts fall below 0 about " +
+        "half the time; the CSV keeps the unbiased values." : "");
   }
 
   function showEstimatesAs(table) {
@@ -1183,6 +1197,18 @@
 
   // ---------------------------------------------------------------- reset and wiring
 
+  // A new window, round or candidate list: the answers about the old selection leave the screen.
+  function selectionChanged() {
+    for (const kind of ["estimates", "certificates"]) begin(kind);
+    state.rows = [];
+    state.estimates = null;
+    state.certificates = null;
+    $("estimates-summary").textContent = "selection changed: load the estimates again";
+    $("certificates-summary").textContent = "";
+    $("certificates-result").hidden = true;
+    renderEstimates();
+  }
+
   function resetResults() {
     for (const kind of ["estimates", "certificates", "compare", "releases", "rounds"]) begin(kind);
     state.rows = [];
@@ -1231,6 +1257,9 @@
     submit("certificates-form", loadCertificates);
     submit("compare-form", loadComparison);
     $("detected-only").addEventListener("change", renderEstimates);
+    $("est-nonneg").addEventListener("change", renderEstimates);
+    for (const id of ["est-window", "est-round"]) $(id).addEventListener("change", selectionChanged);
+    $("candidates").addEventListener("input", selectionChanged);
     $("est-top").addEventListener("change", renderEstimatesChart);
     $("est-as-chart").addEventListener("click", () => showEstimatesAs(false));
     $("est-as-table").addEventListener("click", () => showEstimatesAs(true));
