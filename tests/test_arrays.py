@@ -51,21 +51,19 @@ def test_exact_bits_have_their_probabilities() -> None:
 
 
 class TiedGenerator:
-    """A generator whose 64-bit words all equal the cut of ``p``: every bit is a tie."""
+    """A generator whose 32-bit words all equal the cut of ``p``: every bit is a tie."""
 
     def __init__(self, p: float | Fraction) -> None:
         self.cut, _ = arrays._cut(p)
 
     def integers(self, low: int, high: int, size: tuple[int, ...], dtype: Any) -> np.ndarray:
-        out = np.empty(size, dtype=np.int64)
-        out[..., 0], out[..., 1] = self.cut >> 32, self.cut & 0xFFFFFFFF
-        return out
+        return np.full(size, self.cut, dtype=np.int64)
 
 
-@pytest.mark.parametrize(("p", "remainder"), [(Fraction(1, 3), Fraction(1, 3)), (1.0, Fraction(1)), (0.0, Fraction(0))])
+@pytest.mark.parametrize(("p", "remainder"), [(Fraction(1, 3), Fraction(1, 3)), (1.0, Fraction(1)), (0.0, Fraction(0))])  # 2^32 = 1 mod 3
 def test_ties_resolve_with_the_exact_remainder(p: float | Fraction, remainder: Fraction) -> None:
     cut, rest = arrays._cut(p)
-    assert rest == remainder and Fraction(cut) + rest == Fraction(p) * 2**64
+    assert rest == remainder and Fraction(cut) + rest == Fraction(p) * 2**32
     bits = exact_bits(np, TiedGenerator(p), [p], np.zeros(50_000, dtype=np.uint8), np.random.SeedSequence(3))
     if remainder in (0, 1):
         assert int(bits.sum()) == 50_000 * int(remainder)
@@ -98,6 +96,14 @@ def test_relaxation_on_the_array_engine_costs_no_accuracy() -> None:
         assert 0.9 <= c["ratio"] <= 1.1, c
         assert 0.9 <= c["theory_ratio"] <= 1.1, c
         assert c["composition_ratio"] > c["ratio"]
+
+
+def test_cohort_sums_are_the_slices_sums() -> None:
+    rng = np.random.default_rng(12)
+    edges = [0, 0, 700, 701, 701, 2_000]  # empty cohorts at the start, in the middle and none at the end
+    reports = rng.random((2_000, 7)) < 0.5
+    expected = np.stack([reports[a:b].sum(axis=0) for a, b in zip(edges, edges[1:], strict=False)])
+    assert np.array_equal(arrays.cohort_sums(np, reports, edges), expected)
 
 
 def test_the_engine_refuses_scenarios_without_array_blocks() -> None:

@@ -8,11 +8,11 @@ used (``zeros``, ``searchsorted``, ``cumsum``, comparisons, fancy indexing,
 
 **Exact in law.** A bit is 1 with probability ``p`` *exactly* (``p`` a
 double or a rational, as :func:`protocol.exact.bernoulli_choose` gives on
-the CPU): a uniform 64-bit word ``U`` (two 32-bit draws) is compared with
-``T = floor(p 2^64)``; ``U < T`` gives 1, ``U > T`` gives 0, and the rare
-tie ``U = T`` (probability ``2^-64`` per bit) gives 1 with the remainder
-``p 2^64 - T``, drawn on the host by ``bernoulli_choose``. So
-``P(1) = T / 2^64 + 2^-64 (p 2^64 - T) = p``. Blocks therefore sample the
+the CPU): a uniform 32-bit word ``U`` is compared with
+``T = floor(p 2^32)``; ``U < T`` gives 1, ``U > T`` gives 0, and the rare
+tie ``U = T`` (probability ``2^-32`` per bit, a few hundred bits in 10^11)
+gives 1 with the remainder ``p 2^32 - T``, drawn on the host by
+``bernoulli_choose``. So ``P(1) = T / 2^32 + 2^-32 (p 2^32 - T) = p``. Blocks therefore sample the
 same laws as the CPU path (:mod:`aggregator.research.populations`), from
 another stream: figures agree in law, not digit by digit
 (tests/test_arrays.py: chi-square against the exact probabilities and
@@ -37,9 +37,9 @@ from protocol.errors import ParameterError
 from protocol.exact import bernoulli_choose
 from protocol.rng import SeededRandom
 
-__all__ = ["ArrayEngine", "array_block", "exact_bits", "namespace", "register_array_block"]
+__all__ = ["ArrayEngine", "array_block", "cohort_sums", "exact_bits", "namespace", "register_array_block"]
 
-_WORD = 1 << 64
+_WORD = 1 << 32
 # fn(xp, setup, block index, block seed) -> counts (host integers)
 ArrayBlockFunction = Callable[[Any, Any, int, np.random.SeedSequence], BlockCounts]
 _ARRAY_BLOCKS: dict[BlockFunction, ArrayBlockFunction] = {}
@@ -74,19 +74,31 @@ def to_host(xp: Any, array: Any) -> np.ndarray:
 
 
 def _words(xp: Any, gen: Any, shape: tuple[int, ...]) -> Any:
-    """Uniform 64-bit words from two 32-bit draws (``integers`` with ``int64`` is in both namespaces)."""
-    pair = gen.integers(0, 1 << 32, size=(*shape, 2), dtype=xp.int64).astype(xp.uint64)
-    return (pair[..., 0] << xp.uint64(32)) | pair[..., 1]
+    """Uniform 32-bit words (``integers`` with ``int64`` is in both namespaces)."""
+    return gen.integers(0, _WORD, size=shape, dtype=xp.int64)
 
 
 def _cut(p: float | Fraction) -> tuple[int, Fraction]:
-    """``(T, remainder)`` with ``T = min(floor(p 2^64), 2^64 - 1)`` and ``remainder = p 2^64 - T`` in [0, 1]."""
+    """``(T, remainder)`` with ``T = min(floor(p 2^32), 2^32 - 1)`` and ``remainder = p 2^32 - T`` in [0, 1]."""
     exact = Fraction(p)
     if not 0 <= exact <= 1:
         raise ParameterError("probabilities", f"must be in [0, 1], got {float(exact)!r}")
     scaled = exact * _WORD
     cut = min(math.floor(scaled), _WORD - 1)
     return cut, scaled - cut
+
+
+def cohort_sums(xp: Any, reports: Any, edges: Sequence[int]) -> np.ndarray:
+    """Per-cohort column sums of 0/1 ``reports`` whose rows are in cohort order (cohort ``c``: rows ``edges[c]..edges[c+1]``).
+
+    One scan and one gather on the device (``int32``: exact below 2^31 rows), then to the host as ``int64``.
+    """
+    ends = np.asarray(edges, dtype=np.int64)
+    if int(ends[-1]) >= 1 << 31:
+        raise ParameterError("chunk", f"a block must hold fewer than 2^31 clients, got {int(ends[-1])}")
+    running = reports.cumsum(axis=0, dtype=xp.int32)
+    at = running[xp.asarray(np.maximum(ends - 1, 0))] * xp.asarray(ends > 0)[:, None]
+    return to_host(xp, at[1:] - at[:-1]).astype(np.int64)
 
 
 def exact_bits(xp: Any, gen: Any, probabilities: Sequence[float | Fraction], choice: Any,
@@ -98,7 +110,7 @@ def exact_bits(xp: Any, gen: Any, probabilities: Sequence[float | Fraction], cho
         tie_seed: seeds the host draws of the (rare) ties.
     """
     cuts = [_cut(p) for p in probabilities]
-    table = xp.asarray(np.array([c for c, _ in cuts], dtype=np.uint64))
+    table = xp.asarray(np.array([c for c, _ in cuts], dtype=np.int64))
     word = _words(xp, gen, tuple(choice.shape))
     threshold = table[choice]
     out = word < threshold

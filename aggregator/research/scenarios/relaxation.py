@@ -150,7 +150,7 @@ def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np
     symmetric: :func:`~protocol.relaxation.laplace_bit_conditionals`), the
     one-shot and extra collections. Another stream than the CPU block's.
     """
-    from aggregator.research.arrays import exact_bits, to_host  # noqa: PLC0415 (beside register_array_block)
+    from aggregator.research.arrays import cohort_sums, exact_bits  # noqa: PLC0415 (beside register_array_block)
 
     n = min(setup.chunk, setup.clients - index * setup.chunk)
     device, ties, host = seed.spawn(3)
@@ -163,9 +163,7 @@ def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np
     bits = _city_bits_array(xp, gen, city, _city_table(enc, city.num_places), cohorts, enc.num_bits)
 
     def ones(reports: Any) -> IntArray:
-        sums = [reports[a:b].sum(axis=0) if b > a else xp.zeros(reports.shape[1], dtype=xp.int64)
-                for a, b in zip(edges, edges[1:], strict=False)]
-        return to_host(xp, xp.stack(sums)).astype(np.int64)
+        return cohort_sums(xp, reports, edges)
 
     def draw(probabilities: list[Any], choice: Any) -> Any:
         return exact_bits(xp, gen, probabilities, choice, ties.spawn(1)[0])
