@@ -98,6 +98,17 @@ def test_relaxation_on_the_array_engine_costs_no_accuracy() -> None:
         assert c["composition_ratio"] > c["ratio"]
 
 
+def test_an_array_engine_sets_the_block_size() -> None:
+    setup = replace(RELAXATION_SETUPS["small"], levels=(1.0, 4.0), repetitions=1)
+    seen: list[str] = []
+    f = relaxation(setup, SeededRandom(13), seen.append, engine=ArrayEngine("numpy", block_clients=1_000))
+    assert f["clients"] == 5_000 and f["grid"][0]["cells"] == 8_192
+    assert "array-numpy engine: 5/5 blocks" in seen  # 5,000 clients in blocks of 1,000
+    with pytest.raises(ParameterError) as err:
+        ArrayEngine("numpy", block_clients=0)
+    assert err.value.field == "block_clients"
+
+
 def test_cohort_sums_are_the_slices_sums() -> None:
     rng = np.random.default_rng(12)
     edges = [0, 0, 700, 701, 701, 2_000]  # empty cohorts at the start, in the middle and none at the end

@@ -36,6 +36,7 @@ from aggregator.research.engine import BlockCounts, BlockFunction, add_counts
 from protocol.errors import ParameterError
 from protocol.exact import bernoulli_choose
 from protocol.rng import SeededRandom
+from protocol.validation import check_int
 
 __all__ = ["ArrayEngine", "array_block", "cohort_sums", "exact_bits", "namespace", "register_array_block"]
 
@@ -148,9 +149,18 @@ class ArrayEngine:
 
     Attributes:
         module: ``"cupy"`` (``--engine gpu``) or ``"numpy"`` (the same code on the CPU: tests).
+        block_clients: clients per block for scenarios that take it (``None``: the setup's
+            ``chunk``). A device wants large blocks: fewer kernel launches per client. At 128 bits
+            a block of 2,000,000 clients holds about 4 GB at its peak (bits, one int64 word per
+            bit, the int32 scan).
     """
 
     module: str = "cupy"
+    block_clients: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_clients is not None:
+            check_int("block_clients", self.block_clients, low=1)
 
     @property
     def name(self) -> str:

@@ -81,7 +81,7 @@ def _engine(args: argparse.Namespace) -> Any:
         from aggregator.research.arrays import ArrayEngine, namespace
 
         namespace("cupy")  # CuPy and a device, or one line saying why, before anything runs
-        return ArrayEngine("cupy")
+        return ArrayEngine("cupy", block_clients=2_000_000)
     from aggregator.research.engine import DaskEngine
 
     return DaskEngine(scheduler=args.scheduler, workers=args.workers)

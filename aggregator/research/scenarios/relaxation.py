@@ -300,6 +300,9 @@ def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = q
     if method == "aggregate":
         pops = _aggregate_truths(setup, rng)
     else:
+        block_clients = getattr(engine, "block_clients", None)  # an array engine's preferred block size
+        if block_clients is not None:
+            setup = replace(setup, chunk=min(setup.clients, block_clients))
         pops = _per_client_truths(setup, rng, engine or LocalEngine(), progress)
     grid = []
     for mode in MODES:
