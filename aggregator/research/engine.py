@@ -102,7 +102,7 @@ class LocalEngine:
 
 @dataclass(frozen=True)
 class DaskEngine:
-    """Tasks of ``blocks_per_task`` blocks on a Dask cluster (``dask.distributed``).
+    """Tasks of blocks on a Dask cluster (``dask.distributed``), summed on the workers.
 
     Attributes:
         scheduler: address of a running scheduler (``tcp://host:8786``); ``None``
@@ -110,34 +110,40 @@ class DaskEngine:
         workers: workers of that LocalCluster (one thread each).
         processes: LocalCluster workers as processes (``False``: threads in
             this process, what the tests use).
-        blocks_per_task: blocks one task runs in a row.
-        in_flight: tasks submitted and not yet summed, at most (``None``: 4 per
-            worker thread of the cluster, at least 8). Tasks are submitted as
-            earlier ones finish, so the driver and the scheduler hold a bounded
-            number of them whatever the number of clients (10^8 clients are
-            50,000 blocks).
+        blocks_per_task: blocks one task runs in a row (``None``: about 4
+            tasks per worker thread, so each task is long and the scheduler
+            sees few round trips; memory stays one block per task).
+        in_flight: tasks submitted and not yet finished, at most (``None``: 2
+            per worker thread, at least 4). Tasks are submitted as earlier
+            ones finish, so the driver and the scheduler hold a bounded
+            number of them whatever the number of clients.
+
+    The setup is sent to every worker once (``scatter``), and finished
+    tasks' counts are added pairwise *on the workers* as they arrive: the
+    driver receives one result, the total, instead of one per task.
     """
 
     scheduler: str | None = None
     workers: int = 2
     processes: bool = True
-    blocks_per_task: int = 4
+    blocks_per_task: int | None = None
     in_flight: int | None = None
     name: str = "dask"
 
     def __post_init__(self) -> None:
-        for field in ("workers", "blocks_per_task"):
+        check_int("workers", self.workers, low=1)
+        for field in ("blocks_per_task", "in_flight"):
             value = getattr(self, field)
-            check_int(field, value, low=1)
-        if self.in_flight is not None:
-            check_int("in_flight", self.in_flight, low=1)
+            if value is not None:
+                check_int(field, value, low=1)
 
     def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
             progress: Callable[[str], None]) -> BlockCounts:
         import dask
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, LocalCluster
 
-        tasks = _tasks(seeds, self.blocks_per_task)
+        if not seeds:
+            raise ParameterError("blocks", "need at least one block")
         # the workers' spill folder: a fresh one removed after the run (dask's default, ./dask-scratch-space
         # or $TMPDIR/dask-scratch-space, stays behind)
         scratch = tempfile.mkdtemp(prefix="onesided-dask-") if self.scheduler is None else None
@@ -151,26 +157,43 @@ class DaskEngine:
         try:
             with Client(cluster) as client:
                 threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
-                window = self.in_flight or max(8, 4 * threads)
-                progress(f"dask: {len(tasks)} tasks of <= {self.blocks_per_task} blocks on {client.scheduler.address}, "
-                         f"<= {window} in flight")
-                waiting = iter(tasks)
-                running = as_completed([client.submit(run_task, fn, setup, task, pure=False)
-                                        for task in itertools.islice(waiting, window)])
-                total: BlockCounts | None = None
-                for done, future in enumerate(running, start=1):
-                    total = add_counts(total, future.result())
-                    future.release()
-                    following = next(waiting, None)
-                    if following is not None:
-                        running.add(client.submit(run_task, fn, setup, following, pure=False))
-                    if done % max(1, len(tasks) // 10) == 0:
-                        progress(f"dask: {done}/{len(tasks)} tasks")
+                per_task = self.blocks_per_task or max(1, -(-len(seeds) // (4 * max(1, threads))))
+                tasks = _tasks(seeds, per_task)
+                window = self.in_flight or max(4, 2 * threads)
+                progress(f"dask: {len(tasks)} tasks of <= {per_task} blocks on {client.scheduler.address}, "
+                         f"<= {window} in flight, summed on the workers")
+                total = _reduce_on_workers(client, fn, client.scatter(setup, broadcast=True), tasks, window, progress)
         finally:
             if not isinstance(cluster, str):
                 cluster.close()
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
-        if total is None:
-            raise ParameterError("blocks", "need at least one block")
         return total
+
+
+def _reduce_on_workers(client: Any, fn: BlockFunction, setup: Any,
+                       tasks: list[list[tuple[int, np.random.SeedSequence]]], window: int,
+                       progress: Callable[[str], None]) -> BlockCounts:
+    """Run ``tasks`` (at most ``window`` at once) and add their counts pairwise on the cluster; fetch the total."""
+    from distributed import as_completed
+
+    waiting = iter(tasks)
+    running = as_completed([client.submit(run_task, fn, setup, task, pure=False)
+                            for task in itertools.islice(waiting, window)], with_results=False)
+    unpaired: Any = None  # a finished partial sum waiting for a partner (its data stays on its worker)
+    finished = 0
+    for future in running:
+        if future.key.startswith("run_task"):
+            finished += 1
+            following = next(waiting, None)
+            if following is not None:
+                running.add(client.submit(run_task, fn, setup, following, pure=False))
+            if finished % max(1, len(tasks) // 10) == 0:
+                progress(f"dask: {finished}/{len(tasks)} tasks")
+        if unpaired is None:
+            unpaired = future
+        else:
+            running.add(client.submit(add_counts, unpaired, future, pure=False))
+            unpaired = None
+    total: BlockCounts = unpaired.result()
+    return total

@@ -8,7 +8,8 @@ table, or with ``--json`` one JSON object
 Progress goes to stderr.
 
 ``--clients N --method aggregate`` simulates any number of clients from
-the cells' counts (docs/simulation.md); ``--engine dask`` runs a
+the cells' counts (docs/simulation.md); ``--engine gpu`` runs the relaxation
+scenario's per-client blocks with CuPy (extra ``[gpu]``); ``--engine dask`` runs a
 per-client path's seeded blocks (relaxation, asymmetric-advantage,
 certificates, city) on a Dask cluster (``--scheduler ADDRESS``, or a
 LocalCluster of ``--workers``), with the local engine's figures. Wall
@@ -53,8 +54,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--method", choices=("per-client", "aggregate"), default="per-client",
                         help="per-client: every client's set and bits (default); aggregate: the cells' counts "
                              "drawn exactly (10^9 clients in seconds)")
-    parser.add_argument("--engine", choices=("local", "dask"), default="local",
-                        help="where a per-client path's blocks run (default local; the same figures)")
+    parser.add_argument("--engine", choices=("local", "dask", "gpu"), default="local",
+                        help="where a per-client path's blocks run: local (default) or dask (the same figures), "
+                             "gpu (CuPy, extra [gpu]; the same laws, another stream; relaxation)")
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="Dask scheduler address (default: a LocalCluster for the run)")
     parser.add_argument("--workers", type=_positive_int, default=2, help="LocalCluster workers (default 2)")
@@ -75,6 +77,11 @@ def _engine(args: argparse.Namespace) -> Any:
     """The engine for a per-client path, ``None`` for the default (local)."""
     if args.engine == "local" and args.scheduler is None:
         return None
+    if args.engine == "gpu":
+        from aggregator.research.arrays import ArrayEngine, namespace
+
+        namespace("cupy")  # CuPy and a device, or one line saying why, before anything runs
+        return ArrayEngine("cupy", block_clients=2_000_000)
     from aggregator.research.engine import DaskEngine
 
     return DaskEngine(scheduler=args.scheduler, workers=args.workers)
@@ -241,6 +248,46 @@ def _discovery_lines(f: Figures) -> list[str]:
     return out
 
 
+def _irr_lines(f: Figures) -> list[str]:
+    out = [f"a round relaxing the IRR, {f['clients']:,} clients x {f['items']} items, {f['repetitions']} populations",
+           "chain                        MSE relaxed/one-shot  relaxed/theory  agreement (predicted)  "
+           "eps relaxed  fresh IRR  one report"]
+    for r in f["rows"]:
+        predicted = "-" if r["predicted_agreement"] is None else f"{r['predicted_agreement']:.4f}"
+        out.append(f"{r['chain']:28s} {r['relaxed_mse'] / r['one_shot_mse']:8.3f}            "
+                   f"{r['relaxed_mse'] / r['theory_mse']:8.3f}        {r['agreement']:.4f} ({predicted})       "
+                   f"{r['epsilon_relaxed']:.6f}   {r['epsilon_fresh']:.6f}  {r['epsilon_one_report']:.6f}")
+    return out
+
+
+def _sql_lines(f: Figures) -> list[str]:
+    out = [f"{f['query']}", f"{f['customers']:,} customers, {f['orders']:,} orders: count {f['count']:,}, "
+           f"sensitivity {f['sensitivity']} (FLEX elastic sensitivity at distance 0; the paper's 50), margin "
+           f"{f['margin']:g}, {f['trials']:,} trials"]
+    for r in f["rows"]:
+        sizes = r["colluders"]
+        out.append(f"eps {r['epsilon']:g}: paper's i = {r['paper_colluders']}; RMSE at i = "
+                   + " ".join(f"{i:>6d}" for i in sizes))
+        for scheme, res in r["schemes"].items():
+            out.append(f"  {scheme:24s}" + " ".join(f"{x:6.1f}" for x in res["rmse"])
+                       + f"   P(within margin) at the largest i: {res['within_margin'][-1]:.3f}")
+    return out
+
+
+def _regression_lines(f: Figures) -> list[str]:
+    out = [f"iris, {f['train_rows']} training rows, one-vs-rest logistic, Lambda {f['regularization']:g}, "
+           f"{f['repetitions']} splits; non-private accuracy {f['non_private_accuracy']:.3f}",
+           "objective perturbation accuracy   mu = " + " ".join(f"{m:>6g}" for m in f["locations"]) + "  spread"]
+    for eps, row, spread in zip(f["epsilons"], f["objective_accuracy"], f["location_spread"], strict=True):
+        out.append(f"  eps {eps:<6g}                          " + " ".join(f"{a:6.3f}" for a in row) + f"  {spread:.3f}")
+    out.append("analysts (output perturbation)  levels " + " ".join(f"{lv:>6g}" for lv in f["analyst_levels"]))
+    for kind, res in f["analysts"].items():
+        out.append(f"  {kind:12s} each analyst           " + " ".join(f"{a:6.3f}" for a in res["accuracy"]))
+        out.append(f"  {kind:12s} coalition pooled       " + " ".join(f"{a:6.3f}" for a in res["coalition_accuracy"])
+                   + "   coalition eps " + " ".join(f"{e:g}" for e in res["coalition_epsilon"]))
+    return out
+
+
 SUMMARIES: dict[str, Callable[[Figures], list[str]]] = {
     "relaxation": _relaxation_lines,
     "asymmetric-advantage": _advantage_lines,
@@ -249,6 +296,9 @@ SUMMARIES: dict[str, Callable[[Figures], list[str]]] = {
     "collusion": _collusion_lines,
     "association": _association_lines,
     "discovery": _discovery_lines,
+    "irr-relaxation": _irr_lines,
+    "sql-counting": _sql_lines,
+    "multi-analyst-regression": _regression_lines,
 }
 
 
@@ -438,6 +488,62 @@ def _plot_discovery(f: Figures, path: Path, title: str) -> None:
     _save(fig, path, title)
 
 
+def _plot_irr(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = [r["chain"] for r in f["rows"]]
+    at = range(len(names))
+    left.bar([i - 0.2 for i in at], [r["relaxed_mse"] / r["theory_mse"] for r in f["rows"]], 0.4, label="relaxed round")
+    left.bar([i + 0.2 for i in at], [r["one_shot_mse"] / r["theory_mse"] for r in f["rows"]], 0.4, label="one-shot")
+    left.axhline(1.0, color="grey", lw=1)
+    left.set_ylabel("MSE / theory")
+    for i, key in enumerate(("epsilon_relaxed", "epsilon_fresh", "epsilon_one_report")):
+        right.bar([j + (i - 1) * 0.27 for j in at], [r[key] for r in f["rows"]], 0.27, label=key.replace("_", " "))
+    right.set_ylabel("exact epsilon of the two reports (one bit)")
+    for ax in (left, right):
+        ax.set_xticks(list(at), names, rotation=10, fontsize=8)
+        ax.legend(fontsize=8)
+    _save(fig, path, title)
+
+
+def _plot_sql(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    rows = f["rows"]
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 4.2), squeeze=False)
+    for ax, r in zip(axes[0], rows, strict=True):
+        for i, (scheme, res) in enumerate(r["schemes"].items()):
+            ax.plot(r["colluders"], res["rmse"], "o-", color=f"C{i}", label=scheme, ms=3)
+        ax.axvline(r["paper_colluders"], color="grey", ls="--", lw=1)
+        ax.axhline(f["margin"], color="grey", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"colluding analysts (eps {r['epsilon']:g})")
+    axes[0][0].set_ylabel(f"RMSE of the averaged count (true {f['count']:,})")
+    axes[0][0].legend(fontsize=7)
+    _save(fig, path, title)
+
+
+def _plot_regression(f: Figures, path: Path, title: str) -> None:
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for j, mu in enumerate(f["locations"]):
+        left.plot(f["epsilons"], [row[j] for row in f["objective_accuracy"]], "o-", label=f"mu = {mu:g}", ms=3)
+    left.axhline(f["non_private_accuracy"], color="grey", ls="--", lw=1)
+    left.set_xscale("log")
+    left.set_xlabel("epsilon (whole model)")
+    left.set_ylabel("test accuracy (objective perturbation)")
+    left.legend(fontsize=7)
+    for i, (kind, res) in enumerate(f["analysts"].items()):
+        right.plot(f["analyst_levels"], res["accuracy"], "o-", color=f"C{i}", label=f"{kind}: each analyst")
+        right.plot(f["analyst_levels"], res["coalition_accuracy"], "s:", color=f"C{i}",
+                   label=f"{kind}: coalition of the first analysts, pooled")
+    right.axhline(f["non_private_accuracy"], color="grey", ls="--", lw=1)
+    right.set_xlabel("analyst level (coalition: up to this analyst)")
+    right.set_ylabel("test accuracy (output perturbation)")
+    right.legend(fontsize=7)
+    _save(fig, path, title)
+
+
 PLOTS: dict[str, Callable[[Figures, Path, str], None]] = {
     "relaxation": _plot_relaxation,
     "asymmetric-advantage": _plot_advantage,
@@ -446,4 +552,7 @@ PLOTS: dict[str, Callable[[Figures, Path, str], None]] = {
     "collusion": _plot_collusion,
     "association": _plot_association,
     "discovery": _plot_discovery,
+    "irr-relaxation": _plot_irr,
+    "sql-counting": _plot_sql,
+    "multi-analyst-regression": _plot_regression,
 }

@@ -22,6 +22,12 @@ JSON-ready dict next to the closed-form prediction:
 * ``collusion`` (multi-user paper, Sec. B): the averaging attack against
   independent Laplace answers, Mechanism A and correlated releases, with the
   paper's ``i = max{30, 18 D^2 / (m^2 eps^2)}``.
+* ``sql-counting`` and ``multi-analyst-regression`` (multi-user paper,
+  experiments): a FLEX join count answered to colluding analysts, and
+  private logistic regression on iris with non-zero-mean noise and several
+  analysts' correlated or independent models.
+* ``irr-relaxation``: a round that relaxes the instantaneous randomized
+  response too; the round's law, the exact epsilons, how often reports agree.
 
 Every scenario has a ``small`` setup (seconds; what the tests run) and a
 ``paper`` setup (up to a million simulated clients, minutes). Randomness
@@ -96,6 +102,13 @@ SCENARIOS: dict[str, Scenario] = {
                  "association", "ASSOCIATION_SETUPS", "association"),
         Scenario("discovery", "frequent strings without a dictionary (prefix metric): recall and precision",
                  "discovery", "DISCOVERY_SETUPS", "discovery"),
+        Scenario("irr-relaxation", "a round relaxing the IRR too: one-shot law, exact epsilons, report agreement",
+                 "irr", "IRR_SETUPS", "irr_relaxation"),
+        Scenario("sql-counting", "FLEX join count answered to colluding analysts: Laplace, Mechanism A, correlated",
+                 "multianalyst", "SQL_SETUPS", "sql_counting"),
+        Scenario("multi-analyst-regression", "logistic regression on iris: objective perturbation with location mu "
+                 "(multi-user paper Fig. 6), analysts' correlated vs independent models",
+                 "multianalyst", "REGRESSION_SETUPS", "multi_analyst_regression"),
     )
 }
 

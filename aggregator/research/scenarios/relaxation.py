@@ -5,12 +5,16 @@ See :mod:`aggregator.research.scenarios` for what every scenario returns.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from aggregator.research.aggregate import bloom_bit_truth, count_generator, relaxation_draws
+from aggregator.research.arrays import register_array_block
 from aggregator.research.engine import BlockCounts, Engine, LocalEngine, block_seeds, root_seed
 from aggregator.research.populations import (
     RelaxationDraw,
@@ -36,6 +40,7 @@ from aggregator.research.scenarios.common import (
 from protocol.accounting import bit_epsilon
 from protocol.encodings import BloomEncoding
 from protocol.randomizers import Mode, Randomizer
+from protocol.relaxation import laplace_bit_conditionals
 from protocol.rng import RandomSource, SeededRandom
 
 # ==========================================================================
@@ -133,6 +138,84 @@ def relaxation_block(setup: RelaxationSetup, index: int, seed: np.random.SeedSeq
     return out
 
 
+def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np.random.SeedSequence) -> BlockCounts:
+    """:func:`relaxation_block` written against the array namespace ``xp`` (NumPy or CuPy): same keys, same laws.
+
+    The city's sets are drawn by inversion of the same CDFs as
+    :meth:`SyntheticCity.draw_sets` (on the device), the cohorts' sizes by
+    one multinomial (clients are exchangeable; the CPU block sorts them by
+    cohort too), every bit exactly at its probability
+    (:func:`~aggregator.research.arrays.exact_bits`): the permanent bits,
+    the round's relaxation (asymmetric: keep a noise 1 w.p. ``q_to/q_from``;
+    symmetric: :func:`~protocol.relaxation.laplace_bit_conditionals`), the
+    one-shot and extra collections. Another stream than the CPU block's.
+    """
+    from aggregator.research.arrays import cohort_sums, exact_bits  # noqa: PLC0415 (beside register_array_block)
+
+    n = min(setup.chunk, setup.clients - index * setup.chunk)
+    device, ties, host = seed.spawn(3)
+    gen = xp.random.default_rng(device)
+    enc, city = setup.encoding, SyntheticCity(num_places=setup.places)
+    h = enc.num_cohorts
+    totals = np.random.default_rng(host).multinomial(n, [1.0 / h] * h).astype(np.int64)
+    edges = np.concatenate(([0], np.cumsum(totals))).tolist()
+    cohorts = xp.asarray(np.repeat(np.arange(h), totals))
+    bits = _city_bits_array(xp, gen, city, _city_table(enc, city.num_places), cohorts, enc.num_bits)
+
+    def ones(reports: Any) -> IntArray:
+        return cohort_sums(xp, reports, edges)
+
+    def draw(probabilities: list[Any], choice: Any) -> Any:
+        return exact_bits(xp, gen, probabilities, choice, ties.spawn(1)[0])
+
+    b8 = bits.astype(xp.uint8)
+    out: BlockCounts = {"truth": ones(bits), "totals": totals}
+    for mode in MODES:
+        for pair in setup.pairs():
+            base, to = Randomizer(mode=mode, level=pair[0]), Randomizer(mode=mode, level=pair[1])
+            extra = base.with_level(pair[1] - pair[0])
+            for rep in range(setup.repetitions):
+                perm = draw(list(base.permanent_probabilities()), b8)
+                if mode == "asymmetric":
+                    keep = draw([Fraction(to.f) / Fraction(base.f)], xp.zeros_like(b8))
+                    relaxed = perm & (bits | keep)
+                else:
+                    cond = laplace_bit_conditionals(pair)
+                    relaxed = draw(list(cond[0] + cond[1]), perm.astype(xp.uint8) + 2 * b8)
+                key = _draw_key(mode, pair, rep)
+                for part, reports in (("first", perm), ("relaxed", relaxed),
+                                      ("one_shot", draw(list(to.permanent_probabilities()), b8)),
+                                      ("extra", draw(list(extra.permanent_probabilities()), b8))):
+                    out[f"{key}/{part}"] = ones(reports)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _city_table(encoding: BloomEncoding, places: int) -> np.ndarray:
+    """``encoding.bit_table`` of the city's place names (hashed once per process)."""
+    return encoding.bit_table(list(SyntheticCity(num_places=places).names()))
+
+
+def _city_bits_array(xp: Any, gen: Any, city: SyntheticCity, table: np.ndarray, cohorts: Any, num_bits: int) -> Any:
+    """Every client's Bloom bits: set sizes and places by inversion of the city's CDFs, then the table's bits."""
+    n, width = int(cohorts.shape[0]), city.max_places
+    size_cdf = xp.asarray(np.cumsum(city.size_pmf()))
+    sizes = xp.minimum(xp.searchsorted(size_cdf, gen.random(n), side="right") + 1, width)
+    place_cdf = np.cumsum(city.popularity())
+    place_cdf[-1] = 1.0
+    picks = xp.minimum(xp.searchsorted(xp.asarray(place_cdf), gen.random((n, width)), side="right"),
+                       city.num_places - 1)
+    valid = xp.arange(width)[None, :] < sizes[:, None]
+    rows = xp.broadcast_to(xp.arange(n)[:, None], (n, width))[valid]
+    idx = xp.asarray(table)[cohorts[:, None], picks][valid]  # (pairs, k)
+    bits = xp.zeros((n, num_bits), dtype=bool)
+    bits[xp.repeat(rows, table.shape[2]), idx.ravel()] = True
+    return bits
+
+
+register_array_block(relaxation_block, relaxation_block_array)
+
+
 def _per_client_truths(setup: RelaxationSetup, rng: RandomSource, engine: Engine, progress: Progress) -> list[Truth]:
     """Every client's bits, in blocks on ``engine``; the whole population's counts, scored once per grid cell."""
     blocks = -(-setup.clients // setup.chunk)
@@ -217,6 +300,9 @@ def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = q
     if method == "aggregate":
         pops = _aggregate_truths(setup, rng)
     else:
+        block_clients = getattr(engine, "block_clients", None)  # an array engine's preferred block size
+        if block_clients is not None:
+            setup = replace(setup, chunk=min(setup.clients, block_clients))
         pops = _per_client_truths(setup, rng, engine or LocalEngine(), progress)
     grid = []
     for mode in MODES:
