@@ -1,4 +1,4 @@
-"""``Client``: the SDK a host app embeds (DESIGN 1, 4-6, 9, 10).
+"""``Client``: the SDK a host app embeds (docs/client.md).
 
 Usage (``docs/client.md``)::
 
@@ -528,7 +528,7 @@ class Client:
             log.exception("preparing reports ahead of time failed")
 
     def _apply_rounds(self, config: ConfigPayload) -> int:
-        """Apply the latest open round of each metric this client reports (DESIGN 9, step 2).
+        """Apply the latest open round of each metric this client reports (docs/client.md, rounds).
 
         The announcements were verified with the config (pinned Ed25519 key).
         A round is applied when it is for this metric's parameters and this

@@ -1,4 +1,4 @@
-"""The privacy ledger: what each metric has released and what it cost (DESIGN 6, docs/privacy.md).
+"""The privacy ledger: what each metric has released and what it cost (docs/privacy.md).
 
 Memoized noise is keyed per (metric, window, value) (:mod:`client_sdk.memo`),
 and a metric takes at most one value per window: the first report of a

@@ -1,4 +1,4 @@
-"""Memoized noise without a per-value table (DESIGN 4 and 5, docs/privacy.md).
+"""Memoized noise without a per-value table (docs/privacy.md).
 
 The noise behind a report's permanent bits is never stored: it is re-derived
 from the client secret, keyed on the metric, the *window* and the value

@@ -1,6 +1,6 @@
 """Privacy accounting: exact epsilons, guarantee records, relaxed sequences.
 
-Conventions (DESIGN 4 and 6):
+Conventions (docs/privacy.md):
 
 * ``level`` is the noise rate (Laplace rate for symmetric, exponential rate
   for asymmetric). Per-bit epsilon of the memoized bit:

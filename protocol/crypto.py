@@ -1,6 +1,6 @@
 """Crypto envelopes: sealed reports, signed documents, aggregator keys, blobs at rest.
 
-All primitives come from ``cryptography`` (DESIGN 10); the exact byte
+All primitives come from ``cryptography`` (docs/wire.md); the exact byte
 layouts are specified in ``docs/wire.md`` sections 1, 6, 8 and 9.
 
 * Sealing (DAP-like, HPKE-style base mode): ephemeral X25519, HKDF-SHA256,

@@ -1,4 +1,4 @@
-"""Central (aggregator-side) mechanisms with one-sided error (DESIGN 7), behind one interface.
+"""Central (aggregator-side) mechanisms with one-sided error (docs/central.md), behind one interface.
 
 The aggregator holds exact counts ``c`` (one per place, say) and publishes
 noisy answers. The query "is place ``i`` safe, ``c_i <= t``?" is answered

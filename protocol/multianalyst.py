@@ -1,4 +1,4 @@
-"""Releases to several analysts, and what colluding analysts can learn (DESIGN 7).
+"""Releases to several analysts, and what colluding analysts can learn (docs/central.md).
 
 Two ways to serve analysts with different trust:
 

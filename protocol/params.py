@@ -56,7 +56,7 @@ class MetricParams:
         irr_p, irr_q: instantaneous randomized response (see :class:`Randomizer`).
         value_kind: ``set`` (presence data) or ``categorical`` (one value).
         none_value: for categorical data, the declared non-sensitive value;
-            required by the asymmetric mode (DESIGN 4).
+            required by the asymmetric mode (docs/privacy.md).
         time_precision: seconds per window; estimates are per window.
         min_batch_size: below this many reports in a window, no estimate.
         max_items: contribution bound of trusted set metrics: the aggregator keeps at most this

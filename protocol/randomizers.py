@@ -1,4 +1,4 @@
-"""Bit randomizers written as thresholded noise ``[b + V > 1/2]`` (DESIGN 4).
+"""Bit randomizers written as thresholded noise ``[b + V > 1/2]`` (docs/privacy.md).
 
 * symmetric (RAPPOR's permanent randomized response): ``V ~ Laplace(1/level)``;
   a bit flips with probability ``f/2 = exp(-level/2) / 2``.

@@ -1,4 +1,4 @@
-"""Release records of the central mechanisms, and their gradual relaxation (DESIGN 7).
+"""Release records of the central mechanisms, and their gradual relaxation (docs/central.md).
 
 A :class:`Release` is the JSON-serialisable record a store persists: the
 exact counts and the noise (server-side only), the published answers, and

@@ -9,7 +9,7 @@ Three sources implement :class:`RandomSource`:
 * :class:`SeededRandom`: a seeded NumPy ``Generator`` (PCG64) for tests and
   simulations. It is never the global ``np.random`` state.
 * :class:`KeyedRandom`: deterministic uniforms derived from a client secret,
-  for memoized noise (DESIGN 4, RAPPOR's permanent randomized response).
+  for memoized noise (RAPPOR's permanent randomized response).
 
 Every source's uniforms lie on an evenly spaced grid of at least 2**48
 points (``k / 2**52 + 2**-53`` for the word mapping, ``k / 2**53`` for the
@@ -268,7 +268,7 @@ def keyed_stream(seed: bytes, num_words: int) -> bytes:
 
 
 class KeyedRandom(RandomSource):
-    """Deterministic uniforms for memoized noise (DESIGN 4).
+    """Deterministic uniforms for memoized noise (docs/privacy.md).
 
     The stream is ``SHAKE-256(noise_seed(...))`` read as little-endian 64-bit
     words, each mapped by :func:`words_to_uniforms`. Bit ``j`` of a vector of

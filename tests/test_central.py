@@ -1,4 +1,4 @@
-"""Central mechanisms (DESIGN 7): exact samplers, ALap, AGeo, SALap, Sec. III bounds, gradual release.
+"""Central mechanisms (docs/central.md): exact samplers, ALap, AGeo, SALap, Sec. III bounds, gradual release.
 
 Statistical tests use fixed seeds; each states its false-failure rate (the
 probability that a correct implementation fails it for a random seed).

@@ -1,4 +1,4 @@
-"""Rounds at the client (DESIGN 9, issue 6): sync() applies a verified round or refuses it, sending nothing."""
+"""Rounds at the client: sync() applies a verified round or refuses it, sending nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The analysts' dashboard (``GET /dashboard``, DESIGN 12).
+"""The analysts' dashboard (``GET /dashboard``, docs/dashboard.md).
 
 1. With flask's test client: the page and its assets, their types and
    security headers, nothing from outside, nothing inline, no server data.

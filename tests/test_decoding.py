@@ -152,7 +152,7 @@ def test_trusted_mode_estimates_are_exact() -> None:
     assert est.tolist() == [[3.0, 0.0, 7.0]] and not var.any()
 
 
-# --- the asymmetric advantage (DESIGN 4) -------------------------------------
+# --- the asymmetric advantage -------------------------------------------
 
 
 @pytest.mark.parametrize("eps", [0.5, 1.0])

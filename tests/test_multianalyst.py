@@ -1,4 +1,4 @@
-"""Multi-analyst releases and collusion (DESIGN 7; gradual-release Sec. 4.2; multi-user Laplace paper).
+"""Multi-analyst releases and collusion (docs/central.md; gradual-release Sec. 4.2; multi-user Laplace paper).
 
 Statistical tests use fixed seeds; each states its false-failure rate.
 """

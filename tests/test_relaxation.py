@@ -1,4 +1,4 @@
-"""Lazy Markov relaxation and tightening steps (DESIGN 5).
+"""Lazy Markov relaxation and tightening steps (docs/privacy.md, relaxation).
 
 Statistical tests use fixed seeds; each states its false-failure rate.
 """

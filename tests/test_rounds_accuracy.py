@@ -1,4 +1,4 @@
-"""Relaxation rounds cost no accuracy (gradual-release paper, Thm. 10; DESIGN 5).
+"""Relaxation rounds cost no accuracy (gradual-release paper, Thm. 10).
 
 Vectorized path: the client SDK's noise-level functions (``path="noise"``)
 and the bit-level steps of the simulations (``path="bits"``). Each test pools the squared errors of >= 16,000 (cohort, bit)

@@ -1,4 +1,4 @@
-"""One-sided certificates: "at most ``t`` reports hold ``v``" (DESIGN 8, ADP paper).
+"""One-sided certificates: "at most ``t`` reports hold ``v``" (ADP paper; docs/decoding.md).
 
 Only for one-sided noise (the asymmetric randomizer, or the trusted mode):
 a bit that is truly 1 is always reported 1, so every report holding ``v``

@@ -181,7 +181,7 @@ def sort_by_cohort(pop: Population) -> Population:
 
 
 # --------------------------------------------------------------------------
-# Relaxation experiments (gradual-release paper, Sec. 3; DESIGN 5 and 9)
+# Relaxation experiments (gradual-release paper, Sec. 3)
 # --------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Decoding: bit counts -> unbiased estimates -> candidate counts (DESIGN 8).
+"""Decoding: bit counts -> unbiased estimates -> candidate counts (docs/decoding.md).
 
 The aggregator stores :class:`BitCounts` per (metric, window, round) and
 calls these pure functions; nothing here touches storage or HTTP. The

@@ -1,4 +1,4 @@
-"""Bit counts per (cohort, bit) and their unbiased de-noising (DESIGN 8).
+"""Bit counts per (cohort, bit) and their unbiased de-noising (docs/decoding.md).
 
 The aggregator keeps, per metric, window, round and cohort ``j``, the number
 of reports ``N_j`` and, per bit ``b``, the number ``c_jb`` of reports with
@@ -21,7 +21,7 @@ reported with ``t`` replaced by ``t_hat`` clamped to ``[0, N]`` (RAPPOR's
 plug-in). For the asymmetric randomizer (``q* = 1``) this is
 ``(N - t) p* / (1 - p*)``: at equal per-bit epsilon a rare item's variance is
 ``N / (e^eps - 1)`` against ``N e^eps / (e^eps - 1)^2`` for the symmetric
-one, lower by the factor ``1 - e^-eps`` (DESIGN 4).
+one, lower by the factor ``1 - e^-eps`` (docs/privacy.md).
 
 Assumption: one report per client per window (the memoized bits make two
 reports of one client dependent; the estimate stays unbiased, the variance

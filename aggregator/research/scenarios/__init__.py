@@ -1,4 +1,4 @@
-"""Research scenarios behind ``onesided simulate`` (DESIGN 1 "Researchers", DESIGN 12).
+"""Research scenarios behind ``onesided simulate`` (docs/simulation.md).
 
 Each scenario reproduces one claim of the papers on vectorized simulated
 populations, through the same functions the client and the aggregator run
@@ -6,11 +6,11 @@ populations, through the same functions the client and the aggregator run
 certificates, the central mechanisms), and returns its key figures as a
 JSON-ready dict next to the closed-form prediction:
 
-* ``relaxation`` (gradual-release paper, Sec. 3, Thm. 10; DESIGN 5): MSE of
+* ``relaxation`` (gradual-release paper, Sec. 3, Thm. 10): MSE of
   the per-(cohort, bit) estimates after a relaxation round, against a
   one-shot collection at the new level and against plain composition, over
   a grid of ``(level_from, level_to)`` in both modes. Claim: ratio 1.
-* ``asymmetric-advantage`` (DESIGN 4): variance of a rare item's estimate,
+* ``asymmetric-advantage``: variance of a rare item's estimate,
   asymmetric over symmetric at equal per-bit epsilon. Claim: ``1 - e^-eps``.
 * ``certificates`` (ADP paper, Sec. VI): share of the truly safe places
   certified safe (``E[beta]``) and share of the unsafe ones wrongly
@@ -90,7 +90,7 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario("relaxation", "relaxation round vs one-shot vs composition (gradual-release paper)",
                  "relaxation", "RELAXATION_SETUPS", "relaxation", "with_clients"),
-        Scenario("asymmetric-advantage", "rare-item variance, asymmetric vs symmetric at equal epsilon (DESIGN 4)",
+        Scenario("asymmetric-advantage", "rare-item variance, asymmetric vs symmetric at equal epsilon",
                  "advantage", "ADVANTAGE_SETUPS", "asymmetric_advantage", "with_clients"),
         Scenario("certificates", "certified-safe places: local one-sided vs central ALap/AGeo/(eps,delta)-DP (ADP)",
                  "certificates", "CERTIFICATE_SETUPS", "certificates", "with_clients"),

@@ -1,4 +1,4 @@
-"""Scenario ``asymmetric-advantage``: asymmetric-advantage: rare items, 1 - e^-eps (DESIGN 4).
+"""Scenario ``asymmetric-advantage``: rare items, 1 - e^-eps.
 
 See :mod:`aggregator.research.scenarios` for what every scenario returns.
 """
@@ -31,7 +31,7 @@ from protocol.randomizers import Randomizer, laplace_rate_from_f
 from protocol.rng import RandomSource, SeededRandom
 
 # ==========================================================================
-# asymmetric-advantage: rare items, 1 - e^-eps (DESIGN 4)
+# asymmetric-advantage: rare items, 1 - e^-eps
 # ==========================================================================
 
 
@@ -72,7 +72,7 @@ def equal_epsilon_randomizers(epsilon: float) -> dict[str, Randomizer]:
     """Symmetric and asymmetric randomizers whose memoized bit costs ``epsilon``.
 
     Symmetric: ``f/2 = 1/(1 + e^eps)``, i.e. ``f = 2/(1 + e^eps)``;
-    asymmetric: ``level = 2 eps`` (DESIGN 4).
+    asymmetric: ``level = 2 eps`` (docs/privacy.md).
     """
     return {
         "symmetric": Randomizer(mode="symmetric", level=laplace_rate_from_f(2.0 / (1.0 + math.exp(epsilon)))),

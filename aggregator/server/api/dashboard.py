@@ -1,4 +1,4 @@
-"""``GET /dashboard``: the analysts' page (DESIGN 12), static and token-less.
+"""``GET /dashboard``: the analysts' page (docs/dashboard.md), static and token-less.
 
 The page is a few files in ``aggregator/server/dashboard/`` sent as they are: no
 server-side data, no template. In the browser it asks for an analyst token

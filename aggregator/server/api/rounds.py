@@ -1,4 +1,4 @@
-"""Coordinated relaxation rounds (DESIGN 9; gradual-release paper, Sec. 3-4.1).
+"""Coordinated relaxation rounds (gradual-release paper, Sec. 3-4.1).
 
 * ``POST /v1/metrics/<name>/rounds`` (admin) opens a round: the metric's
   level goes from its current value (the latest round's ``level_to``, or the

@@ -1,4 +1,4 @@
-"""Estimates and one-sided certificates of stored aggregates (DESIGN 8-9; docs/decoding.md 7).
+"""Estimates and one-sided certificates of stored aggregates (docs/decoding.md, section 7).
 
 The HTTP layer (``aggregator.server.api.estimates``) and the CLI call this module;
 the decoding itself is :mod:`aggregator.analysis.decoding` and :mod:`aggregator.analysis.certify`.
@@ -10,10 +10,10 @@ What is added here is the choice of the reports to decode:
   ``level_to`` and are decoded alone, with that level (round 0: the metric's
   base level). By default the latest *finished* round (closed, or expired)
   with at least ``min_batch_size`` reports in the window supersedes the
-  earlier ones (DESIGN 9.3); a round still open does not, its collection
+  earlier ones; a round still open does not, its collection
   is still growing. Otherwise round 0.
 * **min_batch_size**: below it no number leaves the aggregator, only a
-  ``reason`` (DAP's minimum batch size, DESIGN 10).
+  ``reason`` (DAP's minimum batch size).
 
 Decoding a collection ``(window, round)`` reads its ``(num_cohorts, num_bits)``
 aggregate rows only (``Storage.bit_counts``), never the raw reports.

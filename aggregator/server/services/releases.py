@@ -1,4 +1,4 @@
-"""Central releases to analysts from a trusted metric's exact counts (DESIGN 7; docs/central.md 7).
+"""Central releases to analysts from a trusted metric's exact counts (docs/central.md, section 7).
 
 A *trusted* metric (``mode == "trusted"``) has clients send their exact
 presence sets, sealed to the aggregator; with the direct encoding (one bit

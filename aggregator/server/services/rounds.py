@@ -1,4 +1,4 @@
-"""The rules of relaxation rounds (DESIGN 9; gradual-release paper, Sec. 3-4.1), in one place.
+"""The rules of relaxation rounds (gradual-release paper, Sec. 3-4.1), in one place.
 
 * **Current level**: a metric is at its latest round's ``level_to`` (open or
   closed: released data cannot be revoked), else at its base level.

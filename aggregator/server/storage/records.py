@@ -30,7 +30,7 @@ class MetricRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundRecord:
-    """A relaxation round (DESIGN 9) with its signed announcement document."""
+    """A relaxation round with its signed announcement document."""
 
     id: int
     metric: str

@@ -1,4 +1,4 @@
-"""Relaxation rounds (DESIGN 9): open, list, get, close.
+"""Relaxation rounds: open, list, get, close.
 
 A round's id is assigned by the database; the announcement payload
 (``protocol.wire.RoundAnnouncement``) names it, so ``open_round`` inserts
