@@ -86,7 +86,7 @@ from .memo import (
 )
 from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, QueueDamage, ReportQueue, pending_item
-from .sender import FlushResult, Sender
+from .sender import FlushResult, Sender, SyncSchedule
 from .state import ClientState, StateCorrupted, StateStore
 from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport
 
@@ -95,7 +95,6 @@ log = logging.getLogger("onesided.client")
 OnError = Callable[[Exception], None]
 CORRUPT_POLICIES = ("raise", "reset")
 BUDGET_REFUSALS = ("raise", "skip")
-MAX_SYNC_BACKOFF = 3600.0  # the background sender's wait between failed syncs grows to this
 class ReportsDropped(OnesidedError):
     """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
 
@@ -272,9 +271,7 @@ class Client:
         if budget_refusals not in BUDGET_REFUSALS:
             raise ParameterError("budget_refusals", f"must be one of {BUDGET_REFUSALS}, got {budget_refusals!r}")
         self.budget_refusals = budget_refusals
-        self.sync_interval = check_number("sync_interval", sync_interval, positive=True)
-        self._next_sync = 0.0  # wall time of the background sender's next sync (0: now)
-        self._sync_failures = 0
+        self._schedule = SyncSchedule(check_number("sync_interval", sync_interval, positive=True))
         self._warned: set[tuple[str, int]] = set()
         self._on_error = on_error
         self._accept_round = accept_round
@@ -503,7 +500,7 @@ class Client:
             self._commit()
             self._release_waiting()
             applied = self._apply_rounds(config)
-            self._next_sync = self._clock() + (config.sync_interval or self.sync_interval)
+            self._schedule.synced(self._clock(), config.sync_interval)
         self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
                  applied)
@@ -972,20 +969,17 @@ class Client:
 
     def _sync_if_due(self) -> None:
         """Sync when the schedule says so; a failure goes to ``on_error`` and is retried with backoff."""
-        if self._clock() < self._next_sync:
+        if not self._schedule.due(self._clock()):
             return
         try:
             self.sync()
-            self._sync_failures = 0
         except Exception as exc:  # background work never raises into the app
-            self._sync_failures += 1
-            wait = min(MAX_SYNC_BACKOFF, self.sync_interval, 15.0 * 2 ** min(self._sync_failures, 16))
-            self._next_sync = self._clock() + wait * (0.5 + 0.5 * float(self._rng.uniform(1)[0]))
+            self._schedule.failed(self._clock(), float(self._rng.uniform(1)[0]))
             self._notify(exc)
 
     def _config_outdated(self) -> None:
         """An upload answer said the config changed: the background sender syncs at its next turn."""
-        self._next_sync = 0.0
+        self._schedule.now()
 
     @property
     def batch_size(self) -> int:
