@@ -1,19 +1,23 @@
-"""``Client``: the SDK a host app embeds (DESIGN 1, 4-6, 9, 10).
+"""``Client``: the SDK a host app embeds.
 
 Usage (``docs/client.md``)::
 
     client = Client("https://telemetry.example", "/var/lib/app/onesided.state",
-                    server_public_keys=["<base64url Ed25519 key>"], max_epsilon=4.0)
-    client.sync()                              # signed config, verified against the pinned key
-    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, queue (sealed by the sender)
-    client.flush(deadline=10)                  # batch upload with retries; never raises
-    client.ledger()["places"].remaining
+                    server_public_keys=["<base64url Ed25519 key>"], max_epsilon=1.0, budget_period="day")
+    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, queue; None while offline
+    client.budget("places")                    # left today, when it renews, the total so far
+    client.close()                             # sends what is queued, within exit_deadline
 
-Foreground calls (:meth:`sync`, :meth:`report`, :meth:`relax`) raise on bad
-input, bad signatures and refused budgets. :meth:`flush` and the background
-sender (``background=True`` or :meth:`start`) never raise: errors go to
-``on_error`` and the ``onesided.client`` log, whose lines never hold
-secrets, values, bits or noise.
+By default a background sender (:mod:`client_sdk.sender`) syncs the signed
+config, re-syncs on its schedule, joins rounds within the ceiling and sends
+batches; ``background=False`` leaves :meth:`sync` and :meth:`flush` to the
+app. Foreground calls (:meth:`sync`, :meth:`report` once a config is known,
+:meth:`relax`) raise on bad input, bad signatures and refused budgets.
+:meth:`flush` and the background sender never raise (nor does :meth:`close`,
+but for a disk that refuses its final save): errors go to ``on_error`` and
+the ``onesided.client`` log, whose lines never hold secrets, values, bits
+or noise. One client holds a state file at a time
+(:mod:`client_sdk.lock`).
 
 Storage: the state (ledger, secret, config; :mod:`client_sdk.state`) is
 rewritten atomically on each change; the queue of reports is an
