@@ -1,19 +1,23 @@
-"""``Client``: the SDK a host app embeds (docs/client.md).
+"""``Client``: the SDK a host app embeds.
 
 Usage (``docs/client.md``)::
 
     client = Client("https://telemetry.example", "/var/lib/app/onesided.state",
-                    server_public_keys=["<base64url Ed25519 key>"], max_epsilon=4.0)
-    client.sync()                              # signed config, verified against the pinned key
-    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, queue (sealed by the sender)
-    client.flush(deadline=10)                  # batch upload with retries; never raises
-    client.ledger()["places"].remaining
+                    server_public_keys=["<base64url Ed25519 key>"], max_epsilon=1.0, budget_period="day")
+    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, queue; None while offline
+    client.budget("places")                    # left today, when it renews, the total so far
+    client.close()                             # sends what is queued, within exit_deadline
 
-Foreground calls (:meth:`sync`, :meth:`report`, :meth:`relax`) raise on bad
-input, bad signatures and refused budgets. :meth:`flush` and the background
-sender (``background=True`` or :meth:`start`) never raise: errors go to
-``on_error`` and the ``onesided.client`` log, whose lines never hold
-secrets, values, bits or noise.
+By default a background sender (:mod:`client_sdk.sender`) syncs the signed
+config, re-syncs on its schedule, joins rounds within the ceiling and sends
+batches; ``background=False`` leaves :meth:`sync` and :meth:`flush` to the
+app. Foreground calls (:meth:`sync`, :meth:`report` once a config is known,
+:meth:`relax`) raise on bad input, bad signatures and refused budgets.
+:meth:`flush` and the background sender never raise (nor does :meth:`close`,
+but for a disk that refuses its final save): errors go to ``on_error`` and
+the ``onesided.client`` log, whose lines never hold secrets, values, bits
+or noise. One client holds a state file at a time
+(:mod:`client_sdk.lock`).
 
 Storage: the state (ledger, secret, config; :mod:`client_sdk.state`) is
 rewritten atomically on each change; the queue of reports is an
@@ -86,7 +90,7 @@ from .memo import (
 )
 from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, QueueDamage, ReportQueue, pending_item
-from .sender import FlushResult, Sender
+from .sender import FlushResult, Sender, SyncSchedule
 from .state import ClientState, StateCorrupted, StateStore
 from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, Transport
 
@@ -95,7 +99,6 @@ log = logging.getLogger("onesided.client")
 OnError = Callable[[Exception], None]
 CORRUPT_POLICIES = ("raise", "reset")
 BUDGET_REFUSALS = ("raise", "skip")
-MAX_SYNC_BACKOFF = 3600.0  # the background sender's wait between failed syncs grows to this
 class ReportsDropped(OnesidedError):
     """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
 
@@ -272,9 +275,7 @@ class Client:
         if budget_refusals not in BUDGET_REFUSALS:
             raise ParameterError("budget_refusals", f"must be one of {BUDGET_REFUSALS}, got {budget_refusals!r}")
         self.budget_refusals = budget_refusals
-        self.sync_interval = check_number("sync_interval", sync_interval, positive=True)
-        self._next_sync = 0.0  # wall time of the background sender's next sync (0: now)
-        self._sync_failures = 0
+        self._schedule = SyncSchedule(check_number("sync_interval", sync_interval, positive=True))
         self._warned: set[tuple[str, int]] = set()
         self._on_error = on_error
         self._accept_round = accept_round
@@ -503,7 +504,7 @@ class Client:
             self._commit()
             self._release_waiting()
             applied = self._apply_rounds(config)
-            self._next_sync = self._clock() + (config.sync_interval or self.sync_interval)
+            self._schedule.synced(self._clock(), config.sync_interval)
         self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
                  applied)
@@ -972,20 +973,17 @@ class Client:
 
     def _sync_if_due(self) -> None:
         """Sync when the schedule says so; a failure goes to ``on_error`` and is retried with backoff."""
-        if self._clock() < self._next_sync:
+        if not self._schedule.due(self._clock()):
             return
         try:
             self.sync()
-            self._sync_failures = 0
         except Exception as exc:  # background work never raises into the app
-            self._sync_failures += 1
-            wait = min(MAX_SYNC_BACKOFF, self.sync_interval, 15.0 * 2 ** min(self._sync_failures, 16))
-            self._next_sync = self._clock() + wait * (0.5 + 0.5 * float(self._rng.uniform(1)[0]))
+            self._schedule.failed(self._clock(), float(self._rng.uniform(1)[0]))
             self._notify(exc)
 
     def _config_outdated(self) -> None:
         """An upload answer said the config changed: the background sender syncs at its next turn."""
-        self._next_sync = 0.0
+        self._schedule.now()
 
     @property
     def batch_size(self) -> int:

@@ -62,6 +62,38 @@ class FlushResult:
     error: Exception | None = None
 
 
+MAX_SYNC_BACKOFF = 3600.0  # the wait between failed background syncs grows to this
+FIRST_SYNC_BACKOFF = 15.0
+
+
+class SyncSchedule:
+    """When the background sender syncs next: at once, then every ``interval`` seconds (or the config's
+    own ``sync_interval``), sooner after an ``outdated_config`` answer, with jittered backoff after a
+    failure (15 s doubling, at most ``interval`` and an hour). Wall-clock seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.next_at = 0.0  # 0: now
+        self.failures = 0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def synced(self, now: float, announced: int | None) -> None:
+        self.failures = 0
+        self.next_at = now + (announced or self.interval)
+
+    def failed(self, now: float, jitter: float) -> None:
+        """A failed sync; ``jitter`` uniform in [0, 1) spreads clients that failed together."""
+        self.failures += 1
+        wait = min(MAX_SYNC_BACKOFF, self.interval, FIRST_SYNC_BACKOFF * 2 ** min(self.failures, 16))
+        self.next_at = now + wait * (0.5 + 0.5 * jitter)
+
+    def now(self) -> None:
+        """Sync at the next turn (the aggregator's config changed)."""
+        self.next_at = 0.0
+
+
 class HeldKeysLike(Protocol):
     def get(self, report_id: str) -> X25519PrivateKey | None: ...
     def forget(self, report_ids: Iterable[str]) -> None: ...
@@ -241,4 +273,4 @@ class Sender:
             self._transport.stop_by(None)
 
 
-__all__ = ["FlushResult", "Sender", "SenderHost"]
+__all__ = ["FlushResult", "Sender", "SenderHost", "SyncSchedule"]

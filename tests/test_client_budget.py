@@ -182,3 +182,25 @@ def test_budget_of_a_lifetime_ceiling_and_of_an_unused_metric(tmp_path: Path) ->
     fresh = renewing.budget("places")
     assert (fresh.period, fresh.spent_this_period, fresh.remaining, fresh.renews_at) == (DAY, 0.0, 2.0,
                                                                                          T0 + DAY)
+
+
+def test_a_lost_state_charges_its_ceiling_to_the_period_it_was_found_in(tmp_path: Path) -> None:
+    clock, path = Clock(T0 + 60.0), tmp_path / "s"
+    client = make_client(path, clock, max_epsilon=3.0, budget_period="week")
+    client.report("places", {"home"})
+    client.close(flush=False)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1  # the state no longer opens
+    path.write_bytes(bytes(data))
+    clock.advance(DAY)
+    errors: list[Exception] = []
+    reset = make_client(path, clock, max_epsilon=3.0, budget_period="week", on_corrupt="reset",
+                        on_error=errors.append)
+    entry = reset.ledger()["places"]
+    assert (entry.prior, entry.spent_this_period, entry.remaining) == (3.0, 3.0, 0.0)  # this week: spent
+    with pytest.raises(BudgetExceeded):
+        reset.report("places", {"home"})
+    clock.advance(WEEK)  # the next week renews; the total keeps the lost week's charge
+    reset.report("places", {"home"})
+    budget = reset.budget("places")
+    assert (budget.spent_this_period, budget.remaining, budget.total_spent) == (1.0, 2.0, 4.0)

@@ -263,7 +263,8 @@ def _sdk_clients(cfg: DemoConfig, agg: LocalAggregator, data_dir: Path) -> list[
     return [
         Client(agg.url, folder / f"client-{i:05d}.state", server_public_keys=agg.keys.sign_public_raw,
                max_epsilon=cfg.ceiling, state_key=key, rng=None if cfg.seed is None else cfg.seed * 100_003 + i,
-               insecure_rng_for_testing=cfg.seed is not None)
+               insecure_rng_for_testing=cfg.seed is not None,
+               background=False)  # the demo drives sync() and flush() itself: no thread per simulated device
         for i in range(cfg.sdk_clients)
     ]
 
