@@ -160,7 +160,7 @@ def test_settings_validate_and_read_the_environment(tmp_path: Path) -> None:
 
 def test_the_command_list_is_explicit_and_imports_nothing_heavy() -> None:
     # every command module is listed by import in aggregator.cli.main, and listing them (onesided --help)
-    # loads neither the server (flask, SQLAlchemy), nor scipy, nor the client SDK
+    # loads neither the server (flask, SQLAlchemy), nor numpy or scipy, nor the client SDK
     import subprocess
     import sys
 
@@ -170,7 +170,34 @@ def test_the_command_list_is_explicit_and_imports_nothing_heavy() -> None:
     modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
     assert modules == {c.__module__.rsplit(".", 1)[1] for c in COMMANDS}
     code = ("import sys; import aggregator.cli.main as m; m.build_parser(); "
-            "print(sorted(n for n in ('flask', 'sqlalchemy', 'scipy', 'client_sdk', 'matplotlib', 'requests') "
+            "print(sorted(n for n in ('flask', 'sqlalchemy', 'numpy', 'scipy', 'client_sdk', 'matplotlib', 'requests') "
             "if n in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_onesided_help_does_not_import_numpy() -> None:
+    # the whole `onesided --help` run, as a user types it: numpy is loaded only by the commands that compute
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['onesided', '--help']\n"
+            "from aggregator.cli.main import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('numpy' in sys.modules, 'protocol.mechanisms' in sys.modules, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "usage" in out.stdout
+    assert out.stderr.strip() == "False False"
+
+
+def test_release_create_checks_the_mechanism_name_when_it_runs() -> None:
+    from aggregator.cli.commands.release import request_from_args
+    from aggregator.cli.main import build_parser
+
+    args = build_parser().parse_args(["release", "create", "--metric", "m", "--window", "0", "--threshold", "1",
+                                      "--mechanism", "nosuch"])
+    with pytest.raises(ParameterError, match="ageo") as err:
+        request_from_args(args)
+    assert err.value.field == "mechanism"
+    args.mechanism = "ageo"
+    assert request_from_args(args)["mechanism"] == "ageo"

@@ -39,7 +39,7 @@ from aggsupport import (
 
 from aggregator.analysis.decoding import BitCounts
 from aggregator.analysis.rappor_io import RESULT_COLUMNS, export_rappor
-from aggregator.analysis.tables import CERTIFICATE_COLUMNS, ESTIMATE_COLUMNS
+from aggregator.analysis.tables import CERTIFICATE_COLUMNS, ESTIMATE_COLUMNS, display_rows
 from aggregator.cli.main import main
 from aggregator.server.errors import NotFound
 from aggregator.server.services.estimates import (
@@ -279,6 +279,27 @@ def test_csv_parses_to_the_json_rows(world: World) -> None:
     assert tuple(parsed_certificates[0]) == CERTIFICATE_COLUMNS and len(parsed_certificates) == len(PLACES)
 
 
+def test_nonnegative_display_clips_only_when_asked(world: World) -> None:
+    body = world.ok("/v1/metrics/visits/estimates")
+    assert body["display"] == "unbiased"
+    negative = [r for r in body["rows"] if r["estimate"] < 0]
+    assert negative  # 8 of the 12 places are held by nobody; this seeded collection (seed 11) has negatives
+    shown = world.ok("/v1/metrics/visits/estimates", display="nonnegative")
+    assert shown["display"] == "nonnegative"
+    assert shown["rows"] == display_rows(body["rows"])
+    assert all(r[key] >= 0 for r in shown["rows"] for key in ("estimate", "lower", "upper", "proportion"))
+    assert all(r["std_error"] == u["std_error"] and r["p_value"] == u["p_value"]
+               for r, u in zip(shown["rows"], body["rows"], strict=True))
+    assert world.ok("/v1/metrics/visits/estimates") == body  # the unbiased answer is untouched afterwards
+    posted = world.post("/v1/metrics/visits/estimates", {"display": "nonnegative"})
+    assert posted.status_code == 200 and posted.json() == shown
+    answer = world.get("/v1/metrics/visits/estimates", display="nonnegative", format="csv")
+    assert answer.headers["X-Onesided-Display"] == "nonnegative"
+    assert all(float(r["estimate"]) >= 0 for r in csv.DictReader(io.StringIO(answer.text)))
+    below = world.ok("/v1/metrics/small/estimates", display="nonnegative")
+    assert below["rows"] is None and below["display"] == "nonnegative"
+
+
 # ---------------------------------------------------------------------------
 # certificates
 # ---------------------------------------------------------------------------
@@ -337,6 +358,8 @@ def test_symmetric_metric_refused_with_mode(world: World) -> None:
         ("estimates", {"candidates": "place-00,place-00"}, "candidates"),
         ("estimates", {"candidates": ","}, "candidates"),
         ("estimates", {"format": "xml"}, "format"),
+        ("estimates", {"display": "clipped"}, "display"),
+        ("certificates", {"threshold": "5", "alpha": "0", "display": "nonnegative"}, "display"),
         ("estimates", {"treshold": "3"}, "treshold"),
         ("estimates", {"threshold": "3"}, "threshold"),
         ("certificates", {"alpha": "0"}, "threshold"),

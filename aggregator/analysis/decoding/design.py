@@ -23,14 +23,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
 
 from aggregator.analysis.decoding.counts import BitCounts, estimates_from_probabilities
 from protocol.encodings import Encoding
 from protocol.errors import ParameterError
+
+if TYPE_CHECKING:  # SciPy is imported where a sparse matrix is built: a small fit does without it
+    from scipy import sparse
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -74,8 +77,9 @@ class Design:
         present = np.nonzero(coefficients > 0)[0]
         if present.size == 0:
             return noise
+        from scipy import sparse
+
         cohorts = self.cohort_sizes.size
-        shares = self.cohort_sizes / self.cohort_sizes.sum()
         split = np.zeros(influence.shape[0])
         step = max(1, _BLOCK // max(cohorts * influence.shape[0], 1))
         for start in range(0, present.size, step):
@@ -88,9 +92,21 @@ class Design:
                 shape=(chosen.size * cohorts, self.num_rows),
             )
             g = np.asarray(q @ influence.T).reshape(chosen.size, cohorts, -1)
-            spread = np.einsum("j,ijk->ik", shares, g * g) - np.einsum("j,ijk->ik", shares, g) ** 2
-            split += (self.num_reports * coefficients[chosen]) @ spread
+            split += cohort_split_variance(g, self.cohort_sizes, self.num_reports, coefficients[chosen])
         return noise + split
+
+
+def cohort_split_variance(
+    g: FloatArray, cohort_sizes: FloatArray, num_reports: int, coefficients: FloatArray
+) -> FloatArray:
+    """``sum_i n_i (B W_i) (diag s - s s') (B W_i)'`` (diagonal) from ``g[i, j, k] = (B W_i)[k, j]``.
+
+    The cohort-draw term of :meth:`Design.coefficient_variances`, with
+    ``n_i = num_reports * coefficients[i]`` and ``s = cohort_sizes / N``.
+    """
+    shares = cohort_sizes / cohort_sizes.sum()
+    spread = np.einsum("j,ijk->ik", shares, g * g) - np.einsum("j,ijk->ik", shares, g) ** 2
+    return np.asarray((num_reports * coefficients) @ spread, dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=4)
@@ -126,6 +142,8 @@ def check_bit_table(bit_table: npt.ArrayLike, counts: BitCounts, num_candidates:
 
 def incidence(bit_table: IntArray, cohorts: IntArray, num_bits: int) -> sparse.csc_matrix:
     """0/1 matrix over (kept cohort, bit) x candidate, duplicates counted once."""
+    from scipy import sparse
+
     _, num_candidates, _ = bit_table.shape
     sub = bit_table[cohorts]  # (kept, S, h)
     rows = (np.arange(cohorts.size)[:, None, None] * num_bits + sub).ravel()
@@ -142,14 +160,26 @@ def build_design(counts: BitCounts, p_star: float, q_star: float, bit_table: Int
     Raises:
         ParameterError: ``counts`` holds no report.
     """
+    from scipy import sparse
+
+    kept, sizes, root, response, response_variance = weighted_response(counts, p_star, q_star)
+    x = incidence(bit_table, kept, counts.num_bits)
+    matrix = sparse.csc_matrix(sparse.diags(root) @ x)
+    return Design(matrix, response, response_variance, counts.num_reports, counts.num_bits, sizes)
+
+
+def weighted_response(
+    counts: BitCounts, p_star: float, q_star: float
+) -> tuple[IntArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """``(kept cohorts, N_j, row weights sqrt(N_j), a, Var a)`` of the module docstring.
+
+    Raises:
+        ParameterError: ``counts`` holds no report.
+    """
     kept = np.nonzero(counts.totals > 0)[0]
     if kept.size == 0:
         raise ParameterError("counts", "holds no report: nothing to decode")
     estimates, variances = estimates_from_probabilities(counts, p_star, q_star)
     sizes = counts.totals[kept].astype(np.float64)
     root = np.repeat(np.sqrt(sizes), counts.num_bits)
-    x = incidence(bit_table, kept, counts.num_bits)
-    matrix = sparse.csc_matrix(sparse.diags(root) @ x)
-    response = estimates[kept].ravel() / root
-    response_variance = variances[kept].ravel() / root**2
-    return Design(matrix, response, response_variance, counts.num_reports, counts.num_bits, sizes)
+    return kept, sizes, root, estimates[kept].ravel() / root, variances[kept].ravel() / root**2

@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aggregator.analysis.decoding.counts import BitCounts, bit_estimates, check_probabilities
+from aggregator.analysis.decoding.dense import small_ols
 from aggregator.analysis.decoding.design import (
     Design,
     build_design,
@@ -300,6 +301,19 @@ def _solve(
     return ("lasso", *_lasso_fit(design, cap))
 
 
+def _fit(
+    counts: BitCounts, p_star: float, q_star: float, table: IntArray, method: str
+) -> tuple[str, IntArray, FloatArray, FloatArray]:
+    """``_solve`` on the design; a small OLS fit is done densely with NumPy alone (same answer, no SciPy)."""
+    num = table.shape[1]
+    rows = int(np.count_nonzero(counts.totals)) * counts.num_bits
+    if method == "ols" or (method == "auto" and num <= max(1, int(SUPPORT_FRACTION * rows))):
+        small = small_ols(counts, p_star, q_star, table)
+        if small is not None:
+            return ("ols", *small)
+    return _solve(build_design(counts, p_star, q_star, table), num, method)
+
+
 def fit_bit_table(
     counts: BitCounts,
     probabilities: tuple[float, float],
@@ -327,9 +341,8 @@ def fit_bit_table(
     p_star, q_star = probabilities
     check_probabilities(p_star, q_star)
     table = check_bit_table(bit_table, counts, len(cands))
-    design = build_design(counts, p_star, q_star, table)
-    chosen, kept, coef, var = _solve(design, len(cands), method)
-    n = float(design.num_reports)
+    chosen, kept, coef, var = _fit(counts, p_star, q_star, table, method)
+    n = float(counts.num_reports)
     estimates = np.zeros(len(cands))
     std_errors = np.full(len(cands), np.nan)
     estimates[kept] = n * coef
@@ -341,7 +354,7 @@ def fit_bit_table(
         estimates,
         std_errors,
         selected,
-        num_reports=design.num_reports,
+        num_reports=counts.num_reports,
         method=chosen,
         alpha=alpha,
         correction=correction,

@@ -14,9 +14,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
-from scipy import linalg, sparse
+
+if TYPE_CHECKING:  # SciPy is imported by the functions that use it: a small fit does without it
+    from scipy import sparse
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -34,13 +38,13 @@ def _restricted_solve(
     columns: sparse.csc_matrix, response: FloatArray, penalty: FloatArray
 ) -> FloatArray:
     """The problem on a working set, as an NNLS: with ``G = R'R``, ``min ||R x - R^-T d||``."""
+    from scipy import linalg, optimize  # here: slow to import, and only these fits need them
+
     gram = (columns.T @ columns).toarray()
     gram[np.diag_indices_from(gram)] += _RIDGE * max(float(np.max(np.diag(gram))), 1.0)
     upper = linalg.cholesky(gram, lower=False, check_finite=False)
     target = columns.T @ response - penalty / 2.0
     rhs = linalg.solve_triangular(upper, target, trans="T", lower=False, check_finite=False)
-    from scipy import optimize  # here: only the LASSO/NNLS fits need it, and it is slow to import
-
     x, _ = optimize.nnls(upper, rhs, maxiter=50 * max(gram.shape[0], 1))
     return np.asarray(x, dtype=np.float64)
 
@@ -69,6 +73,8 @@ def nonnegative_lasso(
     Returns:
         ``x`` (``(cols,)``), exactly 0 outside the support.
     """
+    from scipy import sparse
+
     cols = matrix.shape[1]
     norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=0)).ravel())
     usable = norms > 0
@@ -99,6 +105,8 @@ def nonnegative_lasso(
 
 def independent_columns(gram: FloatArray) -> IntArray:
     """Indices (ascending) of a maximal set of linearly independent columns of a Gram matrix."""
+    from scipy import linalg
+
     diag = np.sqrt(np.diag(gram))
     if gram.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
@@ -125,6 +133,8 @@ def least_squares_refit(
     """
     if support.size == 0:
         return support, np.zeros(0), np.zeros((0, matrix.shape[0]))
+    from scipy import linalg
+
     sub = matrix[:, support]
     gram = (sub.T @ sub).toarray()
     kept_local = independent_columns(gram)

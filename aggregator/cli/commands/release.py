@@ -14,7 +14,6 @@ from typing import Any
 
 from aggregator.cli.options import Subparsers, add_server_options, client_from_args, print_json
 from protocol.errors import ParameterError
-from protocol.mechanisms import mechanism_names
 
 
 def register(subparsers: Subparsers) -> None:
@@ -26,7 +25,8 @@ def register(subparsers: Subparsers) -> None:
     create.add_argument("--metric", required=True, help="a trusted metric with the direct encoding")
     create.add_argument("--window", type=int, required=True, help="window start (Unix seconds)")
     create.add_argument("--places", help="comma-separated places (default: the whole domain)")
-    create.add_argument("--mechanism", choices=mechanism_names(), default="ageo", help="default ageo")
+    create.add_argument("--mechanism", default="ageo",
+                        help="the central mechanism (default ageo; a wrong name lists the others)")
     create.add_argument("--epsilon", type=float, help="the level of the release")
     create.add_argument("--threshold", type=float, required=True, help="t of 'is count <= t?': alap, ageo and salap call a place safe when answer < floor(t) + 1, "
                         "which proves count <= t (never wrong); laplace and geometric when answer <= t (an estimate); "
@@ -80,7 +80,17 @@ def parse_analysts(pairs: list[str]) -> dict[str, float]:
 
 
 def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``POST /v1/releases`` body from the flags (the server validates it)."""
+    """The ``POST /v1/releases`` body from the flags (the server validates it).
+
+    Raises:
+        ParameterError: (field ``mechanism``) not a registered mechanism.
+    """
+    # Imported here, not at module top: protocol.mechanisms loads NumPy, and
+    # ``onesided --help`` should not pay for it.
+    from protocol.mechanisms import mechanism_names
+
+    if args.mechanism not in mechanism_names():
+        raise ParameterError("mechanism", f"must be one of {', '.join(mechanism_names())}, got {args.mechanism!r}")
     body: dict[str, Any] = {
         "metric": args.metric, "window": args.window, "mechanism": args.mechanism, "threshold": args.threshold,
     }

@@ -19,6 +19,10 @@ and round default as :mod:`aggregator.server.services.estimates` says. Below the
 ``reason``: never a number.
 ``format=csv`` answers the rows as ``text/csv``; the header fields then
 travel as ``X-Onesided-*`` response headers.
+``display=nonnegative`` (estimates only) answers ``max(0, x)`` of each
+estimate, its bounds and its proportion, for showing to people; the default,
+``display=unbiased``, keeps the unbiased values, which sums and averages
+need. The answer's ``display`` field says which it holds.
 
 Exact counts of a *trusted* metric go to analysts only through central
 releases (``/v1/releases``: noise and a budget); here they are for admins
@@ -36,6 +40,7 @@ from aggregator.analysis.tables import (
     CERTIFICATE_COLUMNS,
     ESTIMATE_COLUMNS,
     certificates_csv,
+    display_rows,
     estimates_csv,
 )
 from aggregator.server.api.common import json_body
@@ -57,7 +62,8 @@ from protocol.errors import ParameterError
 blueprint = Blueprint("estimates", __name__)
 
 FORMATS = ("json", "csv")
-CSV_HEADERS = ("metric", "window", "round", "level", "reports", "reason")
+DISPLAYS = ("unbiased", "nonnegative")
+CSV_HEADERS = ("metric", "window", "round", "level", "reports", "reason", "display")
 
 
 def _service() -> DecodingService:
@@ -117,15 +123,21 @@ def _metric_for_caller(name: str) -> MetricRecord:
 def _answer(body: dict[str, Any], answer_format: str, to_csv: Callable[[dict[str, Any]], str]) -> Any:
     if answer_format == "json":
         return body
-    headers = {f"X-Onesided-{key.title()}": str(body[key]) for key in CSV_HEADERS if body[key] is not None}
+    headers = {f"X-Onesided-{key.title()}": str(body[key]) for key in CSV_HEADERS if body.get(key) is not None}
     return Response(to_csv(body), mimetype="text/csv", headers=headers)
 
 
 @blueprint.route("/v1/metrics/<name>/estimates", methods=["GET", "POST"])
 @require_role(*ANALYST)
 def estimates(name: str) -> Any:
-    fields, answer_format = _request_fields(ESTIMATE_FIELDS)
+    fields, answer_format = _request_fields((*ESTIMATE_FIELDS, "display"))
+    display = fields.pop("display", None) or "unbiased"
+    if display not in DISPLAYS:
+        raise ParameterError("display", f"must be one of {', '.join(DISPLAYS)}, got {display!r}")
     body = _service().estimates(_metric_for_caller(name), DecodeRequest.from_mapping(fields))
+    body = {**body, "display": display}  # a copy: the service's answer may be cached
+    if display == "nonnegative" and body["rows"] is not None:
+        body["rows"] = display_rows(body["rows"])
     return _answer(body, answer_format, estimates_csv)
 
 
@@ -202,6 +214,9 @@ _ESTIMATE_QUERY = [
     _query("confidence", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
            "level of the intervals (default 0.95)"),
     _query("method", {"enum": ["auto", "ols", "nnls", "lasso"]}, "Bloom fit (default auto)"),
+    _query("display", {"enum": list(DISPLAYS)},
+           "unbiased (default): the unbiased estimates, some negative; nonnegative: max(0, x) of each estimate, "
+           "its bounds and proportion, for showing to people (biased upwards: not for sums or averages)"),
 ]
 _CERTIFICATE_QUERY = [
     _query("threshold", {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER}, "safe means count <= threshold", required=True),
@@ -252,6 +267,8 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "alpha": {"type": "number"},
             "confidence": {"type": "number"},
             "detected": {"type": ["integer", "null"]},
+            "display": {"enum": list(DISPLAYS),
+                        "description": "nonnegative: rows hold max(0, x) of estimate, lower, upper, proportion"},
             "rows": {"type": ["array", "null"], "items": {"type": "object", "properties": {
                 "candidate": {"type": "string"},
                 "estimate": {"type": "number"},
@@ -290,6 +307,7 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "correction": {"enum": ["bonferroni", "bh"]},
             "confidence": {"type": "number"},
             "method": {"enum": ["auto", "ols", "nnls", "lasso"]},
+            "display": {"enum": list(DISPLAYS)},
         },
     },
     "CertificatesRequest": {
