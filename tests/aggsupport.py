@@ -7,7 +7,7 @@
   connection error as the reason.
 * :class:`LiveServer` runs ``create_app`` under werkzeug's ``make_server``
   in a thread on a free loopback port; :func:`serve_subprocess` runs
-  ``onesided serve`` (gunicorn) as a child process.
+  ``onesided serve`` (gunicorn master, event-loop workers) as a child process.
 * :func:`make_reports` builds sealed reports with known bits, so tests can
   assert exact aggregate counts.
 """

@@ -170,8 +170,9 @@ class _DeadlineChannel(HTTPChannel):
             body = _json_error(408, f"the request's {what} did not arrive in time")
             with contextlib.suppress(OSError):
                 self.write_soon(TIMEOUT_ANSWER % (len(body), body))
-        self.request = None
-        self.close_when_flushed = True
+        with self.requests_lock:  # a request thread may look at it while it flushes an earlier answer
+            self.request = None
+            self.close_when_flushed = True
         self.server.timed_out += 1
 
 

@@ -6,11 +6,12 @@ silently cut it at the limit, and the truncated JSON answered 400. Here a
 body of either framing is read in pieces, at most ``limit + 1`` bytes: more
 than ``limit`` is 413 ``payload_too_large``; exactly ``limit`` is accepted.
 
-A client that sends its headers and then stalls (or drips a byte now and
-then) holds a worker thread while the body is read. Each read of the socket
-is bounded by the server's socket timeout (``onesided serve`` sets it to
-``read_timeout_seconds``), and the whole body by ``deadline_seconds``
-(measured here): either ends the request with 408 ``request_timeout``.
+Under ``onesided serve`` the front has read the whole body before the app
+runs (:mod:`aggregator.server.front`), so these reads return at once. Under
+a server that hands a thread a connection still arriving (werkzeug's, in
+tests), a body that stalls or drips holds that thread: the whole body is
+bounded by ``deadline_seconds`` (measured here) and a socket timeout, if the
+server sets one, ends the request too; either is 408 ``request_timeout``.
 """
 
 from __future__ import annotations
