@@ -94,6 +94,10 @@ class DeviceScenario:
             neighbour of ``a``'s under the mode's relation.
         max_epsilon: the client's ceiling, as ``Client(max_epsilon=...)``
             takes it (a number, or a mapping per metric).
+        budget_period: the client's budget policy, as
+            ``Client(budget_period=...)`` takes it: ``None`` for a lifetime
+            ceiling, or a period after which the ceiling renews (the claim
+            stays the ledger's total over every period).
         description: the histories, in words.
     """
 
@@ -101,6 +105,7 @@ class DeviceScenario:
     history_a: DeviceHistory
     history_b: DeviceHistory
     max_epsilon: float | Mapping[str, float] = math.inf
+    budget_period: str | int | None = None
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -145,7 +150,10 @@ def _run_client(scenario: DeviceScenario, history: DeviceHistory, keys: Aggregat
     fake = FakeAggregator([params], keys=keys)
     now = [float(T0)]
     client = Client(SERVER_URL, folder, server_public_keys=fake.sign_public, session=fake,
-                    max_epsilon=scenario.max_epsilon, clock=lambda: now[0], rng=rng, insecure_rng_for_testing=True)
+                    max_epsilon=scenario.max_epsilon, clock=lambda: now[0], rng=rng, insecure_rng_for_testing=True,
+                    budget_period=scenario.budget_period,
+                    background=False,  # the auditor drives sync() and flush(): everything sent is in its hands
+                    budget_warning=0.0)  # a ceiling reached on purpose is not worth a log line per sample
     try:
         client.sync()
         round_id, level = 0, params.level
@@ -400,6 +408,10 @@ def _scenarios() -> dict[str, Callable[[], DeviceScenario]]:
             asym(level=1.8), (Window(HC, rounds=(1.9, 2.0)),), (Window(H, rounds=(1.9, 2.0)),),
             description="asymmetric direct set, level 1.8 relaxed to 1.9 then 2 in the window (re-sent twice): "
             "the lazy steps keep the three reports as private as one at 2"),
+        "device-ceiling-renewing-daily": lambda: DeviceScenario(
+            asym(), (Window(HC), Window(HC), Window(HC)), (Window(H), Window(H), Window(H)),
+            max_epsilon=1.0, budget_period="day", description="asymmetric direct set, a ceiling of 1.0 renewed "
+            "each day: all three daily windows go (1.0 each), the claim is the ledger's total over the days"),
         "device-ceiling-global": lambda: DeviceScenario(
             asym(level=1.0), (Window(HC, rounds=(2.0,)), Window(HC)), (Window(H, rounds=(2.0,)), Window(H)),
             max_epsilon=1.5, description="asymmetric direct set, global ceiling 1.5: window 1 and its round "
