@@ -22,6 +22,7 @@ from typing import Any
 
 from protocol.errors import ParameterError
 from protocol.validation import check_int
+from protocol.wire import SYNC_INTERVAL_RANGE
 
 DEFAULT_DATA_DIR = "onesided-data"
 DB_FILE = "onesided.db"
@@ -87,6 +88,11 @@ class Settings:
         max_connections_per_address: open connections from one client address
             per worker process (more are closed at once); 0: no cap (behind a
             reverse proxy, every connection comes from the proxy).
+        sync_interval: seconds the signed config asks clients to wait before
+            fetching it again (``None``, the default: the config does not say
+            and clients keep their own schedule, hourly for the SDK). Clients
+            older than this field refuse a config that carries it, so set it
+            once every deployed client reads it.
     """
 
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR
@@ -105,6 +111,7 @@ class Settings:
     idle_timeout_seconds: float = 15.0
     max_connections: int = 1000
     max_connections_per_address: int = 64
+    sync_interval: int | None = None
     allow_shared_data_dir: bool = False
     max_decode_cells: int = DEFAULT_MAX_DECODE_CELLS
     decode_processes: int = 1
@@ -135,6 +142,8 @@ class Settings:
         _check_seconds("idle_timeout_seconds", self.idle_timeout_seconds, 0.05, 3600.0)
         _check_int("max_connections", self.max_connections, 1, 100_000)
         _check_int("max_connections_per_address", self.max_connections_per_address, 0, 100_000)
+        if self.sync_interval is not None:
+            _check_int("sync_interval", self.sync_interval, *SYNC_INTERVAL_RANGE)
 
     @property
     def database_url(self) -> str:
@@ -174,7 +183,7 @@ class Settings:
         ``ONESIDED_MAX_REPORTS``, ``ONESIDED_CLOCK_SKEW``, ``ONESIDED_RETENTION``,
         ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_MAX_DECODE_CELLS``, ``ONESIDED_DECODE_PROCESSES``,
         ``ONESIDED_READ_TIMEOUT``, ``ONESIDED_HEADER_TIMEOUT``, ``ONESIDED_IDLE_TIMEOUT``, ``ONESIDED_DB_WAIT`` (seconds),
-        ``ONESIDED_MAX_CONNECTIONS``, ``ONESIDED_MAX_CONNECTIONS_PER_ADDRESS``,
+        ``ONESIDED_MAX_CONNECTIONS``, ``ONESIDED_MAX_CONNECTIONS_PER_ADDRESS``, ``ONESIDED_SYNC_INTERVAL``,
         ``ONESIDED_ALLOW_SHARED_DATA_DIR``;
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
@@ -193,6 +202,7 @@ class Settings:
             "decode_processes": "ONESIDED_DECODE_PROCESSES",
             "max_connections": "ONESIDED_MAX_CONNECTIONS",
             "max_connections_per_address": "ONESIDED_MAX_CONNECTIONS_PER_ADDRESS",
+            "sync_interval": "ONESIDED_SYNC_INTERVAL",
         }
         for name, var in int_vars.items():
             if env.get(var):

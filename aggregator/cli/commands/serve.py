@@ -40,6 +40,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--max-connections-per-address", type=int,
                         help="open connections from one client address per worker (default 64; 0: no cap, "
                              "e.g. behind a reverse proxy); env ONESIDED_MAX_CONNECTIONS_PER_ADDRESS")
+    parser.add_argument("--sync-interval", type=int,
+                        help="seconds the signed config asks clients to wait before fetching it again (60 to "
+                             "604800; default: not said, the SDK re-syncs hourly); env ONESIDED_SYNC_INTERVAL")
     parser.add_argument("--timeout", type=int, default=120,
                         help="gunicorn: a worker silent this long is restarted (default 120)")
     parser.add_argument("--graceful-timeout", type=int, default=20,
@@ -74,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         decode_processes=args.decode_processes,
         max_decode_cells=args.max_decode_cells,
         allow_shared_data_dir=args.allow_shared_data_dir,
+        sync_interval=args.sync_interval,
     )
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,
           timeout=args.timeout, graceful_timeout=args.graceful_timeout, log_format=args.log_format,

@@ -38,6 +38,7 @@ def signed_config() -> dict[str, Any]:
         aggregator=state.keyring.public_info() if state.keyring is not None else state.keys.public_info(),
         metrics=entries,
         rounds=[r.announcement for r in rounds if r.is_open(now)],
+        sync_interval=state.settings.sync_interval,
     )
     return state.keys.sign(payload)
 
