@@ -72,7 +72,7 @@ def test_the_wheel_installs_the_sdk_without_server_dependencies(bare_venv: Path)
     # the CLI starts, and a command whose extra is missing says which one, in one line, exit 2
     onesided = str(bare_venv / "bin" / "onesided")
     assert run([onesided, "--help"]).returncode == 0
-    missing = run([onesided, "keys", "show", "--data-dir", str(bare_venv)])
+    missing = run([onesided, "serve", "--data-dir", str(bare_venv / "data"), "--port", "0"])
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().count("\n") == 0 and "onesided[server]" in missing.stderr
     missing = run([onesided, "simulate", "relaxation"])
