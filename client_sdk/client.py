@@ -330,7 +330,9 @@ class Client:
 
     def _reopen(self) -> None:
         """A closed client used again: take the lock back and read the state again (another
-        client may have changed it meanwhile)."""
+        client may have changed it meanwhile). Open (the usual case): nothing, no lock taken."""
+        if self._file_lock.held:
+            return
         with self._lock:
             if not self._file_lock.held:
                 self._dirty = False
@@ -401,8 +403,7 @@ class Client:
         In this order: a report reaches the queue file only once a state
         charging it is on disk.
         """
-        if not self._file_lock.held:
-            self._reopen()
+        self._reopen()
         with self._lock:
             if self._dirty:
                 self._store.save(self._state)
@@ -478,8 +479,7 @@ class Client:
             ReportRejected: a malformed payload (field by path).
             TransportError: the aggregator could not be reached.
         """
-        if not self._file_lock.held:
-            self._reopen()
+        self._reopen()
         document = self.transport.fetch_config()
         config = self._verify(document)
         with self._lock:
@@ -653,8 +653,7 @@ class Client:
             PolicyError: the metric's parameters changed since it was first used, or the
                 clock is before the window of the metric's last report.
         """
-        if not self._file_lock.held:
-            self._reopen()
+        self._reopen()
         if not isinstance(value_or_set, str | bytes):
             if not isinstance(value_or_set, Iterable):
                 raise ParameterError("value", "must be str, bytes or a set (any iterable) of them, got "
@@ -882,8 +881,7 @@ class Client:
         """
         check_int("round_id", round_id, low=1, high=2**32 - 1)
         check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
-        if not self._file_lock.held:
-            self._reopen()
+        self._reopen()
         with self._lock:
             entry = self._entry(metric)
             params = entry.params
@@ -938,8 +936,7 @@ class Client:
         """
         try:
             until = None if deadline is None else self._monotonic() + _seconds("deadline", deadline)
-            if not self._file_lock.held:
-                self._reopen()
+            self._reopen()
         except OnesidedError as exc:
             self._notify(exc)
             return FlushResult(remaining=len(self._queue), error=exc)
@@ -955,8 +952,7 @@ class Client:
         one. Also registers the flush at interpreter exit (``exit_deadline``).
         """
         check_number("interval", interval, positive=True)
-        if not self._file_lock.held:
-            self._reopen()
+        self._reopen()
         self._sender.start(float(interval), self._background_tick, self._background_start)
         self._register_exit()
 
