@@ -75,8 +75,9 @@ def test_the_wheel_installs_the_sdk_without_server_dependencies(bare_venv: Path)
     missing = run([onesided, "serve", "--data-dir", str(bare_venv / "data"), "--port", "0"])
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().count("\n") == 0 and "onesided[server]" in missing.stderr
-    missing = run([onesided, "simulate", "relaxation"])
+    missing = run([onesided, "simulate", "relaxation", "--out", str(bare_venv / "simulate-out")])
     assert missing.returncode == 2 and "onesided[research]" in missing.stderr
+    assert not (bare_venv / "simulate-out").exists()  # refused before the scenario ran: no folder, no data
 
 
 @pytest.mark.slow

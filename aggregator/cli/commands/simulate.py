@@ -108,6 +108,8 @@ def _measured(run: Callable[[], Figures]) -> tuple[Figures, dict[str, float]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import matplotlib  # noqa: F401  # the plot needs it: without the research extra, say so before the run
+
     from aggregator.research.scenarios import SCENARIOS, run_scenario
 
     def progress(message: str) -> None:
