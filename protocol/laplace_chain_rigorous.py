@@ -31,12 +31,13 @@ mpmath is imported on first use: the device never needs this module (install ``o
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from .accounting import sequence_bit_epsilon
 from .errors import ParameterError
 from .validation import check_number
 
@@ -48,6 +49,7 @@ __all__ = [
     "certified_pattern_probabilities",
     "certified_sequence_epsilon",
     "charge_check",
+    "enclosed_sequence_epsilon",
 ]
 
 # A term's exponent: 0 for the constant, +j / -j for e^{+e_j x} / e^{-e_j x} (j counts levels from 1).
@@ -77,10 +79,112 @@ def _check_levels(levels: tuple[float, ...] | list[float]) -> tuple[float, ...]:
     return seq
 
 
+# --------------------------------------------------------------------------
+# Interval arithmetic in doubles (no mpmath: the device can run it). +, -, *, / of doubles are
+# correctly rounded (IEEE 754), so stepping each result one double outward encloses the exact
+# value. Exponentials are enclosed in integer fixed point (:func:`_exp_enclosure`), never by libm.
+# --------------------------------------------------------------------------
+
+
+def _down(x: float) -> float:
+    return math.nextafter(x, -math.inf)
+
+
+def _up(x: float) -> float:
+    return math.nextafter(x, math.inf)
+
+
+_EXP_BITS = 256  # fixed-point bits of the exponential enclosure
+_EXP_TERMS = 16  # Taylor terms at |t| <= 2^-8: remainder < 2 |t|^16 / 16! < 2^-160
+
+
+def _to_double(num: int, den: int, upward: bool) -> float:
+    """A double on the given side of ``num / den`` (``den > 0``)."""
+    exact = Fraction(num, den)
+    value = float(exact)  # nearest double
+    if upward and Fraction(value) < exact:
+        return _up(value)
+    if not upward and Fraction(value) > exact:
+        return _down(value)
+    return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _exp_enclosure(x: float) -> tuple[float, float]:
+    """Doubles ``lo <= e^x <= hi`` for a double ``x`` with ``|x| <= 700``, in exact integer arithmetic.
+
+    ``e^x = (e^t)^(2^s)`` with ``t = x / 2^s``, ``|t| <= 2^-8``; ``e^t`` is the Taylor sum (exact
+    rationals) plus or minus ``2 |t|^16 / 16!``, then squared ``s`` times in ``_EXP_BITS``-bit fixed
+    point, rounding the lower end down and the upper end up.
+    """
+    if not abs(x) <= 700.0:
+        raise ParameterError("levels", f"exponent {x} out of the enclosed range (|x| <= 700)")
+    t, s = Fraction(x), 0
+    while abs(t) > Fraction(1, 256):
+        t, s = t / 2, s + 1
+    total, term = Fraction(0), Fraction(1)
+    for k in range(_EXP_TERMS):
+        total += term
+        term = term * t / (k + 1)
+    remainder = 2 * abs(term)  # |t|^16 / 16! * e^|t| < 2 |t|^16 / 16!
+    scale = 1 << _EXP_BITS
+    low = math.floor((total - remainder) * scale)
+    high = math.ceil((total + remainder) * scale)
+    for _ in range(s):
+        low, high = (low * low) >> _EXP_BITS, -((-high * high) >> _EXP_BITS)
+    return _to_double(low, scale, upward=False), _to_double(high, scale, upward=True)
+
+
+class _Interval:
+    """A closed interval of doubles ``[lo, hi]`` with outward-rounded arithmetic."""
+
+    __slots__ = ("hi", "lo")
+
+    def __init__(self, lo: float, hi: float | None = None) -> None:
+        self.lo, self.hi = lo, lo if hi is None else hi
+
+    def __add__(self, other: _Interval) -> _Interval:
+        return _Interval(_down(self.lo + other.lo), _up(self.hi + other.hi))
+
+    def __sub__(self, other: _Interval) -> _Interval:
+        return _Interval(_down(self.lo - other.hi), _up(self.hi - other.lo))
+
+    def __neg__(self) -> _Interval:
+        return _Interval(-self.hi, -self.lo)
+
+    def __mul__(self, other: _Interval | int) -> _Interval:
+        if isinstance(other, int):
+            other = _Interval(float(other))
+        ends = (self.lo * other.lo, self.lo * other.hi, self.hi * other.lo, self.hi * other.hi)
+        return _Interval(_down(min(ends)), _up(max(ends)))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: _Interval | int) -> _Interval:
+        if isinstance(other, int):
+            other = _Interval(float(other))
+        if other.lo <= 0.0 <= other.hi:
+            raise ZeroDivisionError("interval divisor contains 0")
+        ends = (self.lo / other.lo, self.lo / other.hi, self.hi / other.lo, self.hi / other.hi)
+        return _Interval(_down(min(ends)), _up(max(ends)))
+
+
+class _DoubleContext:
+    """The two operations :class:`_Chain` needs from a context, for :class:`_Interval`."""
+
+    @staticmethod
+    def mpf(value: float) -> _Interval:
+        return _Interval(float(value))
+
+    @staticmethod
+    def exp(x: _Interval) -> _Interval:
+        return _Interval(_exp_enclosure(x.lo)[0], _exp_enclosure(x.hi)[1])
+
+
 class _Chain:
     """Interval constants of one chain at one precision, and the closed-form step between levels."""
 
-    def __init__(self, ctx: MPIntervalContext, levels: tuple[float, ...]) -> None:
+    def __init__(self, ctx: Any, levels: tuple[float, ...]) -> None:
         self.ctx = ctx
         self.rate = [ctx.mpf(v) for v in levels]  # exact: a double is a dyadic rational
         self.half = ctx.mpf(1) / 2
@@ -136,7 +240,7 @@ class _Chain:
         return left[0] + (middle[3] - middle[2]) - right[3]
 
 
-def _pattern_intervals(ctx: MPIntervalContext, levels: tuple[float, ...]) -> dict[tuple[int, ...], Any]:
+def _pattern_intervals(ctx: Any, levels: tuple[float, ...]) -> dict[tuple[int, ...], Any]:
     chain = _Chain(ctx, levels)
     n = len(levels)
     first = chain.rate[0] / 2
@@ -203,6 +307,34 @@ def _enclose(ctx: MPIntervalContext, levels: tuple[float, ...]) -> tuple[float, 
     return lo, hi
 
 
+def enclosed_sequence_epsilon(levels: tuple[float, ...] | list[float]) -> tuple[float, float]:
+    """``(lo, hi)`` with ``lo <= epsilon <= hi`` for a symmetric bit released at ``levels``, in doubles.
+
+    The same closed forms as :func:`certified_sequence_epsilon` in double interval arithmetic
+    (every operation rounded outward, exponentials enclosed in exact integer arithmetic), so the
+    enclosure is proven and needs nothing beyond the standard library. It is as wide as the
+    cancellation makes it (about 1e-15 relative for rates apart by 1e-3 or more; check ``hi - lo``):
+    ``hi`` is a valid charge whatever the width. ``epsilon = ln max_y P0(not y) / P0(y)`` (the
+    patterns come in complementary pairs), and ``ln`` is enclosed by checking ``e^lo <= ratio``
+    and ``e^hi >= ratio`` with :func:`_exp_enclosure`.
+    """
+    seq = _check_levels(levels)
+    probs = _pattern_intervals(_DoubleContext(), seq)
+    ratio_lo = ratio_hi = 1.0
+    for pattern, p0 in probs.items():
+        p1 = probs[tuple(1 - b for b in pattern)]
+        if not (p0.lo > 0.0 and p1.lo > 0.0):
+            return 0.0, math.inf  # a probability's enclosure reached 0: no bound from doubles
+        ratio = p1 / p0
+        ratio_lo, ratio_hi = max(ratio_lo, ratio.lo), max(ratio_hi, ratio.hi)
+    lo, hi = math.log(ratio_lo), math.log(ratio_hi)
+    while lo > 0.0 and _exp_enclosure(lo)[1] > ratio_lo:
+        lo = max(_down(lo), 0.0)
+    while _exp_enclosure(hi)[0] < ratio_hi:
+        hi = _up(hi)
+    return lo, hi
+
+
 def certified_sequence_epsilon(levels: tuple[float, ...] | list[float], width: float = 1e-12) -> CertifiedEpsilon:
     """The exact epsilon of a symmetric bit released at ``levels``, enclosed in ``[lo, hi]``.
 
@@ -232,6 +364,8 @@ def charge_check(levels: tuple[float, ...] | list[float]) -> tuple[float, bool, 
     levels)``: the charge is a proven bound when ``charge >= certified.hi``, and tight (an exact
     charge) when it is also below ``certified.lo`` plus the rounding step 1e-6.
     """
+    from .accounting import sequence_bit_epsilon  # accounting may import this module
+
     seq = _check_levels(levels)
     charge, exact = sequence_bit_epsilon("symmetric", seq)
     return charge, exact, certified_sequence_epsilon(seq)
