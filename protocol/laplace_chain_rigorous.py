@@ -231,7 +231,7 @@ class _Chain:
         out = dict(extra)
         for key, coef in piece.items():
             lam = self.lam(key)
-            out[key] = coef * (a / b + 2 * a * c / (a * a - lam * lam))
+            out[key] = coef * (a / b + 2 * a * c / ((a - lam) * (a + lam)))  # never 0: rates differ
         return out
 
     def mass(self, f: tuple[_Piece, _Piece, _Piece], j: int) -> Any:
@@ -319,7 +319,10 @@ def enclosed_sequence_epsilon(levels: tuple[float, ...] | list[float]) -> tuple[
     and ``e^hi >= ratio`` with :func:`_exp_enclosure`.
     """
     seq = _check_levels(levels)
-    probs = _pattern_intervals(_DoubleContext(), seq)
+    try:
+        probs = _pattern_intervals(_DoubleContext(), seq)
+    except ZeroDivisionError:  # rates within a few doubles of each other: no bound from doubles
+        return 0.0, math.inf
     ratio_lo = ratio_hi = 1.0
     for pattern, p0 in probs.items():
         p1 = probs[tuple(1 - b for b in pattern)]

@@ -144,6 +144,12 @@ def test_double_enclosure_gives_up_rather_than_guess() -> None:
     assert hi == math.inf and lo == 0.0
     certified = certified_sequence_epsilon((1.0, 1.0 + 1e-9))  # 96 bits absorb the cancellation
     assert certified.width < 1e-12
+    # adjacent doubles: the doubles give up, the certified path raises its precision
+    touching = (1.0, math.nextafter(1.0, 2.0))
+    assert enclosed_sequence_epsilon(touching) == (0.0, math.inf)
+    close = certified_sequence_epsilon(touching)
+    assert close.prec > 96 and close.width < 1e-12  # about one release at rate 1:
+    assert abs(close.lo - accounting.bit_epsilon("symmetric", 1.0)) < 1e-12
     # an unreachable width: the precision doubles up to its cap and the enclosure is still returned
     capped = certified_sequence_epsilon((1.0, 1.0 + 1e-9), width=1e-300)
     assert capped.prec == 1536 and capped.lo <= certified.hi and certified.lo <= capped.hi
