@@ -175,6 +175,17 @@ def test_long_chains_certified_below_the_continuous_bound(levels: tuple[float, .
     assert charge >= certified.hi and levels[-1] - certified.hi > 0.2  # the bound's gap, in docs
 
 
+def test_the_double_enclosure_runs_without_mpmath() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from protocol.laplace_chain_rigorous import enclosed_sequence_epsilon as e; "
+            "lo, hi = e((1.0, 1.5, 2.0, 2.5)); assert lo <= 1.898771125145579 <= hi; "
+            "assert 'mpmath' not in sys.modules, 'mpmath imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
 def test_bad_levels_name_the_field() -> None:
     for bad in ([], [1.0, 1.0], [2.0, 1.0], [0.0, 1.0], [1.0, math.nan]):
         with pytest.raises(ParameterError, match="levels"):
