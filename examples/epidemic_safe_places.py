@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aggregator.research.demo import LocalAggregator, local_aggregator
+from aggregator.demo.local import LocalAggregator, local_aggregator
 from aggregator.research.populations import SyntheticCity
 from client_sdk import Client
 from protocol import DirectEncoding, MetricParams, SeededRandom

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from aggregator.cli.api_client import ApiClient, ApiRequestError
+from aggregator.demo.local import local_aggregator
 from aggregator.research.collusion import colluders_needed, collusion_experiment
-from aggregator.research.demo import local_aggregator
 from aggregator.research.populations import SyntheticCity
-from aggregator.server.api_client import ApiClient, ApiRequestError
 from client_sdk import Client
 from protocol import DirectEncoding, MetricParams, SeededRandom
 from protocol.multianalyst import coalition_epsilon

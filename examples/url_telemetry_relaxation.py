@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.research.demo import LocalAggregator, SimulatedClients, local_aggregator, upload
+from aggregator.demo.local import LocalAggregator, SimulatedClients, local_aggregator, upload
 from aggregator.research.populations import Population, SyntheticCity
 from client_sdk import Client
 from protocol import BloomEncoding, MetricParams, SeededRandom, encode_population

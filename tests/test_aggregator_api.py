@@ -385,7 +385,7 @@ def test_a_dead_helper_process_is_replaced() -> None:
     opener = EnvelopeOpener(keys, processes=2)
     try:
         first = opener.open_all(items)
-        pool = opener._executor()
+        pool = opener.pool.executor()
         for pid in list(pool._processes):  # the helpers, started by this test
             os.kill(pid, signal.SIGKILL)
         assert opener.open_all(items) == first  # opened in place this time

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aggsupport import live_server, make_reports, post_reports
 
+from aggregator.cli.api_client import ApiClient
 from aggregator.cli.main import main
 from aggregator.cli.render import iso_time
-from aggregator.server.api_client import ApiClient
 from client_sdk.ledger import window_cost
 from protocol.encodings import DirectEncoding
 from protocol.params import MetricParams

@@ -25,7 +25,7 @@ import requests
 from flask import Flask
 
 from aggregator import create_app
-from aggregator.research.demo import LocalAggregator, SimulatedClients, local_aggregator, upload
+from aggregator.demo.local import LocalAggregator, SimulatedClients, local_aggregator, upload
 from aggregator.research.populations import Population, SyntheticCity, make_population
 from aggregator.server.api.dashboard import ASSETS, CONTENT_SECURITY_POLICY
 from aggregator.server.openapi import app_operations, openapi_document

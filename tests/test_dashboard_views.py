@@ -39,7 +39,7 @@ from scipy.stats import norm
 from test_dashboard import launch_chromium
 
 from aggregator.analysis.tables import ESTIMATE_COLUMNS
-from aggregator.research.demo import LocalAggregator, SimulatedClients, local_aggregator, upload
+from aggregator.demo.local import LocalAggregator, SimulatedClients, local_aggregator, upload
 from aggregator.research.populations import Population, SyntheticCity, make_population
 from protocol.encodings import DirectEncoding
 from protocol.params import MetricParams

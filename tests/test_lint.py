@@ -33,8 +33,9 @@ def test_mypy_is_clean(tmp_path: Path) -> None:
 
 
 def test_import_layers_hold() -> None:
-    # pyproject.toml [tool.importlinter]: cli -> research -> server -> analysis -> protocol; client_sdk and
-    # protocol import no server, research or aggregator module; analysis runs without flask/SQLAlchemy
+    # pyproject.toml [tool.importlinter]: cli -> demo -> research | server (independent) -> analysis -> protocol;
+    # client_sdk and protocol import no aggregator module; server and analysis never import client_sdk;
+    # analysis runs without flask/SQLAlchemy
     result = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -20,7 +20,7 @@ from aggsupport import live_server, make_params
 from protocol.crypto import b64e
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER_ONLY = ("aggregator.server", "aggregator.research", "aggregator.analysis", "flask", "sqlalchemy", "scipy",
+SERVER_ONLY = ("aggregator.server", "aggregator.research", "aggregator.demo", "aggregator.analysis", "flask", "sqlalchemy", "scipy",
                "matplotlib", "tqdm", "psycopg")
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aggregator.research.demo import local_aggregator
+from aggregator.demo.local import local_aggregator
 from aggregator.server.services.estimates import _check_candidates
 from aggregator.server.storage import MetricRecord as StoredMetric
 from client_sdk import Client

@@ -21,10 +21,10 @@ from aggregator.analysis.rappor_io import (
     OTHER,
     RapporParams,
     decode_rappor_association,
-    main_decode_rappor,
     write_map,
     write_params,
 )
+from aggregator.cli.commands.decode_rappor import main_decode_rappor
 from aggregator.cli.main import main
 from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError

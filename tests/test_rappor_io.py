@@ -22,7 +22,6 @@ from aggregator.analysis.rappor_io import (
     RapporParams,
     decode_rappor,
     export_rappor,
-    main_decode_rappor,
     read_counts,
     read_map,
     read_params,
@@ -31,6 +30,7 @@ from aggregator.analysis.rappor_io import (
     write_map,
     write_params,
 )
+from aggregator.cli.commands.decode_rappor import main_decode_rappor
 from protocol import BloomEncoding, MetricParams, SeededRandom, bloom_bits
 from protocol.errors import ParameterError
 

@@ -15,14 +15,9 @@ import numpy as np
 import pytest
 import requests
 
-from aggregator.research.demo import (
-    DemoConfig,
-    SimulatedClients,
-    _secrets,
-    local_aggregator,
-    run_demo,
-    upload,
-)
+from aggregator.demo.config import DemoConfig
+from aggregator.demo.local import SimulatedClients, client_secrets, local_aggregator, upload
+from aggregator.demo.run import run_demo
 from aggregator.research.populations import SyntheticCity, make_population, theoretical_variance
 from protocol.encodings import DirectEncoding
 from protocol.params import MetricParams
@@ -100,7 +95,7 @@ def test_relaxed_round_decodes_with_one_shot_accuracy(tmp_path: Path) -> None:
         city = SyntheticCity(num_places=PLACES, zipf_exponent=1.1, mean_places=3.0)
         pop = make_population(city, clients, params.encoding, SeededRandom(77))
         sim = SimulatedClients(params=params, digest=digest, population=pop, first=0,
-                               secrets=_secrets(clients, 77), ceilings=np.full(clients, 10.0))
+                               secrets=client_secrets(clients, 77), ceilings=np.full(clients, 10.0))
         window = window_start(time.time(), params.time_precision)
         everyone = np.arange(clients)
         seal = agg.keys.seal_public_raw

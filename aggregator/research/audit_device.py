@@ -51,7 +51,7 @@ from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
 from protocol.rng import RandomSource, SeededRandom
 
-from .audit import AuditEvent, AuditTarget, Outcomes, _Registry
+from .audit_targets import AuditEvent, AuditTarget, Outcomes, TargetRegistry
 
 __all__ = [
     "DEVICE_TARGETS",
@@ -425,7 +425,7 @@ def _shipped(scenario: str) -> Callable[[str], AuditTarget]:
     return lambda name: device_target(name, _SCENARIOS[scenario]())
 
 
-DEVICE_TARGETS: Mapping[str, AuditTarget] = _Registry({name: _shipped(name) for name in _SCENARIOS})
+DEVICE_TARGETS: Mapping[str, AuditTarget] = TargetRegistry({name: _shipped(name) for name in _SCENARIOS})
 """The device path end to end, one target per scenario (built on first use: the claim runs two clients)."""
 
 
@@ -433,7 +433,7 @@ def _planted(scenario: str, patch: Patch) -> Callable[[str], AuditTarget]:
     return lambda name: device_target(name, _SCENARIOS[scenario](), patch=patch)
 
 
-PLANTED_DEVICE: Mapping[str, AuditTarget] = _Registry({
+PLANTED_DEVICE: Mapping[str, AuditTarget] = TargetRegistry({
     "planted-device-irr-off": _planted("device-asymmetric-set-irr-windows", irr_switched_off),
     "planted-device-no-permanent-noise": _planted("device-asymmetric-set", permanent_noise_skipped),
     "planted-device-noise-per-report": _planted("device-asymmetric-close-rounds", noise_redrawn_per_report),

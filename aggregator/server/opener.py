@@ -17,20 +17,15 @@ b'payload'
 
 from __future__ import annotations
 
-import logging
-import multiprocessing
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from aggregator.server.helper_pool import HelperPool
 from protocol.crypto import AggregatorKeys, open_sealed
 from protocol.errors import DecryptError
-from protocol.validation import check_int
 
-log = logging.getLogger(__name__)
 MIN_POOLED_BATCH = 64  # smaller batches are opened in place: the round trip to a helper costs more
 Sealed = tuple[bytes, bytes]  # (envelope, associated data)
 Opened = bytes | DecryptError
@@ -77,43 +72,27 @@ class EnvelopeOpener:
 
     def __init__(self, keys: AggregatorKeys, *, processes: int = 0,
                  retired: Sequence[X25519PrivateKey] = ()) -> None:
-        check_int("decrypt_processes", processes, low=0, high=64)
         self.privates = [keys.seal_private, *retired]
-        self.processes = processes
-        self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    def _executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                raw = [private.private_bytes_raw() for private in self.privates]
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.processes,
-                    mp_context=multiprocessing.get_context("forkserver"),
-                    initializer=_start_helper,
-                    initargs=(raw,),
-                )
-            return self._pool
+        raw = [private.private_bytes_raw() for private in self.privates] if processes else []  # helpers only
+        self.pool = HelperPool("decrypt_processes", processes, initializer=_start_helper, initargs=(raw,))
+        self.processes = self.pool.processes
 
     def open_all(self, items: Sequence[Sealed]) -> list[Opened]:
         """Plaintexts in order; an envelope that does not open gives its ``DecryptError``."""
-        if self.processes == 0 or len(items) < MIN_POOLED_BATCH:
+        if not self.pool.enabled or len(items) < MIN_POOLED_BATCH:
             return open_in_place(self.privates, items)
         size = -(-len(items) // self.processes)
         chunks = [list(items[i : i + size]) for i in range(0, len(items), size)]
-        out: list[Opened] = []
-        try:
-            for result in self._executor().map(_open_in_helper, chunks):
+
+        def in_helpers(executor: ProcessPoolExecutor) -> list[Opened]:
+            out: list[Opened] = []
+            for result in executor.map(_open_in_helper, chunks):
                 out.extend(item if isinstance(item, bytes) else DecryptError(*item) for item in result)
-        except BrokenProcessPool:
-            log.warning("a decrypt helper process died; restarting the helpers, this batch is opened in place")
-            self.close()
-            return open_in_place(self.privates, items)
-        return out
+            return out
+
+        return self.pool.run(in_helpers, lambda: open_in_place(self.privates, items),
+                             lost="this batch of envelopes is opened in place")
 
     def close(self) -> None:
         """Stop the helper processes (if any were started)."""
-        with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+        self.pool.close()

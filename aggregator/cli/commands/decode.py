@@ -1,4 +1,4 @@
-"""``onesided estimates|certify|decode-rappor``: decoding for analysts.
+"""``onesided estimates|certify``: decoding for analysts, over the HTTP API.
 
 ``estimates`` and ``certify`` call the HTTP API (analyst token; shared
 ``--server`` / ``--token``) and print a table for people; ``--json`` prints
@@ -8,10 +8,8 @@ server's ``reason`` goes to stderr and the exit code is still 0.
 Candidate lists that would make a long URL, or hold a comma, are sent as
 a JSON body (``POST``) instead of a query string.
 
-``decode-rappor`` decodes google/rappor's files offline
-(:func:`aggregator.analysis.rappor_io.main_decode_rappor`; its own options):
-params / counts / map for one variable, or the reports / schema / params
-folder / maps of RAPPOR's ``decode-assoc`` for the joint of two.
+``decode-rappor``, which decodes google/rappor's files offline, is
+:mod:`aggregator.cli.commands.decode_rappor`.
 """
 
 from __future__ import annotations
@@ -48,13 +46,6 @@ def register(subparsers: Subparsers) -> None:
     certify.add_argument("--alpha", type=float, required=True,
                          help="P(safe and count > threshold) <= alpha per candidate; 0: never wrong")
     certify.set_defaults(func=run_certify)
-    rappor = subparsers.add_parser(
-        "decode-rappor", help="decode RAPPOR files: --params P --counts C --map M, or decode-assoc's "
-        "--reports R --schema S --params-dir D --metric-name M --var1 X --var2 Y [--map1 F]",
-        add_help=False, prefix_chars="+",  # every argument, -h included, goes to main_decode_rappor
-    )
-    rappor.add_argument("arguments", nargs="*", help=argparse.SUPPRESS)
-    rappor.set_defaults(func=run_decode_rappor)
 
 
 def _add_collection_options(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +141,3 @@ def run_certify(args: argparse.Namespace) -> int:
     return print_answer(fetch(args, f"/v1/metrics/{args.name}/certificates", fields), args.format,
                         certificates_csv, certificates_table)
 
-
-def run_decode_rappor(args: argparse.Namespace) -> int:
-    from aggregator.analysis.rappor_io import main_decode_rappor
-    return main_decode_rappor(args.arguments)

@@ -1,4 +1,4 @@
-"""``onesided demo``: the end-to-end demo on the embedded default (see :mod:`aggregator.research.demo`)."""
+"""``onesided demo``: the end-to-end demo on the embedded default (see :mod:`aggregator.demo.run`)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aggregator.research.demo import DemoConfig, run_demo
+    from aggregator.demo.config import DemoConfig
+    from aggregator.demo.run import run_demo
 
     cfg = DemoConfig(
         clients=args.clients, sdk_clients=min(args.sdk_clients, args.clients), places=args.places,

@@ -29,6 +29,12 @@ JSON-ready dict next to the closed-form prediction:
 * ``irr-relaxation``: a round that relaxes the instantaneous randomized
   response too; the round's law, the exact epsilons, how often reports agree.
 
+:data:`SCENARIOS` is the catalogue (name, title, module: light, for
+``onesided --help``); each scenario module ends with its one entry
+(:class:`~aggregator.research.scenarios.registry.ScenarioParts`: setups, run
+function, resize, printed summary and plot), which ``onesided simulate``
+reads once the module is imported.
+
 Every scenario has a ``small`` setup (seconds; what the tests run) and a
 ``paper`` setup (up to a million simulated clients, minutes). Randomness
 comes from one :class:`~protocol.rng.SeededRandom` per run. The scenarios
@@ -46,14 +52,14 @@ identical figures for the same seed).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aggregator.research.scenarios.registry import Figures, ScenarioParts, registered_parts
+
 # This package's top stays light (no numpy): ``onesided --help`` lists the scenarios.
 Progress = Callable[[str], None]
-Figures = dict[str, Any]
 
 
 def quiet(_: str) -> None:
@@ -65,50 +71,44 @@ SCALES: tuple[str, ...] = ("small", "paper")
 
 @dataclass(frozen=True)
 class Scenario:
-    """A named scenario: its module (imported when it runs), the setups' and the function's names there."""
+    """A scenario in the catalogue: its name, title and module (imported when it runs).
+
+    The module registers the rest (setups, run function, summary, plot) with
+    :func:`~aggregator.research.scenarios.registry.register`.
+    """
 
     name: str
     title: str
     module: str
-    setups: str
-    function: str
-    resize: str | None = None  # the module's with_clients(setup, clients, method), if it has clients
 
-    @property
-    def has_clients(self) -> bool:
-        return self.resize is not None
-
-    def load(self) -> tuple[dict[str, Any], Any, Any]:
-        """``(setups by scale, run function, with_clients or None)`` from the scenario's module."""
-        module = importlib.import_module(f"aggregator.research.scenarios.{self.module}")
-        resize = getattr(module, self.resize) if self.resize else None
-        return getattr(module, self.setups), getattr(module, self.function), resize
+    def load(self) -> ScenarioParts:
+        """The scenario's registered parts (importing its module)."""
+        return registered_parts(self.name, self.module)
 
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario("relaxation", "relaxation round vs one-shot vs composition (gradual-release paper)",
-                 "relaxation", "RELAXATION_SETUPS", "relaxation", "with_clients"),
+                 "relaxation"),
         Scenario("asymmetric-advantage", "rare-item variance, asymmetric vs symmetric at equal epsilon",
-                 "advantage", "ADVANTAGE_SETUPS", "asymmetric_advantage", "with_clients"),
+                 "advantage"),
         Scenario("certificates", "certified-safe places: local one-sided vs central ALap/AGeo/(eps,delta)-DP (ADP)",
-                 "certificates", "CERTIFICATE_SETUPS", "certificates", "with_clients"),
-        Scenario("city", "the demo's synthetic city: relaxation round, decoding, certificates",
-                 "city", "CITY_SETUPS", "city", "with_clients"),
+                 "certificates"),
+        Scenario("city", "the demo's synthetic city: relaxation round, decoding, certificates", "city"),
         Scenario("collusion", "averaging attack vs colluders: independent, Mechanism A, correlated (multi-user)",
-                 "collusion", "COLLUSION_SETUPS", "collusion"),
+                 "collusion"),
         Scenario("association", "joint of two variables from one pair metric: TV vs epsilon and clients",
-                 "association", "ASSOCIATION_SETUPS", "association"),
+                 "association"),
         Scenario("discovery", "frequent strings without a dictionary (prefix metric): recall and precision",
-                 "discovery", "DISCOVERY_SETUPS", "discovery"),
+                 "discovery"),
         Scenario("irr-relaxation", "a round relaxing the IRR too: one-shot law, exact epsilons, report agreement",
-                 "irr", "IRR_SETUPS", "irr_relaxation"),
+                 "irr"),
         Scenario("sql-counting", "FLEX join count answered to colluding analysts: Laplace, Mechanism A, correlated",
-                 "multianalyst", "SQL_SETUPS", "sql_counting"),
+                 "multianalyst"),
         Scenario("multi-analyst-regression", "logistic regression on iris: objective perturbation with location mu "
                  "(multi-user paper Fig. 6), analysts' correlated vs independent models",
-                 "multianalyst", "REGRESSION_SETUPS", "multi_analyst_regression"),
+                 "multianalyst"),
     )
 }
 
@@ -135,9 +135,8 @@ def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress:
         raise ParameterError("scenario", f"must be one of {sorted(SCENARIOS)}, got {name!r}")
     if scale not in SCALES:
         raise ParameterError("scale", f"must be one of {SCALES}, got {scale!r}")
-    scenario = SCENARIOS[name]
-    setups, run, resize = scenario.load()
-    setup = setups[scale]
+    parts = SCENARIOS[name].load()
+    setup, run, resize = parts.setups[scale], parts.run, parts.resize
     if resize is None:
         if clients is not None or method != "per-client" or engine is not None or noise is not None:
             raise ParameterError("method", f"scenario {name!r} has no clients to simulate another way")
@@ -146,7 +145,7 @@ def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress:
     if clients is not None:
         setup = resize(setup, clients, method)
     if noise is not None:
-        if name != "city":
+        if not parts.keyed_noise:
             raise ParameterError("noise", "only the city scenario has keyed noise")
         setup = dataclasses.replace(setup, noise=noise)
     if engine is not None:
@@ -158,4 +157,4 @@ def run_scenario(name: str, *, scale: str = "small", seed: int = 2026, progress:
     return result
 
 
-__all__ = ["SCALES", "SCENARIOS", "Scenario", "run_scenario"]
+__all__ = ["SCALES", "SCENARIOS", "Scenario", "ScenarioParts", "run_scenario"]

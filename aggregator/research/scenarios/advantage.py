@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from aggregator.research.scenarios.common import (
     check_positive_int,
     quiet,
 )
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.accounting import bit_epsilon
 from protocol.errors import ParameterError
 from protocol.randomizers import Randomizer, laplace_rate_from_f
@@ -183,3 +186,46 @@ def asymmetric_advantage(setup: AdvantageSetup, rng: RandomSource, progress: Pro
         "repetitions": setup.repetitions, "samples": setup.items * setup.repetitions, "rows": rows,
         "max_relative_gap": max(abs(r["ratio"] / r["predicted"] - 1.0) for r in rows),
     }
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _advantage_lines(f: Figures) -> list[str]:
+    out = [f"rare item ({f['holders']} of {f['clients']:,} clients), variance of its estimate at equal per-bit eps "
+           f"({f['samples']:,} estimates per point)",
+           "eps    symmetric var (theory)     asymmetric var (theory)    ratio +- se       1 - e^-eps"]
+    for r in f["rows"]:
+        out.append(f"{r['epsilon']:<5g}  {r['symmetric_variance']:11.1f} ({r['symmetric_theory']:9.1f})  "
+                   f"{r['asymmetric_variance']:11.1f} ({r['asymmetric_theory']:9.1f})  "
+                   f"{r['ratio']:.3f} +- {r['ratio_se']:.3f}   {r['predicted']:.3f}")
+    out.append(f"largest relative gap to 1 - e^-eps: {f['max_relative_gap']:.1%}")
+    return out
+
+
+def _plot_advantage(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    rows = f["rows"]
+    eps = [r["epsilon"] for r in rows]
+    dense = np.linspace(min(eps) * 0.8, max(eps) * 1.05, 200)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.errorbar(eps, [r["ratio"] for r in rows], yerr=[2 * r["ratio_se"] for r in rows], fmt="o",
+                  label="measured (+- 2 se)")
+    left.plot(dense, -np.expm1(-dense), label="1 - e^-eps")
+    left.set_xlabel("per-bit epsilon")
+    left.set_ylabel("Var asymmetric / Var symmetric")
+    left.legend()
+    for i, mode in enumerate(("symmetric", "asymmetric")):
+        right.plot(eps, [r[f"{mode}_variance"] for r in rows], "o", color=f"C{i}", label=f"{mode}, measured")
+        right.plot(eps, [r[f"{mode}_theory"] for r in rows], "-", color=f"C{i}", label=f"{mode}, theory")
+    right.set_yscale("log")
+    right.set_xlabel("per-bit epsilon")
+    right.set_ylabel(f"variance of a rare item's count ({f['holders']} of {f['clients']:,})")
+    right.legend(fontsize=8)
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="asymmetric-advantage", setups=ADVANTAGE_SETUPS, run=asymmetric_advantage,
+                       resize=with_clients, summary=_advantage_lines, plot=_plot_advantage))

@@ -15,6 +15,7 @@ with the per-report EM.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +34,8 @@ from aggregator.research.scenarios.common import (
     quiet,
 )
 from aggregator.research.scenarios.discovery import level_for_epsilon, reported_counts
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.encodings import BloomEncoding, DirectEncoding, Encoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
@@ -149,3 +152,40 @@ def association(setup: AssociationSetup, rng: RandomSource, progress: Progress =
     return {"clients": setup.clients, "tv": head["tv"], "epsilon": head["epsilon"], "encoding": "direct",
             "mode": "symmetric", "cells": setup.size_a * setup.size_b, "size_a": setup.size_a,
             "size_b": setup.size_b, "rows": rows, "split": split}
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _association_lines(f: Figures) -> list[str]:
+    out = [f"joint of {f['size_a']} x {f['size_b']} values from one pair metric; total variation (projection, EM)",
+           "encoding  mode         clients     eps     tv     tv_em  95% coverage"]
+    for r in f["rows"]:
+        out.append(f"{r['encoding']:8s}  {r['mode']:11s}  {r['clients']:>9,}  {r['epsilon']:<6g}  {r['tv']:.4f}  "
+                   f"{r['tv_em']:.4f}  {r['interval_coverage']:.3f}")
+    for r in f["split"]:
+        out.append(f"{r['encoding']}: {r['clients']:,} clients, eps {r['epsilon']:g}: tv {r['tv']:.4f}")
+    return out
+
+
+def _plot_association(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (kind, mode), marker in zip([(k, m) for k in ("direct", "bloom") for m in ("symmetric", "asymmetric")],
+                                    "osD^", strict=True):
+        for clients in sorted({r["clients"] for r in f["rows"]}):
+            rows = [r for r in f["rows"] if (r["encoding"], r["mode"], r["clients"]) == (kind, mode, clients)]
+            ax.plot([r["epsilon"] for r in rows], [r["tv"] for r in rows], marker=marker,
+                    label=f"{kind} {mode}, {clients:,}")
+    ax.axhline(0.05, color="grey", ls="--", lw=1)
+    ax.set_xlabel("epsilon per report (everything a client sends)")
+    ax.set_ylabel("total variation of the joint")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="association", setups=ASSOCIATION_SETUPS, run=association, summary=_association_lines,
+                       plot=_plot_association))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +32,8 @@ from aggregator.research.scenarios.common import (
     check_positive_int,
     quiet,
 )
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
 from protocol.mechanisms import AGeoMechanism, ALapMechanism, certified_safe
@@ -332,3 +336,72 @@ def _false_safe_total(rows: list[Figures], mechanism: str, reps: int) -> dict[st
     made = sum(r["unsafe_places"] * reps for r in rows)
     wrong = sum(round((r[mechanism]["false_safe_rate"] or 0.0) * r["unsafe_places"] * reps) for r in rows)
     return {"decisions": made, "wrong": wrong}
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _fraction(value: float | None) -> str:
+    return "   -  " if value is None else f"{value:6.3f}"
+
+
+def _certificate_lines(f: Figures) -> list[str]:
+    names = list(f["mechanisms"])
+    head = "  ".join(f"{n:>12s}" for n in names)
+    out = [f"certified-safe share of the truly safe places (E[beta]), {f['clients']:,} clients, {f['places']:,} places, "
+           f"alpha = {f['alpha']:g}, delta = {f['delta']:g}",
+           f"eps    t        safe  {head}"]
+    for r in f["by_threshold"] + f["by_epsilon"]:
+        cells = "  ".join(f"{_fraction(r[n]['safe_fraction']):>12s}" for n in names)
+        out.append(f"{r['epsilon']:<5g}  {r['threshold']:<7d}  {r['safe_places']:5d}  {cells}")
+    wrong = ", ".join(f"{n} {v['wrong']}/{v['decisions']:,}" for n, v in f["false_safe"].items())
+    out.append(f"unsafe places certified safe: {wrong}")
+    out.append(f"never-wrong mechanisms (local alpha = 0, ALap, AGeo) wrong: {f['never_wrong_errors']}")
+    return out
+
+
+def _certificate_labels(f: Figures) -> dict[str, str]:
+    return {
+        "local_alpha0": "local one-sided certificate, alpha = 0",
+        "local_alpha": f"local one-sided certificate, alpha = {f['alpha']:g}",
+        "alap": "central ALap", "ageo": "central AGeo",
+        "dp": f"best (eps, {f['delta']:g})-DP sanitizer, alpha = {f['alpha']:g}",
+    }
+
+
+def _certificate_panel(ax: Any, rows: list[Figures], key: str, labels: dict[str, str]) -> None:
+    for i, (name, label) in enumerate(labels.items()):
+        xs = [r[key] for r in rows if r[name]["safe_fraction"] is not None]
+        ys = [r[name]["safe_fraction"] for r in rows if r[name]["safe_fraction"] is not None]
+        line, = ax.plot(xs, ys, "o-", label=label, color=f"C{i}")
+        theory = [(r[key], r[name]["theory"]) for r in rows if r[name]["theory"] is not None]
+        if theory:
+            ax.plot(*zip(*theory, strict=True), ":", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_ylabel("share of truly safe places certified safe")
+    if key == "epsilon":
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xticks([r[key] for r in rows], [f"{r[key]:g}" for r in rows])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _plot_certificates(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    sweeps = f["sweep_thresholds"]
+    fig, axes = plt.subplots(1, 1 + len(sweeps), figsize=(5.2 * (1 + len(sweeps)), 4.4))
+    labels = _certificate_labels(f)
+    _certificate_panel(axes[0], f["by_threshold"], "threshold", labels)
+    axes[0].set_xlabel(f"threshold t (count), eps = {f['epsilon']:g}")
+    axes[0].legend(fontsize=7, title="dotted: closed form", title_fontsize=7)
+    for ax, t in zip(axes[1:], sweeps, strict=True):
+        _certificate_panel(ax, [r for r in f["by_epsilon"] if r["threshold"] == t], "epsilon", labels)
+        ax.set_xlabel(f"per-visit epsilon, t = {t}")
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="certificates", setups=CERTIFICATE_SETUPS, run=certificates, resize=with_clients,
+                       summary=_certificate_lines, plot=_plot_certificates))

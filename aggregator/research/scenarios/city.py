@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,8 @@ from aggregator.research.scenarios.common import (
     check_positive_int,
     quiet,
 )
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.accounting import sequence_bit_epsilon
 from protocol.encodings import DirectEncoding, canonical_value
 from protocol.errors import ParameterError
@@ -266,3 +269,55 @@ def city(setup: CitySetup, rng: RandomSource, progress: Progress = quiet, *, met
         "truth": counts["truth"].tolist(), "round_truth": counts["round_truth"].tolist(),
         "ones_round0": counts["ones_first"].tolist(), "ones_round": counts["ones_round"].tolist(),
     }
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _city_lines(f: Figures) -> list[str]:
+    c = f["certificates"]
+    out = [f"synthetic city: {f['clients']:,} clients ({f['method']}), {f['places']:,} places, {f['visits']:,} visits; "
+           f"round {f['level_from']:g} -> {f['level_to']:g} with {f['willing']:,} clients "
+           f"(window epsilon {f['epsilon_window']:g})",
+           "collection  level  reports         MSE of place counts   closed form      ratio"]
+    for name in ("round0", "round"):
+        r = f[name]
+        out.append(f"{name:10s}  {r['level']:<5g}  {r['reports']:<14,d}  {r['mse']:<20.4g}  {r['theory']:<15.4g}  "
+                   f"{r['ratio']:.3f}")
+    for key in ("alpha0", "alpha"):
+        a = c[key]
+        share = "-" if a["share_of_safe"] is None else f"{a['share_of_safe']:.3f}"
+        out.append(f"certified safe (<= {c['threshold']:,}) at alpha = {a['alpha']:g}: {a['certified_safe']:,} of "
+                   f"{c['truly_safe']:,} truly safe ({share}), wrongly: {a['false_safe']}")
+    return out
+
+
+def _plot_city(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
+    for i, (name, truth, label) in enumerate((("round0", "truth", "round 0"), ("round", "round_truth", "round"))):
+        r = f[name]
+        t = np.asarray(f[truth], dtype=float)
+        ones = np.asarray(f["ones_round0" if name == "round0" else "ones_round"], dtype=float)
+        q = np.exp(-r["level"] / 2.0)
+        estimate = (ones - q * r["reports"]) / (1.0 - q)
+        left.scatter(t, estimate - t, s=4, color=f"C{i}", alpha=0.5,
+                     label=f"{label}, level {r['level']:g} (sd {r['mse'] ** 0.5:.3g}, theory {r['theory'] ** 0.5:.3g})")
+    left.set_xscale("symlog")
+    left.set_xlabel("true count of the place")
+    left.set_ylabel("estimate - truth")
+    left.legend(fontsize=8)
+    c = f["certificates"]
+    names = ["truly safe", "certified, alpha = 0", f"certified, alpha = {c['alpha']['alpha']:g}",
+             "wrongly certified (alpha > 0)"]
+    values = [c["truly_safe"], c["alpha0"]["certified_safe"], c["alpha"]["certified_safe"], c["alpha"]["false_safe"]]
+    right.bar(range(4), values, color=["grey", "C0", "C1", "C3"])
+    right.set_xticks(range(4), names, rotation=15, fontsize=8)
+    right.set_ylabel(f"places (threshold {c['threshold']:,} round participants)")
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="city", setups=CITY_SETUPS, run=city, resize=with_clients, summary=_city_lines,
+                       plot=_plot_city, keyed_noise=True))

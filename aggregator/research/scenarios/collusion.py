@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,8 @@ from aggregator.research.scenarios.common import (
     check_positive_int,
     quiet,
 )
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.errors import ParameterError
 from protocol.rng import RandomSource
 
@@ -109,3 +112,51 @@ def collusion(setup: CollusionSetup, rng: RandomSource, progress: Progress = qui
         "independent_within_margin_at_paper_colluders": (
             schemes["independent"]["within_margin"][at_need] if at_need is not None else None),
     }
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _collusion_lines(f: Figures) -> list[str]:
+    sizes = f["colluders"]
+    out = [f"averaging attack, eps = {f['epsilon']:g}, D = {f['sensitivity']:g}, margin m = {f['margin']:g}, "
+           f"{f['trials']:,} trials; paper's i = max(30, 18 D^2/(m^2 eps^2)) = {f['paper_colluders']}",
+           "RMSE   i = " + " ".join(f"{i:>6d}" for i in sizes)]
+    for scheme, res in f["schemes"].items():
+        out.append(f"{scheme:24s}" + " ".join(f"{x:6.3f}" for x in res["rmse"]))
+    at = f["independent_within_margin_at_paper_colluders"]
+    if at is not None:
+        out.append(f"independent Laplace, P(|estimate - r| < m) at i = {f['paper_colluders']}: {at:.4f} "
+                   f"(normal approximation {_at(f, 'independent_within_margin'):.4f})")
+    return out
+
+
+def _at(f: Figures, key: str) -> float:
+    return float(f["theory"][key][f["colluders"].index(f["paper_colluders"])])
+
+
+def _plot_collusion(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    sizes, theory = f["colluders"], f["theory"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, (scheme, res) in enumerate(f["schemes"].items()):
+        left.plot(sizes, res["rmse"], "o-", color=f"C{i}", label=scheme)
+        left.plot(sizes, theory[scheme], ":", color=f"C{i}")
+        right.plot(sizes, res["within_margin"], "o-", color=f"C{i}", label=scheme)
+    for ax in (left, right):
+        ax.axvline(f["paper_colluders"], color="grey", ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("colluding analysts i")
+    left.set_yscale("log")
+    left.set_ylabel("RMSE of the averaged answer (dotted: theory / bound)")
+    left.legend(fontsize=8)
+    right.axhline(0.99, color="grey", lw=1)
+    right.set_ylabel(f"P(|estimate - r| < m = {f['margin']:g})")
+    right.text(f["paper_colluders"], 0.02, f" i = {f['paper_colluders']}", fontsize=8)
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="collusion", setups=COLLUSION_SETUPS, run=collusion, summary=_collusion_lines,
+                       plot=_plot_collusion))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +33,8 @@ from aggregator.research.scenarios.common import (
     check_positive_int,
     quiet,
 )
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.accounting import ValueKind
 from protocol.encodings import PrefixEncoding
 from protocol.errors import ParameterError
@@ -207,3 +210,38 @@ def discovery(setup: DiscoverySetup, rng: RandomSource, progress: Progress = qui
         "universe": setup.universe, "zipf_exponent": setup.zipf_exponent, "min_share": setup.min_share,
         "frequent_strings": len(truth), "num_bits": setup.num_bits, "rows": rows, "layouts": layouts,
     }
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _discovery_lines(f: Figures) -> list[str]:
+    out = [f"discovery of the {f['frequent_strings']} strings of share >= {f['min_share']:g} "
+           f"(Zipf {f['zipf_exponent']:g} over {f['universe']:,} strings)",
+           "layout                              mode         clients     eps     recall  precision"]
+    for r in f["rows"] + f["layouts"]:
+        out.append(f"{r['layout']:34s}  {r['mode']:11s}  {r['clients']:>9,}  {r['epsilon']:<6g}  "
+                   f"{r['recall']:.2f}    {r['precision']:.2f}")
+    return out
+
+
+def _plot_discovery(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, key in ((left, "recall"), (right, "precision")):
+        for mode in ("symmetric", "asymmetric"):
+            for clients in sorted({r["clients"] for r in f["rows"]}):
+                rows = [r for r in f["rows"] if r["mode"] == mode and r["clients"] == clients]
+                ax.plot([r["epsilon"] for r in rows], [r[key] for r in rows], marker="o",
+                        label=f"{mode}, {clients:,}")
+        ax.axhline(0.9, color="grey", ls="--", lw=1)
+        ax.set_xlabel("epsilon per client")
+        ax.set_ylabel(f"{key} (strings of share >= {f['min_share']:g})")
+    left.legend(fontsize=7)
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="discovery", setups=DISCOVERY_SETUPS, run=discovery, summary=_discovery_lines,
+                       plot=_plot_discovery))

@@ -17,11 +17,14 @@ relaxed chain, fresh IRR every round, one report at the last level.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from aggregator.analysis.decoding import BitCounts, bit_estimates
 from aggregator.research.scenarios.common import Figures, Progress, check_positive_int, quiet
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.irr_relaxation import relax_instantaneous, report_agreement, report_chain_epsilon
 from protocol.randomizers import Randomizer, laplace_rate_from_f
 from protocol.rng import RandomSource
@@ -100,3 +103,42 @@ def irr_relaxation(setup: IrrSetup, rng: RandomSource, progress: Progress = quie
             "epsilon_one_report": report_chain_epsilon([after]),
         })
     return {"clients": setup.clients, "items": setup.items, "repetitions": setup.repetitions, "rows": rows}
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _irr_lines(f: Figures) -> list[str]:
+    out = [f"a round relaxing the IRR, {f['clients']:,} clients x {f['items']} items, {f['repetitions']} populations",
+           "chain                        MSE relaxed/one-shot  relaxed/theory  agreement (predicted)  "
+           "eps relaxed  fresh IRR  one report"]
+    for r in f["rows"]:
+        predicted = "-" if r["predicted_agreement"] is None else f"{r['predicted_agreement']:.4f}"
+        out.append(f"{r['chain']:28s} {r['relaxed_mse'] / r['one_shot_mse']:8.3f}            "
+                   f"{r['relaxed_mse'] / r['theory_mse']:8.3f}        {r['agreement']:.4f} ({predicted})       "
+                   f"{r['epsilon_relaxed']:.6f}   {r['epsilon_fresh']:.6f}  {r['epsilon_one_report']:.6f}")
+    return out
+
+
+def _plot_irr(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = [r["chain"] for r in f["rows"]]
+    at = range(len(names))
+    left.bar([i - 0.2 for i in at], [r["relaxed_mse"] / r["theory_mse"] for r in f["rows"]], 0.4, label="relaxed round")
+    left.bar([i + 0.2 for i in at], [r["one_shot_mse"] / r["theory_mse"] for r in f["rows"]], 0.4, label="one-shot")
+    left.axhline(1.0, color="grey", lw=1)
+    left.set_ylabel("MSE / theory")
+    for i, key in enumerate(("epsilon_relaxed", "epsilon_fresh", "epsilon_one_report")):
+        right.bar([j + (i - 1) * 0.27 for j in at], [r[key] for r in f["rows"]], 0.27, label=key.replace("_", " "))
+    right.set_ylabel("exact epsilon of the two reports (one bit)")
+    for ax in (left, right):
+        ax.set_xticks(list(at), names, rotation=10, fontsize=8)
+        ax.legend(fontsize=8)
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="irr-relaxation", setups=IRR_SETUPS, run=irr_relaxation, summary=_irr_lines,
+                       plot=_plot_irr))

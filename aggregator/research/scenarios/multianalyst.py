@@ -52,6 +52,8 @@ from aggregator.research.scenarios.common import (
     check_positive_int,
     quiet,
 )
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.errors import ParameterError
 from protocol.multianalyst import coalition_epsilon
 from protocol.relaxation import relax_laplace
@@ -377,3 +379,80 @@ def multi_analyst_regression(setup: RegressionSetup, rng: RandomSource, progress
             for kind in ("correlated", "independent")
         },
     }
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _sql_lines(f: Figures) -> list[str]:
+    out = [f"{f['query']}", f"{f['customers']:,} customers, {f['orders']:,} orders: count {f['count']:,}, "
+           f"sensitivity {f['sensitivity']} (FLEX elastic sensitivity at distance 0; the paper's 50), margin "
+           f"{f['margin']:g}, {f['trials']:,} trials"]
+    for r in f["rows"]:
+        sizes = r["colluders"]
+        out.append(f"eps {r['epsilon']:g}: paper's i = {r['paper_colluders']}; RMSE at i = "
+                   + " ".join(f"{i:>6d}" for i in sizes))
+        for scheme, res in r["schemes"].items():
+            out.append(f"  {scheme:24s}" + " ".join(f"{x:6.1f}" for x in res["rmse"])
+                       + f"   P(within margin) at the largest i: {res['within_margin'][-1]:.3f}")
+    return out
+
+
+def _plot_sql(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    rows = f["rows"]
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 4.2), squeeze=False)
+    for ax, r in zip(axes[0], rows, strict=True):
+        for i, (scheme, res) in enumerate(r["schemes"].items()):
+            ax.plot(r["colluders"], res["rmse"], "o-", color=f"C{i}", label=scheme, ms=3)
+        ax.axvline(r["paper_colluders"], color="grey", ls="--", lw=1)
+        ax.axhline(f["margin"], color="grey", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"colluding analysts (eps {r['epsilon']:g})")
+    axes[0][0].set_ylabel(f"RMSE of the averaged count (true {f['count']:,})")
+    axes[0][0].legend(fontsize=7)
+    save_figure(fig, path, title)
+
+
+def _regression_lines(f: Figures) -> list[str]:
+    out = [f"iris, {f['train_rows']} training rows, one-vs-rest logistic, Lambda {f['regularization']:g}, "
+           f"{f['repetitions']} splits; non-private accuracy {f['non_private_accuracy']:.3f}",
+           "objective perturbation accuracy   mu = " + " ".join(f"{m:>6g}" for m in f["locations"]) + "  spread"]
+    for eps, row, spread in zip(f["epsilons"], f["objective_accuracy"], f["location_spread"], strict=True):
+        out.append(f"  eps {eps:<6g}                          " + " ".join(f"{a:6.3f}" for a in row) + f"  {spread:.3f}")
+    out.append("analysts (output perturbation)  levels " + " ".join(f"{lv:>6g}" for lv in f["analyst_levels"]))
+    for kind, res in f["analysts"].items():
+        out.append(f"  {kind:12s} each analyst           " + " ".join(f"{a:6.3f}" for a in res["accuracy"]))
+        out.append(f"  {kind:12s} coalition pooled       " + " ".join(f"{a:6.3f}" for a in res["coalition_accuracy"])
+                   + "   coalition eps " + " ".join(f"{e:g}" for e in res["coalition_epsilon"]))
+    return out
+
+
+def _plot_regression(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for j, mu in enumerate(f["locations"]):
+        left.plot(f["epsilons"], [row[j] for row in f["objective_accuracy"]], "o-", label=f"mu = {mu:g}", ms=3)
+    left.axhline(f["non_private_accuracy"], color="grey", ls="--", lw=1)
+    left.set_xscale("log")
+    left.set_xlabel("epsilon (whole model)")
+    left.set_ylabel("test accuracy (objective perturbation)")
+    left.legend(fontsize=7)
+    for i, (kind, res) in enumerate(f["analysts"].items()):
+        right.plot(f["analyst_levels"], res["accuracy"], "o-", color=f"C{i}", label=f"{kind}: each analyst")
+        right.plot(f["analyst_levels"], res["coalition_accuracy"], "s:", color=f"C{i}",
+                   label=f"{kind}: coalition of the first analysts, pooled")
+    right.axhline(f["non_private_accuracy"], color="grey", ls="--", lw=1)
+    right.set_xlabel("analyst level (coalition: up to this analyst)")
+    right.set_ylabel("test accuracy (output perturbation)")
+    right.legend(fontsize=7)
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="sql-counting", setups=SQL_SETUPS, run=sql_counting, summary=_sql_lines,
+                       plot=_plot_sql))
+register(ScenarioParts(name="multi-analyst-regression", setups=REGRESSION_SETUPS, run=multi_analyst_regression,
+                       summary=_regression_lines, plot=_plot_regression))

@@ -9,6 +9,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,8 @@ from aggregator.research.scenarios.common import (
     check_positive_int,
     quiet,
 )
+from aggregator.research.scenarios.plotting import pyplot, save_figure
+from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.accounting import bit_epsilon
 from protocol.encodings import BloomEncoding
 from protocol.randomizers import Mode, Randomizer
@@ -318,3 +321,45 @@ def relaxation(setup: RelaxationSetup, rng: RandomSource, progress: Progress = q
         "ratio_min": min(ratios), "ratio_max": max(ratios),
         "composition_ratio_min": min(c["composition_ratio"] for c in grid),
     }
+
+
+# --------------------------------------------------------------------------
+# what ``onesided simulate`` prints and draws, and the scenario's entry
+# --------------------------------------------------------------------------
+
+
+def _relaxation_lines(f: Figures) -> list[str]:
+    out = [f"relaxation round vs one-shot at the new level, {f['clients']:,} clients, "
+           f"{f['grid'][0]['cells']:,} squared errors of (cohort, bit) estimates per point",
+           "mode        level     eps_bit        relaxed/one-shot  relaxed/theory  composition/one-shot (theory)"]
+    for c in f["grid"]:
+        out.append(f"{c['mode']:11s} {c['level_from']:g} -> {c['level_to']:<4g} "
+                   f"{c['epsilon_bit_from']:.2f} -> {c['epsilon_bit_to']:.2f}   {c['ratio']:6.3f}"
+                   f"            {c['theory_ratio']:6.3f}          {c['composition_ratio']:6.3f} "
+                   f"({c['theory_composition_ratio']:.3f})")
+    out.append(f"relaxed/one-shot in [{f['ratio_min']:.3f}, {f['ratio_max']:.3f}] (claim: 1, no accuracy lost); "
+               f"composition at least {f['composition_ratio_min']:.2f}x worse")
+    return out
+
+
+def _plot_relaxation(f: Figures, path: Path, title: str) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, mode in zip(axes, ("symmetric", "asymmetric"), strict=True):
+        cells = [c for c in f["grid"] if c["mode"] == mode]
+        x = list(range(len(cells)))
+        ax.bar([i - 0.2 for i in x], [c["ratio"] for c in cells], 0.4, label="relaxation round / one-shot")
+        ax.bar([i + 0.2 for i in x], [c["composition_ratio"] for c in cells], 0.4, label="composition / one-shot")
+        ax.scatter([i + 0.2 for i in x], [c["theory_composition_ratio"] for c in cells], color="black", marker="_",
+                   s=200, zorder=3, label="composition, theory")
+        ax.axhline(1.0, color="grey", lw=1, ls="--")
+        ax.set_xticks(x, [f"{c['level_from']:g}->{c['level_to']:g}" for c in cells])
+        ax.set_xlabel("noise level (rate) from -> to")
+        ax.set_title(f"{mode}")
+    axes[0].set_ylabel("MSE / MSE of a one-shot collection")
+    axes[0].legend(fontsize=8)
+    save_figure(fig, path, title)
+
+
+register(ScenarioParts(name="relaxation", setups=RELAXATION_SETUPS, run=relaxation, resize=with_clients,
+                       summary=_relaxation_lines, plot=_plot_relaxation))

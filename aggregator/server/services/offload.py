@@ -19,18 +19,14 @@ not pickle as they are).
 
 from __future__ import annotations
 
-import logging
-import multiprocessing
-import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from aggregator.server.helper_pool import HelperPool
 from aggregator.server.monitoring import DECODE_PENDING
 from protocol.errors import ParameterError
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -50,19 +46,8 @@ class Offloader:
     """
 
     def __init__(self, *, processes: int = 1) -> None:
-        if isinstance(processes, bool) or not isinstance(processes, int) or not 0 <= processes <= 64:
-            raise ParameterError("decode_processes", f"must be an integer in [0, 64], got {processes!r}")
-        self.processes = processes
-        self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    def _executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.processes, mp_context=multiprocessing.get_context("forkserver")
-                )
-            return self._pool
+        self.pool = HelperPool("decode_processes", processes)
+        self.processes = self.pool.processes
 
     def run(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)``, in a helper when there are helpers (picklable arguments).
@@ -70,25 +55,22 @@ class Offloader:
         Raises:
             ParameterError: as ``function`` raised it.
         """
-        if self.processes == 0:
+        if not self.pool.enabled:
             return function(*args, **kwargs)
+
+        def in_helper(executor: ProcessPoolExecutor) -> T:
+            outcome = executor.submit(_call_in_helper, function, args, kwargs).result()
+            if outcome[0] == "parameter":
+                raise ParameterError(outcome[1], outcome[2])
+            result: T = outcome[1]
+            return result
+
         DECODE_PENDING.inc()
         try:
-            outcome = self._executor().submit(_call_in_helper, function, args, kwargs).result()
-        except BrokenProcessPool:
-            log.warning("a decode helper process died; restarting the helpers, this fit runs in place")
-            self.close()
-            return function(*args, **kwargs)
+            return self.pool.run(in_helper, lambda: function(*args, **kwargs), lost="this fit runs in place")
         finally:
             DECODE_PENDING.dec()
-        if outcome[0] == "parameter":
-            raise ParameterError(outcome[1], outcome[2])
-        result: T = outcome[1]
-        return result
 
     def close(self) -> None:
         """Stop the helper processes (if any were started)."""
-        with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+        self.pool.close()

@@ -20,205 +20,32 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
-import math
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import requests
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from aggregator.research.populations import Population, SyntheticCity, make_population
-from aggregator.server.api_client import ApiClient
-from aggregator.server.app import create_app
-from aggregator.server.settings import Settings
-from aggregator.server.storage import Storage
+from aggregator.demo.config import METRIC, DemoConfig, DemoResult
+from aggregator.demo.local import (
+    LocalAggregator,
+    SimulatedClients,
+    client_secrets,
+    local_aggregator,
+    upload,
+)
+from aggregator.demo.report import print_table, write_summary
+from aggregator.research.populations import SyntheticCity, make_population
 from client_sdk.ledger import window_cost
-from client_sdk.memo import noise_key, permanent_bits
-from protocol.crypto import AggregatorKeys
-from protocol.encodings import DirectEncoding, canonical_value
+from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.rng import SecureRandom, SeededRandom
-from protocol.validation import check_int, check_probability
-from protocol.wire import (
-    CONTENT_TYPE_BINARY,
-    build_report,
-    encode_batch_binary,
-    verify_config,
-    window_start,
-)
-
-METRIC = "places"
-BATCH = 1000
-
-
-@dataclass(frozen=True, kw_only=True)
-class DemoConfig:
-    """What the demo simulates (defaults: the README's main job)."""
-
-    clients: int = 20_000
-    sdk_clients: int = 200
-    places: int = 2_000
-    zipf_exponent: float = 1.1
-    mean_places: float = 3.0
-    level_from: float = 1.0
-    level_to: float = 8.0
-    ceiling: float = 5.0
-    refusing_share: float = 0.05
-    threshold: int = 50
-    alpha: float = 0.01
-    seed: int | None = 2026
-    data_dir: Path | None = None  # default: out_dir/data
-    out_dir: Path = Path("onesided-demo")
-    keep: bool = False  # keep the data folder (database, private keys, client states) after the run
-
-    def __post_init__(self) -> None:
-        check_int("clients", self.clients, low=100, high=10_000_000)
-        check_int("sdk_clients", self.sdk_clients, low=0, high=self.clients)
-        check_int("places", self.places, low=10, high=4096)
-        if not 0 < self.level_from < self.level_to < math.inf:
-            raise ParameterError("level_to", "need 0 < level_from < level_to")
-        check_probability("refusing_share", self.refusing_share, open_high=True)
-
-
-@dataclass
-class DemoResult:
-    """What the demo measured (also rendered as the table and the HTML page)."""
-
-    config: DemoConfig
-    data_dir: Path
-    server: str
-    timings: dict[str, float] = field(default_factory=dict)
-    reports: dict[str, int] = field(default_factory=dict)
-    round: dict[str, Any] = field(default_factory=dict)
-    estimates: dict[int, dict[str, Any]] = field(default_factory=dict)
-    certificates: dict[str, Any] = field(default_factory=dict)
-    truth: dict[str, int] = field(default_factory=dict)
-    round_truth: dict[str, int] = field(default_factory=dict)
-    privacy: dict[str, Any] = field(default_factory=dict)
-    summary_path: Path | None = None
-
-
-# --------------------------------------------------------------------------
-# the aggregator, in this process
-# --------------------------------------------------------------------------
-
-
-@dataclass
-class LocalAggregator:
-    """An aggregator app on a free loopback port, in a background thread."""
-
-    url: str
-    admin: ApiClient
-    analyst: ApiClient
-    keys: AggregatorKeys
-    server: BaseWSGIServer
-    storage: Storage
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access log lines between the progress bars."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        return None
-
-
-@contextmanager
-def local_aggregator(data_dir: Path) -> Iterator[LocalAggregator]:
-    settings = Settings(data_dir=str(data_dir))
-    keys = AggregatorKeys.generate()
-    keys.save(settings.key_path)
-    storage = Storage.open(settings.database_url)
-    _, admin_token = storage.create_token(role="admin", name="demo-admin")
-    _, analyst_token = storage.create_token(role="analyst", name="demo-analyst")
-    app = create_app(settings, storage=storage, keys=keys)
-    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="onesided-demo-server", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    try:
-        yield LocalAggregator(
-            url=url, admin=ApiClient(url, admin_token), analyst=ApiClient(url, analyst_token),
-            keys=keys, server=server, storage=storage,
-        )
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-        storage.close()
-
-
-# --------------------------------------------------------------------------
-# simulated clients: the client SDK's functions without a state file
-# --------------------------------------------------------------------------
-
-
-@dataclass
-class SimulatedClients:
-    """Clients ``first..n`` of a population, each with its own secret and ceiling."""
-
-    params: MetricParams
-    digest: str
-    population: Population
-    first: int
-    secrets: list[bytes]
-    ceilings: np.ndarray
-
-    def reports(self, *, levels: list[float], round_id: int, seal_public: bytes, window: int,
-                who: np.ndarray) -> Iterator[Any]:
-        """Sealed reports of the clients in ``who`` at the end of the level chain ``levels``."""
-        irr = SecureRandom()
-        randomizer = self.params.randomizer(levels[-1])
-        for i in who:
-            members = self.population.member_sets(int(i))
-            value_key = noise_key(window, canonical_value(members))
-            permanent = permanent_bits(
-                self.secrets[i - self.first], self.params, self.population.bits[i], value_key, levels
-            )
-            yield build_report(
-                params_digest=self.digest, metric=self.params.name, round=round_id, window=window,
-                cohort=int(self.population.cohorts[i]), level=levels[-1],
-                bits=randomizer.instantaneous(permanent, irr), seal_public=seal_public,
-            )
-
-
-def _secrets(count: int, seed: int | None) -> list[bytes]:
-    if seed is None:
-        return [SecureRandom().integers(256, 32).astype(np.uint8).tobytes() for _ in range(count)]
-    root = hashlib.sha256(f"onesided-demo-{seed}".encode()).digest()
-    return [hmac.new(root, i.to_bytes(8, "big"), hashlib.sha256).digest() for i in range(count)]
-
-
-def upload(url: str, envelopes: Iterator[Any], *, total: int, progress: Callable[[int], None]) -> dict[str, int]:
-    """POST the reports in binary batches; returns the count of each per-report status."""
-    counts: dict[str, int] = {}
-    session = requests.Session()
-    batch: list[Any] = []
-
-    def send() -> None:
-        response = session.post(f"{url}/v1/reports", data=encode_batch_binary(batch),
-                                headers={"Content-Type": CONTENT_TYPE_BINARY}, timeout=120)
-        response.raise_for_status()
-        for result in response.json()["results"]:
-            counts[result["status"]] = counts.get(result["status"], 0) + 1
-        progress(len(batch))
-        batch.clear()
-
-    for envelope in envelopes:
-        batch.append(envelope)
-        if len(batch) >= BATCH:
-            send()
-    if batch:
-        send()
-    return counts
-
+from protocol.wire import verify_config, window_start
 
 # --------------------------------------------------------------------------
 # the run
@@ -337,7 +164,7 @@ def _run(cfg: DemoConfig, data_dir: Path, progress: bool, say: Callable[[str], N
         sdk = _sdk_clients(cfg, agg, data_dir)
         sim = SimulatedClients(
             params=params, digest=digest, population=population, first=cfg.sdk_clients,
-            secrets=_secrets(cfg.clients - cfg.sdk_clients, cfg.seed),
+            secrets=client_secrets(cfg.clients - cfg.sdk_clients, cfg.seed),
             ceilings=np.where(rng.uniform(cfg.clients - cfg.sdk_clients) < cfg.refusing_share,
                               cfg.level_from, cfg.ceiling),
         )
@@ -400,8 +227,6 @@ def _run(cfg: DemoConfig, data_dir: Path, progress: bool, say: Callable[[str], N
         for client in sdk:
             client.close()
     result.timings["total"] = time.perf_counter() - t0
-    from aggregator.research.demo_report import print_table, write_summary
-
     print_table(result, say)
     result.summary_path = write_summary(result)
     return result

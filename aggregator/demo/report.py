@@ -8,10 +8,9 @@ import io
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from aggregator.research.demo import DemoResult
+from aggregator.demo.config import DemoResult
 
 
 def _rows(estimates: dict[str, Any]) -> dict[str, dict[str, Any]]:
