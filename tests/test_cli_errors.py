@@ -8,6 +8,7 @@ early (``| head``) ends the command quietly with exit code 141.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,47 @@ def test_a_missing_extra_at_run_time(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setattr(rounds, "run_status", needs_scipy)
     assert main(["round", "status", "1"]) == 2
     assert capsys.readouterr().err == missing_extra_line("round", "scipy") + "\n"
+
+
+# A bare install in miniature: every package of an optional extra fails to import, in a child process.
+WITHOUT_EXTRAS = """
+import importlib.abc, shlex, sys
+from aggregator.cli.main import EXTRA_OF, main
+
+class NoExtras(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in EXTRA_OF:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoExtras())
+for line in sys.argv[1:]:
+    print(main(shlex.split(line)), flush=True)
+    print("--", file=sys.stderr, flush=True)
+"""
+
+
+def test_every_command_names_its_missing_extra_the_same_way(tmp_path: Path) -> None:
+    """serve, audit, simulate, demo and the database commands, without their extra: the same one line each."""
+    needs = {  # command line -> the extra it needs
+        f"serve --data-dir {tmp_path}/d --port 0": "server",
+        "audit --list": "research",
+        f"simulate relaxation --out {tmp_path}/sim": "research",
+        f"demo --out {tmp_path}/demo": "server",
+        f"token list --data-dir {tmp_path}/d": "server",
+        f"purge --data-dir {tmp_path}/d": "server",
+        f"backup --data-dir {tmp_path}/d {tmp_path}/copy.db": "server",
+        f"audit-log --data-dir {tmp_path}/d": "server",
+    }
+    done = subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS, *needs], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    errors = done.stderr.split("--\n")[:-1]
+    assert done.stdout.split() == ["2"] * len(needs) and len(errors) == len(needs), done.stderr
+    for (line, extra), err in zip(needs.items(), errors, strict=True):
+        command = line.split()[0]
+        shape = rf"error: {command} needs the Python package '(\w+)' of the '{extra}' extra: pip install 'onesided\[{extra}\]'\n"
+        assert re.fullmatch(shape, err), (line, err)
+    assert not (tmp_path / "sim").exists() and not (tmp_path / "demo").exists()  # refused before writing
 
 
 def _with_reader_gone(*argv: str) -> tuple[int, str]:
