@@ -2,7 +2,7 @@
 
 Examples::
 
-    onesided keys show                       # on the aggregator: copy "sign_public"
+    onesided keys show                       # on the aggregator: its last line is ONESIDED_SERVER_KEY=...
     export ONESIDED_SERVER_KEY=<sign_public>
     onesided client report --server http://127.0.0.1:8080 --metric places home cafe
     onesided client ledger
