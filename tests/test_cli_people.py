@@ -150,3 +150,13 @@ def test_client_report_and_ledger(world: Any, tmp_path: Path, capsys: pytest.Cap
     entry = next(e for e in ledger["entries"] if e["metric"] == "visits-noisy")
     assert row.split()[:3] == ["visits-noisy", "asymmetric", "1"] and f"{entry['spent']:.4g}" in row
     assert "0 reports queued, 0 dropped" in text
+
+
+def test_correlated_releases_print_one_block_per_analyst(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    admin = ["--server", world.srv.url, "--token", world.tokens["admin"]]
+    flags = ["release", "create", "--metric", "visits", "--window", str(world.window), "--threshold", "60",
+             "--places", "place-01", "--analyst", "alice=0.5", "--analyst", "bob=1", *admin]
+    assert main(flags) == 0
+    blocks = capsys.readouterr().out.split("\n\n")
+    heads = sorted(b.splitlines()[0].split(", analyst ")[1] for b in blocks)
+    assert heads == ["alice", "bob"] and all("budget: " in b for b in blocks)
