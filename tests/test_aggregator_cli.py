@@ -29,14 +29,14 @@ def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 def test_keys_init_writes_private_files_and_show_prints_public_halves(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    created = cli_json(capsys, "keys", "init", "--data-dir", str(tmp_path))
+    created = cli_json(capsys, "keys", "init", "--data-dir", str(tmp_path), "--json")
     folder = tmp_path / "keys"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     for name in (SEAL_KEY_FILE, SIGN_KEY_FILE):
         assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
     keys = AggregatorKeys.load(folder)
     assert created == {"key_dir": str(folder), **keys.public_info()}
-    assert cli_json(capsys, "keys", "show", "--key-dir", str(folder)) == created
+    assert cli_json(capsys, "keys", "show", "--key-dir", str(folder), "--json") == created
     private_text = (folder / SEAL_KEY_FILE).read_text().strip()
     assert private_text not in json.dumps(created)
     assert main(["keys", "init", "--data-dir", str(tmp_path)]) == 2  # refuses to replace
@@ -46,7 +46,7 @@ def test_keys_init_writes_private_files_and_show_prints_public_halves(
 
 
 def test_console_entry_point_runs(tmp_path: Path) -> None:
-    done = run_cli("keys", "init", "--data-dir", str(tmp_path))
+    done = run_cli("keys", "init", "--data-dir", str(tmp_path), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["sign_public"] == AggregatorKeys.load(tmp_path / "keys").public_info()["sign_public"]
 
@@ -66,12 +66,12 @@ def test_tokens_are_managed_on_the_database(db_url: str, capsys: pytest.CaptureF
     try:
         token = storage.authenticate(secret)
         assert token is not None and token.role == "admin"
-        listed = cli_json(capsys, "token", "list", "--db", db_url)
+        listed = cli_json(capsys, "token", "list", "--db", db_url, "--json")
         assert [t["name"] for t in listed["tokens"]] == ["ops"]
         assert secret not in json.dumps(listed)
         assert main(["token", "create", "--role", "admin", "--name", "ops", "--db", db_url]) == 2
         assert "exists" in capsys.readouterr().err
-        assert cli_json(capsys, "token", "revoke", "--name", "ops", "--db", db_url)["revoked_at"] is not None
+        assert cli_json(capsys, "token", "revoke", "--name", "ops", "--db", db_url, "--json")["revoked_at"] is not None
         assert storage.authenticate(secret) is None
     finally:
         storage.close()
@@ -119,7 +119,7 @@ def test_serve_on_postgresql_needs_existing_keys(tmp_path: Path, capsys: pytest.
 
 
 def test_purge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    result = cli_json(capsys, "purge", "--data-dir", str(tmp_path), "--retention", "3600")
+    result = cli_json(capsys, "purge", "--data-dir", str(tmp_path), "--retention", "3600", "--json")
     assert result == {"deleted_reports": 0, "retention_seconds": 3600}
 
 

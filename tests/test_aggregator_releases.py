@@ -477,7 +477,7 @@ def test_cli_release_create_show_relax(world: World, capsys: pytest.CaptureFixtu
     common = ["--server", world.srv.url, "--token", world.tokens["alice"]]
 
     def run(*argv: str) -> tuple[int, Any]:
-        code = main(["release", *argv, *common])
+        code = main(["release", *argv, *common, "--json"])
         out = capsys.readouterr()
         return code, json.loads(out.out) if code == 0 else out.err
 

@@ -8,6 +8,7 @@ early (``| head``) ends the command quietly with exit code 141.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,17 +17,25 @@ import pytest
 from aggsupport import REPO, run_cli
 
 from aggregator.cli.main import EXIT_BROKEN_PIPE, main, missing_extra_line
+from protocol.crypto import AggregatorKeys
 
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
 NOT_A_FOLDER = "/etc/hostname"  # a file, so nothing can be created under it, even by root
 
 
+PASSPHRASE = "correct horse battery staple"
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data folder with keys and a database (a token makes one)."""
+    """A data folder with keys, a database (a token makes one), a key backup and three passphrase files."""
     folder = tmp_path_factory.mktemp("data")
+    for name, text in (("pw", PASSPHRASE), ("wrong-pw", "not the passphrase at all"), ("short-pw", "short")):
+        (folder / name).write_text(text + "\n", "utf-8")
     assert main(["keys", "init", "--data-dir", str(folder)]) == 0
     assert main(["token", "create", "--role", "admin", "--name", "ops", "--data-dir", str(folder)]) == 0
+    assert main(["keys", "backup", str(folder / "keys.backup"), "--data-dir", str(folder),
+                 "--passphrase-file", str(folder / "pw")]) == 0
     return folder
 
 
@@ -50,16 +59,46 @@ WRONG_INPUTS: list[tuple[str, str]] = [
     ("decode-rappor --params {tmp}/p.csv --counts c.csv --map m.csv", "p.csv"),
     ("demo --clients 5 --out {tmp}/demo", "clients"),
     (f"demo --clients 100 --out {NOT_A_FOLDER}/demo", "Not a directory"),
+    # tokens: an unknown name, a name taken
+    ("token revoke --name nobody --data-dir {data}", "name: no token named 'nobody'"),
+    ("token create --role analyst --name ops --data-dir {data}", "name: a token named 'ops' exists"),
+    # keys: a wrong passphrase, unreadable files, a weak passphrase, a bad period, keys already there
+    ("keys restore {data}/keys.backup --key-dir {tmp}/r --passphrase-file {data}/wrong-pw", "passphrase: does not open"),
+    ("keys restore {tmp}/none.backup --key-dir {tmp}/r --passphrase-file {data}/pw", "backup: cannot read"),
+    ("keys restore {badjson} --key-dir {tmp}/r --passphrase-file {data}/pw", "backup: cannot read"),
+    ("keys backup {tmp}/b --data-dir {data} --passphrase-file {tmp}/none", "passphrase_file: cannot read"),
+    ("keys backup {tmp}/b --data-dir {data} --passphrase-file {data}/short-pw", "passphrase: must be at least"),
+    ("keys rotate --seal --data-dir {data} --keep-old-days 9999", "keep_old_days: must be in"),
+    ("keys rotate --sign --data-dir {tmp}/nothing", "keys init"),
+    ("keys init --data-dir {data}", "refusing to replace keys"),
+    # operations on the database
+    ("purge --data-dir {data} --retention 5", "retention_seconds: must be"),
+    ("audit-log --data-dir {data} --since yesterday", "since: must be YYYY-MM-DD"),
+    ("serve --data-dir {data} --workers 2", "workers: SQLite"),
+    # releases: checked before anything is sent, or a server that does not answer
+    ("release create --metric m --window 0 --threshold 1 --mechanism nope", "mechanism: must be one of"),
+    ("release create --metric m --window 2026-11-20 --threshold 1 --analyst bob", "analyst: must be NAME=EPSILON"),
+    (f"release list --server {UNREACHABLE}", "is it running?"),
+    (f"release budget --metric m --window 0 --server {UNREACHABLE}", "is it running?"),
+    (f"release show 3 --server {UNREACHABLE}", "is it running?"),
+    # the client SDK by hand: no pinned key, a key that is not one, a bad ceiling, a state path it cannot use
+    ("client ledger --state {tmp}/c.state", "server_key: is required"),
+    ("client flush --server-key AAAA --state {tmp}/c.state", "server_public_keys[0]: must be a 32-byte"),
+    ("client ledger --server-key {signkey} --state {tmp}/c.state --max-epsilon -1", "max_epsilon: must be > 0"),
+    (f"client ledger --server-key {{signkey}} --state {NOT_A_FOLDER}/c.state", "/etc/hostname"),
 ]
 
 
 @pytest.mark.parametrize("command, fragment", WRONG_INPUTS)
 def test_a_wrong_input_is_one_line_and_a_non_zero_exit(
-    command: str, fragment: str, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    command: str, fragment: str, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.delenv("ONESIDED_SERVER_KEY", raising=False)
     bad_json = tmp_path / "params.json"
     bad_json.write_text("{not json", "utf-8")
-    code = main(command.format(data=data_dir, tmp=tmp_path, badjson=bad_json).split())
+    sign_key = AggregatorKeys.load(data_dir / "keys").public_info()["sign_public"]
+    code = main(command.format(data=data_dir, tmp=tmp_path, badjson=bad_json, signkey=sign_key).split())
     err = capsys.readouterr().err.strip()
     assert code == 2, err
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
@@ -68,6 +107,15 @@ def test_a_wrong_input_is_one_line_and_a_non_zero_exit(
 
 @pytest.mark.parametrize("argv", [
     ["round", "open", "places", "--level-to", "2", "--cohorts", "1,x"],
+    ["release", "create", "--metric", "m", "--window", "soon", "--threshold", "1"],
+    ["release", "show", "third"],
+    ["token", "create", "--role", "boss", "--name", "x"],
+    ["token", "revoke"],
+    ["keys", "rotate"],
+    ["keys", "restore"],
+    ["client", "report", "--metric", "m"],
+    ["serve", "--log-format", "xml"],
+    ["purge", "--retention", "a week"],
     ["round", "status", "seven"],
     ["metric", "create", "--mode", "loud"],
     ["no-such-command"],
@@ -117,6 +165,47 @@ def test_a_missing_extra_at_run_time(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setattr(rounds, "run_status", needs_scipy)
     assert main(["round", "status", "1"]) == 2
     assert capsys.readouterr().err == missing_extra_line("round", "scipy") + "\n"
+
+
+# A bare install in miniature: every package of an optional extra fails to import, in a child process.
+WITHOUT_EXTRAS = """
+import importlib.abc, shlex, sys
+from aggregator.cli.main import EXTRA_OF, main
+
+class NoExtras(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in EXTRA_OF:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoExtras())
+for line in sys.argv[1:]:
+    print(main(shlex.split(line)), flush=True)
+    print("--", file=sys.stderr, flush=True)
+"""
+
+
+def test_every_command_names_its_missing_extra_the_same_way(tmp_path: Path) -> None:
+    """serve, audit, simulate, demo and the database commands, without their extra: the same one line each."""
+    needs = {  # command line -> the extra it needs
+        f"serve --data-dir {tmp_path}/d --port 0": "server",
+        "audit --list": "research",
+        f"simulate relaxation --out {tmp_path}/sim": "research",
+        f"demo --out {tmp_path}/demo": "server",
+        f"token list --data-dir {tmp_path}/d": "server",
+        f"purge --data-dir {tmp_path}/d": "server",
+        f"backup --data-dir {tmp_path}/d {tmp_path}/copy.db": "server",
+        f"audit-log --data-dir {tmp_path}/d": "server",
+    }
+    done = subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS, *needs], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    errors = done.stderr.split("--\n")[:-1]
+    assert done.stdout.split() == ["2"] * len(needs) and len(errors) == len(needs), done.stderr
+    for (line, extra), err in zip(needs.items(), errors, strict=True):
+        command = line.split()[0]
+        shape = rf"error: {command} needs the Python package '(\w+)' of the '{extra}' extra: pip install 'onesided\[{extra}\]'\n"
+        assert re.fullmatch(shape, err), (line, err)
+    assert not (tmp_path / "sim").exists() and not (tmp_path / "demo").exists()  # refused before writing
 
 
 def _with_reader_gone(*argv: str) -> tuple[int, str]:

@@ -11,7 +11,6 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aggsupport import live_server, make_reports, post_reports
@@ -51,18 +50,21 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert done.value.code == 0 and re.fullmatch(r"onesided \S+\n", capsys.readouterr().out)
 
 
-def test_every_flag_has_help() -> None:
+def test_every_argument_has_help() -> None:
+    """Every flag and every positional argument of every command and action says what it is."""
+    import argparse
+
     from aggregator.cli.main import build_parser
 
     missing = []
 
-    def walk(parser: Any, path: str) -> None:
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
         for action in parser._actions:  # argparse keeps its actions here; no public listing
-            if action.help is None and action.option_strings:
-                missing.append(f"{path} {action.option_strings[0]}")
-            if action.choices and hasattr(action, "_name_parser_map"):
+            if isinstance(action, argparse._SubParsersAction):  # the command word itself: each choice has help
                 for name, sub in action._name_parser_map.items():
                     walk(sub, f"{path} {name}")
+            elif not action.help:
+                missing.append(f"{path} {action.option_strings[0] if action.option_strings else action.dest}")
 
     walk(build_parser(), "onesided")
     assert missing == []

@@ -104,7 +104,7 @@ def test_cli_report_flush_ledger(server: LiveServer, tmp_path: Path, capsys: pyt
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     url, keys, storage = server.url, server.keys, server.storage
     monkeypatch.setenv("ONESIDED_SERVER_KEY", b64e(keys.sign_public_raw))
-    common = ["--server", url, "--state", str(tmp_path / "cli.state")]
+    common = ["--server", url, "--state", str(tmp_path / "cli.state"), "--json"]
     assert run_cli(["client", "report", *common, "--no-send", "--metric", "places", "home", "cafe"]) == 0
     assert json.loads(capsys.readouterr().out)["flush"] is None
     assert run_cli(["client", "flush", *common]) == 0

@@ -34,11 +34,11 @@ def test_init_makes_private_folders_and_honours_key_dir(tmp_path: Path, capsys: 
     assert main(["keys", "init", "--data-dir", str(tmp_path / "data")]) == 0
     assert _mode(tmp_path / "data") == 0o700 and _mode(tmp_path / "data" / "keys") == 0o700
     capsys.readouterr()
-    assert main(["keys", "init", "--data-dir", str(tmp_path / "other"), "--key-dir", str(tmp_path / "k")]) == 0
+    assert main(["keys", "init", "--data-dir", str(tmp_path / "other"), "--key-dir", str(tmp_path / "k"), "--json"]) == 0
     shown = _json_out(capsys)
     assert shown["key_dir"] == str(tmp_path / "k") and _mode(tmp_path / "k") == 0o700
     assert not (tmp_path / "other").exists()  # the keys went where --key-dir said
-    assert main(["keys", "show", "--key-dir", str(tmp_path / "k")]) == 0
+    assert main(["keys", "show", "--key-dir", str(tmp_path / "k"), "--json"]) == 0
     assert _json_out(capsys)["seal_key_id"] == shown["seal_key_id"]
 
 
@@ -47,7 +47,7 @@ def test_backup_and_restore_with_a_passphrase(tmp_path: Path, capsys: pytest.Cap
     secret = tmp_path / "passphrase"
     secret.write_text(PASSPHRASE + "\n")
     AggregatorKeys.generate().save(keys)
-    assert main(["keys", "rotate", "--seal", "--key-dir", str(keys)]) == 0  # a retired key travels too
+    assert main(["keys", "rotate", "--seal", "--key-dir", str(keys), "--json"]) == 0  # a retired key travels too
     before = _json_out(capsys)
     assert main(["keys", "backup", str(backup), "--key-dir", str(keys), "--passphrase-file", str(secret)]) == 0
     capsys.readouterr()
@@ -57,7 +57,7 @@ def test_backup_and_restore_with_a_passphrase(tmp_path: Path, capsys: pytest.Cap
     wrong.write_text("not the passphrase at all")
     assert main(["keys", "restore", str(backup), "--key-dir", str(copy), "--passphrase-file", str(wrong)]) == 2
     assert "passphrase" in capsys.readouterr().err and not (copy / "seal_x25519.key").exists()
-    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), "--passphrase-file", str(secret)]) == 0
+    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), "--passphrase-file", str(secret), "--json"]) == 0
     after = _json_out(capsys)
     assert {k: v for k, v in after.items() if k != "key_dir"} == {k: v for k, v in before.items() if k != "key_dir"}
     assert _mode(copy) == 0o700 and all(_mode(f) == 0o600 for f in copy.rglob("*") if f.is_file())

@@ -89,7 +89,7 @@ def test_backup_copies_a_consistent_private_database(tmp_path: Path, capsys: pyt
     binding = {record.id: MetricBinding(metric_id=record.id, digest=record.digest, num_bits=params.num_bits)}
     assert storage.store_reports(rows, binding) == ["accepted"] * 25
     copy = tmp_path / "copy.db"
-    assert main(["backup", "--data-dir", str(data), str(copy)]) == 0  # the source stays open meanwhile
+    assert main(["backup", "--data-dir", str(data), str(copy), "--json"]) == 0  # the source stays open meanwhile
     summary = json.loads(capsys.readouterr().out)
     assert summary["integrity_check"] == "ok" and summary["schema_version"] == storage.schema_version()
     assert stat.S_IMODE(copy.stat().st_mode) == 0o600

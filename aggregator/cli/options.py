@@ -28,6 +28,29 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
 
 
+def unix_time(text: str) -> int:
+    """An argparse ``type``: a time as Unix seconds (``1795305600``) or ISO-8601 UTC (``2026-11-20``,
+    ``2026-11-20T13:00``), or a one-line usage error.
+
+    >>> unix_time("1795305600"), unix_time("2026-11-20"), unix_time("2026-11-20T00:00:00Z")
+    (1795305600, 1795132800, 1795132800)
+    """
+    from datetime import UTC, datetime
+
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected Unix seconds or an ISO-8601 UTC time (YYYY-MM-DD[THH:MM[:SS]]), got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp())
+
+
 def command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
     """A command with actions (``onesided NAME ACTION ...``); returns the actions' subparsers."""
     parser = subparsers.add_parser(name, help=help_text)

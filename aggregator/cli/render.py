@@ -20,7 +20,8 @@ from typing import Any
 
 # Fields that hold unix seconds; shown as ISO-8601 UTC times.
 TIME_FIELDS = frozenset({"created_at", "updated_at", "opened_at", "expires_at", "closed_at", "revoked_at",
-                         "last_used_at", "window", "window_start", "window_end", "relaxed_at"})
+                         "last_used_at", "window", "window_start", "window_end", "relaxed_at", "until",
+                         "period_start", "renews_at", "at"})
 
 
 def iso_time(seconds: float) -> str:
@@ -113,3 +114,32 @@ def record(data: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
             walk(f"{k}.", data[k], k)
     width = max((len(k) for k, _ in flat), default=0)
     return "".join(f"{k.ljust(width)}  {v}\n" for k, v in flat)
+
+
+def byte_size(size: int) -> str:
+    """A file size in binary units.
+
+    >>> [byte_size(n) for n in (512, 98304, 14 * 2**20 + 1)]
+    ['512 bytes', '96 KiB', '14 MiB']
+    """
+    if size < 1024:
+        return f"{size:,} bytes"
+    value, unit = size / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.3g} {unit}"
+
+
+def duration(seconds: float) -> str:
+    """Seconds in the largest whole unit a person reads, with the seconds beside.
+
+    >>> [duration(s) for s in (45, 3600, 7776000, 90061)]
+    ['45 s', '1 hour (3,600 s)', '90 days (7,776,000 s)', '90,061 s']
+    """
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count:,} {unit}{'' if count == 1 else 's'} ({number(int(seconds))} s)"
+    return f"{number(seconds)} s"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import UTC, datetime
 
 from aggregator.cli.options import Subparsers, add_storage_options, print_json, settings_from_args
@@ -30,7 +31,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--since", help="from this UTC time on (YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS])")
     parser.add_argument("--until", help="before this UTC time (same forms)")
     parser.add_argument("--limit", type=int, default=1000, help="the most recent N entries (default 1000)")
-    parser.add_argument("--json", action="store_true", help="JSON output")
+    parser.add_argument("--json", action="store_true", help="print the entries as a JSON list for scripts")
     parser.set_defaults(func=run)
 
 
@@ -65,8 +66,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json([e.to_dict() for e in entries])
         return 0
+    from aggregator.cli.render import iso_time
+
+    if not entries:
+        print("no audit log entries match", file=sys.stderr)
     for e in entries:
-        when = datetime.fromtimestamp(e.at / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        when = iso_time(e.at / 1000)
         detail = json.dumps(e.detail, sort_keys=True, separators=(",", ":")) if e.detail else ""
         print(f"{when}  {e.actor}({e.role})  {e.action}  {e.target or '-'}  {e.status}  "
               f"{e.address_class} {e.address or '-'}  {detail}".rstrip())

@@ -1,10 +1,21 @@
-"""``onesided backup``: a consistent copy of the SQLite database while the server runs."""
+"""``onesided backup``: a consistent copy of the SQLite database while the server runs.
+
+Prints what was copied for people (size, schema version, integrity check),
+or the summary as JSON with ``--json``.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from aggregator.cli.options import Subparsers, add_storage_options, print_json, settings_from_args
+from aggregator.cli.options import (
+    Subparsers,
+    add_json_option,
+    add_storage_options,
+    emit,
+    settings_from_args,
+)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -13,11 +24,19 @@ def register(subparsers: Subparsers) -> None:
     )
     add_storage_options(parser)
     parser.add_argument("destination", help="file to write (mode 0600; replaced atomically)")
+    add_json_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from aggregator.server.backup import backup_sqlite
 
-    print_json(backup_sqlite(settings_from_args(args), args.destination))
+    emit(args, backup_sqlite(settings_from_args(args), args.destination), backup_text)
     return 0
+
+
+def backup_text(data: dict[str, Any]) -> str:
+    from aggregator.cli.render import byte_size
+
+    return (f"copied {data['source']} to {data['destination']} (mode 0600): {byte_size(data['bytes'])}, "
+            f"schema version {data['schema_version']}, integrity check {data['integrity_check']}\n")

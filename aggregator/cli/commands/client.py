@@ -2,7 +2,7 @@
 
 Examples::
 
-    onesided keys show                       # on the aggregator: copy "sign_public"
+    onesided keys show                       # on the aggregator: its last line is ONESIDED_SERVER_KEY=...
     export ONESIDED_SERVER_KEY=<sign_public>
     onesided client report --server http://127.0.0.1:8080 --metric places home cafe
     onesided client ledger
@@ -10,8 +10,10 @@ Examples::
 Several values are reported as one set (e.g. the places visited today);
 one value as the set of one. The state lives in ``--state`` (default
 ``~/.onesided/client.state``, env ``ONESIDED_CLIENT_STATE``) with its key
-file next to it. Output is JSON on stdout; errors are the ``onesided``
-command's ``error: <field>: <detail>`` lines (exit 2).
+file next to it. Output is for people (the ledger as a table, times in
+ISO-8601 UTC), or JSON with ``--json``; errors are the ``onesided``
+command's ``error: <field>: <detail>`` lines (exit 2). A send that stops
+early exits 1 after printing what was delivered.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import dataclasses
 import json
 import math
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +64,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", help=f"state file; env ONESIDED_CLIENT_STATE (default {DEFAULT_STATE})")
     parser.add_argument("--max-epsilon", type=float, default=DEFAULT_MAX_EPSILON,
                         help=f"privacy ceiling per metric (default {DEFAULT_MAX_EPSILON})")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of text for people")
 
 
 def client_from_args(args: argparse.Namespace) -> Client:
@@ -95,8 +100,58 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _print(data: Any) -> None:
-    print(json.dumps(_jsonable(data), indent=2, sort_keys=True, allow_nan=False))
+def _print(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> None:
+    """``data`` as JSON with ``--json``, else ``human(data)`` (the same JSON-able form, for people)."""
+    plain = _jsonable(data)
+    if args.json:
+        print(json.dumps(plain, indent=2, sort_keys=True, allow_nan=False))
+    else:
+        sys.stdout.write(human(plain))
+
+
+def flush_text(flushed: dict[str, Any] | None) -> str:
+    """One line: what a send delivered, refused and left queued (and why it stopped, if it did)."""
+    if flushed is None:
+        return "queued; not sent (send with `onesided client flush`)\n"
+    if flushed["deferred"]:
+        line = "nothing sent: the server asked to wait (Retry-After) or another send is running"
+    else:
+        line = (f"sent: {flushed['delivered']} delivered, {flushed['rejected']} rejected, "
+                f"{flushed['dropped']} dropped")
+    line += f"; {flushed['remaining']} still queued"
+    if flushed["error"]:
+        line += f"; stopped by {flushed['error']}"
+    return line + "\n"
+
+
+def ledger_text(ledger: dict[str, Any]) -> str:
+    """The privacy ledger for people: a row per metric (spent, ceiling, left), then the events."""
+    from aggregator.cli.render import table
+
+    rows = [{**e, "spent": _bounded(e)} for e in [*ledger["entries"], *ledger.get("unused", [])]]
+    columns = ["metric", "mode", "windows", "spent", "ceiling", "remaining", "epsilon_per_window", "renews_at"]
+    out = table(rows, columns) if rows else "no metrics yet: sync with a server first\n"
+    out += f"{ledger['queued_reports']} reports queued, {ledger['dropped_reports']} dropped\n"
+    if ledger["events"]:
+        out += "\nevents:\n" + table(ledger["events"], ["at", "kind", "metric", "detail"])
+    return out
+
+
+def _bounded(entry: dict[str, Any]) -> str:
+    """``spent`` as text; ``<= x`` where it is a proven upper bound rather than the exact cost."""
+    from aggregator.cli.render import number
+
+    return number(entry["spent"]) if entry["exact"] else f"<= {number(entry['spent'])}"
+
+
+def report_text(result: dict[str, Any]) -> str:
+    """The report id, the send, and the metric's line of the ledger."""
+    from aggregator.cli.render import record
+
+    entry = result["ledger"]
+    return (f"report {result['report_id']} for {entry['metric']!r}\n" + flush_text(result["flush"])
+            + record(entry, ["cohort", "windows", "levels", "spent", "ceiling", "remaining",
+                             "epsilon_per_report", "epsilon_per_window", "renews_at", "protects"]))
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -106,7 +161,7 @@ def run_report(args: argparse.Namespace) -> int:
         values = args.values[0] if len(args.values) == 1 else set(args.values)
         report_id = client.report(args.metric, values)
         flushed = None if args.no_send else client.flush()
-        _print({"report_id": report_id, "flush": flushed, "ledger": client.ledger()[args.metric]})
+        _print(args, {"report_id": report_id, "flush": flushed, "ledger": client.ledger()[args.metric]}, report_text)
         return 0 if flushed is None or flushed.error is None else 1
     finally:
         client.close(flush=False)  # sent above, or kept queued (--no-send) for `client flush`
@@ -115,14 +170,14 @@ def run_report(args: argparse.Namespace) -> int:
 def run_flush(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         flushed = client.flush()
-        _print(flushed)
+        _print(args, flushed, flush_text)
         return 0 if flushed.error is None else 1
 
 
 def run_ledger(args: argparse.Namespace) -> int:
     client = client_from_args(args)
     try:
-        _print(client.ledger())
+        _print(args, client.ledger(), ledger_text)
         return 0
     finally:
         client.close(flush=False)  # printing the ledger sends nothing

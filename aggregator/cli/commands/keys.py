@@ -9,6 +9,8 @@ signing key in the signed config, and run again switches to it.
 ``backup`` writes every key file encrypted with a passphrase (scrypt and
 AES-256-GCM); ``restore`` writes them back. A running server reads its keys
 when its workers start: after a rotation or restore, send its master SIGHUP.
+Each action prints the keys for people (times in ISO-8601 UTC), or JSON with
+``--json``; no action ever prints a private key.
 The layout and the cryptography: ``aggregator.server.keyring``.
 """
 
@@ -19,12 +21,14 @@ import getpass
 import os
 import sys
 import time
+from typing import Any
 
 from aggregator.cli.options import (
     Subparsers,
+    add_json_option,
     add_storage_options,
     command_group,
-    print_json,
+    emit,
     settings_from_args,
 )
 from protocol.errors import ParameterError
@@ -37,13 +41,16 @@ def register(subparsers: Subparsers) -> None:
     actions = command_group(subparsers, "keys", "create, show, rotate, back up or restore the aggregator's keys")
     init = actions.add_parser("init", help="create the sealing (X25519) and signing (Ed25519) keys")
     add_storage_options(init)
+    add_json_option(init)
     init.add_argument("--force", action="store_true", help="replace existing keys (clients must re-pin!)")
     init.set_defaults(func=run_init)
     show = actions.add_parser("show", help="print the public keys, key ids and retired sealing keys")
     add_storage_options(show)
+    add_json_option(show)
     show.set_defaults(func=run_show)
     rotate = actions.add_parser("rotate", help="replace the sealing key, or announce and then switch the signing key")
     add_storage_options(rotate)
+    add_json_option(rotate)
     which = rotate.add_mutually_exclusive_group(required=True)
     which.add_argument("--seal", action="store_true", help="a new sealing key; the old one keeps opening reports")
     which.add_argument("--sign", action="store_true",
@@ -55,6 +62,7 @@ def register(subparsers: Subparsers) -> None:
                                   ("restore", "write the key files back from a backup", run_restore)):
         action = actions.add_parser(name, help=help_text)
         add_storage_options(action)
+        add_json_option(action)
         action.add_argument("file", help="the backup file (written with mode 0600)" if name == "backup"
                             else "a file written by `onesided keys backup`")
         action.add_argument("--passphrase-file", help=f"read the passphrase from this file (else ${PASSPHRASE_ENV}, "
@@ -80,7 +88,7 @@ def run_init(args: argparse.Namespace) -> int:
 
     keys = AggregatorKeys.generate()
     keys.save(path, overwrite=args.force)
-    print_json({"key_dir": path, **keys.public_info()})
+    emit(args, {"key_dir": path, **keys.public_info()}, keys_text)
     return 0
 
 
@@ -88,7 +96,7 @@ def run_show(args: argparse.Namespace) -> int:
     path = str(settings_from_args(args).key_path)
     from aggregator.server.keyring import load_keyring
 
-    print_json({"key_dir": path, **load_keyring(path).summary(time.time())})
+    emit(args, {"key_dir": path, **load_keyring(path).summary(time.time())}, keys_text)
     return 0
 
 
@@ -106,8 +114,32 @@ def run_rotate(args: argparse.Namespace) -> int:
         step = {"announced": "next signing key announced in the config; run `keys rotate --sign` again once "
                              "devices have fetched it", "switched": "signing key switched"}[step]
     print(f"{step}; send the server's master SIGHUP to load the keys", file=sys.stderr)
-    print_json({"key_dir": path, **ring.summary(time.time())})
+    emit(args, {"key_dir": path, **ring.summary(time.time())}, keys_text)
     return 0
+
+
+def keys_text(data: dict[str, Any]) -> str:
+    """The key directory, each public key with its id, and the retired sealing keys with their dates."""
+    from aggregator.cli.render import table
+
+    rows = [{"key": "sealing (X25519)", "key_id": data["seal_key_id"], "public": data["seal_public"]},
+            {"key": "signing (Ed25519)", "key_id": data["sign_key_id"], "public": data["sign_public"]}]
+    if data.get("next_sign_public"):
+        rows.append({"key": "next signing (announced)", "key_id": data["next_sign_key_id"],
+                     "public": data["next_sign_public"]})
+    out = f"key directory {data['key_dir']}\n\n" + table(rows, ["key", "key_id", "public"])
+    retired = data.get("retired_seal_keys") or []
+    if retired:
+        out += "\nretired sealing keys:\n" + table(
+            [{**r, "opens": "yes" if r["honoured"] else "no (expired)"} for r in retired],
+            ["key_id", "until", "opens"], ["key_id", "opens reports until", "opens now"])
+    return out + f"\nclients pin the signing key: ONESIDED_SERVER_KEY={data['sign_public']}\n"
+
+
+def backup_text(data: dict[str, Any]) -> str:
+    """What ``keys backup`` wrote, and the keys it holds."""
+    return (f"wrote {len(data['files'])} key files, encrypted with the passphrase, to {data['destination']} "
+            f"(mode 0600)\nsealing key {data['seal_key_id']}, signing key {data['sign_key_id']}\n")
 
 
 def _passphrase(args: argparse.Namespace, *, confirm: bool) -> str:
@@ -133,7 +165,7 @@ def run_backup(args: argparse.Namespace) -> int:
 
     passphrase = _passphrase(args, confirm=True)
     check_passphrase(passphrase)
-    print_json(backup_keys(path, args.file, passphrase))
+    emit(args, backup_keys(path, args.file, passphrase), backup_text)
     return 0
 
 
@@ -142,5 +174,6 @@ def run_restore(args: argparse.Namespace) -> int:
     from aggregator.server.keyring import restore_keys
 
     ring = restore_keys(args.file, path, _passphrase(args, confirm=False), overwrite=args.force)
-    print_json({"key_dir": path, **ring.summary(time.time())})
+    print("keys restored; send a running server's master SIGHUP to load them", file=sys.stderr)
+    emit(args, {"key_dir": path, **ring.summary(time.time())}, keys_text)
     return 0

@@ -1,13 +1,19 @@
-"""``onesided purge``: delete raw reports older than the retention period (aggregates stay)."""
+"""``onesided purge``: delete raw reports older than the retention period (aggregates stay).
+
+Prints one line for people, or ``{"deleted_reports", "retention_seconds"}``
+with ``--json``; each run is recorded in the audit log.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from aggregator.cli.options import (
     Subparsers,
+    add_json_option,
     add_storage_options,
-    print_json,
+    emit,
     settings_from_args,
 )
 
@@ -15,7 +21,9 @@ from aggregator.cli.options import (
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("purge", help="delete raw reports whose window is past the retention period")
     add_storage_options(parser)
-    parser.add_argument("--retention", type=int, help="seconds (default: setting retention_seconds, 90 days)")
+    parser.add_argument("--retention", type=int, help="seconds to keep raw reports (default: the setting "
+                        "retention_seconds, env ONESIDED_RETENTION; 7776000, 90 days)")
+    add_json_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -30,5 +38,12 @@ def run(args: argparse.Namespace) -> int:
                                                             "deleted_reports": deleted}))
     finally:
         storage.close()
-    print_json({"deleted_reports": deleted, "retention_seconds": settings.retention_seconds})
+    emit(args, {"deleted_reports": deleted, "retention_seconds": settings.retention_seconds}, purged_text)
     return 0
+
+
+def purged_text(data: dict[str, Any]) -> str:
+    from aggregator.cli.render import duration
+
+    return (f"deleted {data['deleted_reports']:,} raw reports whose window ended more than "
+            f"{duration(data['retention_seconds'])} ago; aggregates are kept\n")

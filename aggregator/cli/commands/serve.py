@@ -1,10 +1,20 @@
-"""``onesided serve``: run the aggregator (see ``aggregator.server.serve``)."""
+"""``onesided serve``: run the aggregator (see ``aggregator.server.serve``).
+
+Before the server's log lines (``--log-format text``), two lines on stderr say where it will listen,
+with how many workers and threads, which database (password hidden) and key
+directory it uses, and how to stop it or reload its keys.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TYPE_CHECKING
 
 from aggregator.cli.options import Subparsers, add_storage_options, settings_from_args
+
+if TYPE_CHECKING:
+    from aggregator.server.settings import Settings
 
 
 def register(subparsers: Subparsers) -> None:
@@ -60,7 +70,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aggregator.server.serve import serve
+    from aggregator.server.private_files import prepare_data_dir
+    from aggregator.server.serve import check_workers, serve
 
     settings = settings_from_args(
         args,
@@ -79,7 +90,24 @@ def run(args: argparse.Namespace) -> int:
         allow_shared_data_dir=args.allow_shared_data_dir,
         sync_interval=args.sync_interval,
     )
+    check_workers(settings, args.workers)  # a refusal is one line, before the start-up lines
+    if settings.uses_data_dir:  # so is a data directory it cannot use (the server prepares it again: idempotent)
+        prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
+    if args.log_format == "text":  # JSON logs are for machines: every stderr line stays one JSON object
+        print(start_lines(settings, args), file=sys.stderr, flush=True)
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,
           timeout=args.timeout, graceful_timeout=args.graceful_timeout, log_format=args.log_format,
           access_log=args.access_log, access_log_addresses=args.access_log_addresses)
     return 0
+
+
+def start_lines(settings: Settings, args: argparse.Namespace) -> str:
+    """What a person starting the server reads first: the address, the processes, the database and the keys."""
+    from sqlalchemy.engine import make_url
+
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    database = make_url(settings.database_url).render_as_string(hide_password=True)
+    workers = f"{args.workers} worker{'s' if args.workers != 1 else ''} x {args.threads} threads"
+    return (f"onesided serve: http://{host}:{args.port} ({workers}), database {database}, "
+            f"keys in {settings.key_path}\n"
+            "Ctrl-C or SIGTERM stops it gracefully; SIGHUP to this process reloads the keys; log lines follow")

@@ -1,22 +1,26 @@
 """``onesided token create|list|revoke``: bearer tokens, directly on the database.
 
 Works without a running server so an operator can bootstrap the first admin
-token. Creating and revoking are recorded in the audit log (actor ``cli:USER``). ``create`` prints the secret alone on stdout (it is shown once and
-stored only as its SHA-256), so ``export ONESIDED_TOKEN=$(onesided token
-create --role admin --name ops)`` works.
+token. Creating and revoking are recorded in the audit log (actor
+``cli:USER``). ``create`` prints the secret alone on stdout and its note on
+stderr (the secret is shown once and stored only as its SHA-256), so
+``export ONESIDED_TOKEN=$(onesided token create --role admin --name ops)``
+works. ``list`` and ``revoke`` print a table or a line for people, JSON with
+``--json``; neither ever shows a secret.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aggregator.cli.options import (
     Subparsers,
+    add_json_option,
     add_storage_options,
     command_group,
-    print_json,
+    emit,
     settings_from_args,
 )
 from aggregator.server.roles import ROLES
@@ -34,10 +38,12 @@ def register(subparsers: Subparsers) -> None:
     create.set_defaults(func=run_create)
     listing = actions.add_parser("list", help="list tokens (never their secrets)")
     add_storage_options(listing)
+    add_json_option(listing)
     listing.set_defaults(func=run_list)
     revoke = actions.add_parser("revoke", help="revoke a token by name")
     add_storage_options(revoke)
     revoke.add_argument("--name", required=True, help="the label given at create")
+    add_json_option(revoke)
     revoke.set_defaults(func=run_revoke)
 
 
@@ -60,7 +66,8 @@ def run_create(args: argparse.Namespace) -> int:
         storage.record_audit(operator_entry("token create", record.name, {"role": record.role}))
     finally:
         storage.close()
-    print(f"created {record.role} token {record.name!r}; it is shown only now", file=sys.stderr)
+    print(f"created {record.role} token {record.name!r}; its secret below is shown only now "
+          "(it is stored only as a hash)", file=sys.stderr)
     print(secret)
     return 0
 
@@ -68,10 +75,29 @@ def run_create(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     storage = _storage(args)
     try:
-        print_json({"tokens": [t.to_dict() for t in storage.list_tokens()]})
+        tokens = [t.to_dict() for t in storage.list_tokens()]
     finally:
         storage.close()
+    emit(args, {"tokens": tokens}, tokens_text)
     return 0
+
+
+def tokens_text(data: dict[str, Any]) -> str:
+    """The token list for people: one row per token, active or revoked, times in ISO-8601 UTC."""
+    from aggregator.cli.render import table
+
+    rows = [{**t, "state": "revoked" if t.get("revoked_at") else "active"} for t in data["tokens"]]
+    if not rows:
+        return "no tokens yet: create one with `onesided token create --role admin --name NAME`\n"
+    return table(rows, ["id", "name", "role", "state", "created_at", "revoked_at"])
+
+
+def revoked_text(token: dict[str, Any]) -> str:
+    """One line: which token was revoked, and when."""
+    from aggregator.cli.render import cell
+
+    return (f"revoked {token['role']} token {token['name']!r} (created {cell('created_at', token['created_at'])}, "
+            f"revoked {cell('revoked_at', token['revoked_at'])}); requests with it now get 401\n")
 
 
 def run_revoke(args: argparse.Namespace) -> int:
@@ -79,7 +105,7 @@ def run_revoke(args: argparse.Namespace) -> int:
     try:
         revoked = storage.revoke_token(args.name)
         storage.record_audit(operator_entry("token revoke", revoked.name, {"role": revoked.role}))
-        print_json(revoked.to_dict())
     finally:
         storage.close()
+    emit(args, revoked.to_dict(), revoked_text)
     return 0
