@@ -73,7 +73,6 @@ WRONG_INPUTS: list[tuple[str, str]] = [
     ("keys init --data-dir {data}", "refusing to replace keys"),
     # operations on the database
     ("purge --data-dir {data} --retention 5", "retention_seconds: must be"),
-    ("audit-log --data-dir {data} --since yesterday", "since: must be YYYY-MM-DD"),
     ("serve --data-dir {data} --workers 2", "workers: SQLite"),
     # releases: checked before anything is sent, or a server that does not answer
     ("release create --metric m --window 0 --threshold 1 --mechanism nope", "mechanism: must be one of"),
@@ -126,6 +125,25 @@ def test_a_malformed_command_line_is_a_usage_error(argv: list[str], capsys: pyte
     err = capsys.readouterr().err
     assert done.value.code == 2 and "Traceback" not in err
     assert err.splitlines()[-1].startswith("onesided")  # argparse's one error line names the command
+
+
+@pytest.mark.parametrize("argv", [
+    ["estimates", "places", "--window", "soon"],
+    ["certify", "places", "--threshold", "5", "--alpha", "0.05", "--window", "2026-13-01"],
+    ["discover", "words", "--window", "1795705200.5"],
+    ["association", "pairs", "--values-a", "a", "--values-b", "b", "--window", "26/11/2026"],
+    ["release", "budget", "--metric", "m", "--window", "noon"],
+    ["audit-log", "--since", "last tuesday"],
+    ["audit-log", "--until", "tomorrow"],
+])
+def test_a_bad_time_names_its_flag_and_the_forms_it_takes(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Every time argument is read by one parser: Unix seconds or ISO-8601 UTC, else a usage error naming the flag."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    flag = next(a for a in argv if a in ("--window", "--since", "--until"))
+    assert done.value.code == 2 and "Traceback" not in err
+    assert f"error: argument {flag}: expected Unix seconds or an ISO-8601 UTC time" in err.splitlines()[-1], err
 
 
 def test_the_console_script_prints_no_traceback(tmp_path: Path) -> None:

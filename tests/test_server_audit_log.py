@@ -18,6 +18,7 @@ from aggsupport import BACKENDS, app_in, bearer, database_url, make_params
 from flask import Flask
 
 from aggregator.cli.main import main
+from aggregator.cli.render import iso_time
 from aggregator.server.logs import JsonFormatter
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
@@ -109,11 +110,20 @@ def test_commands_are_recorded_and_audit_log_filters(tmp_path: Path, capsys: pyt
         ("token create", "bob", "operator", "local"), ("token revoke", "bob", "operator", "local")]
     assert main(["audit-log", *data, "--since", "2000-01-01", "--until", "2000-01-02", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+    assert main(["audit-log", *data, "--since", "0", "--json"]) == 0  # Unix seconds work as well
+    everything = json.loads(capsys.readouterr().out)
     assert main(["audit-log", *data]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and "purge" in lines[-1] and "operator" in lines[-1]
-    assert main(["audit-log", *data, "--since", "last tuesday"]) == 2
-    assert "since" in capsys.readouterr().err
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["when", "actor", "role", "action", "target", "status", "address_class", "network",
+                              "detail"]
+    assert len(rows) == len(everything) == 3  # a header, then one aligned row per entry, oldest first
+    purge = everything[-1]
+    assert rows[-1].split()[:6] == [iso_time(purge["at"] / 1000), purge["actor"], "operator", "purge", "-", "0"]
+    assert rows[-1].endswith('{"deleted_reports":0,"retention_seconds":7776000}')
+    assert rows[0].split()[3:5] == ["token", "create"] and rows[0].index("local") == header.index("address_class")
+    with pytest.raises(SystemExit) as refused:
+        main(["audit-log", *data, "--since", "last tuesday"])
+    assert refused.value.code == 2 and "argument --since: expected Unix seconds or an ISO-8601" in capsys.readouterr().err
     storage = Storage.open(Settings(data_dir=tmp_path).database_url)
     assert len(storage.audit_entries(limit=2)) == 2  # the most recent two
     storage.close()

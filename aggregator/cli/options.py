@@ -51,6 +51,20 @@ def unix_time(text: str) -> int:
     return int(moment.timestamp())
 
 
+def add_window_option(parser: argparse.ArgumentParser) -> None:
+    """``--window T`` of the analysis commands: a window's start, parsed by :func:`unix_time`."""
+    parser.add_argument("--window", type=unix_time, metavar="TIME",
+                        help="the window to decode, by its start: Unix seconds or ISO-8601 UTC (2026-11-20, "
+                             "2026-11-20T13:00); default: the latest window with enough reports")
+
+
+def add_round_option(parser: argparse.ArgumentParser) -> None:
+    """``--round ID`` of the analysis commands: 0 (the metric's own level) or a relaxation round."""
+    parser.add_argument("--round", type=int, metavar="ID",
+                        help="0 (reports at the metric's own level) or a relaxation round's id (`onesided round "
+                             "list NAME`); default: the latest finished round with enough reports, else 0")
+
+
 def command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
     """A command with actions (``onesided NAME ACTION ...``); returns the actions' subparsers."""
     parser = subparsers.add_parser(name, help=help_text)

@@ -38,15 +38,34 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+def utc_timestamp(seconds: float) -> str:
+    """A record's time as ISO-8601 UTC with milliseconds and the zone, the form of every log line.
+
+    >>> utc_timestamp(1795706401.5421)
+    '2026-11-26T15:20:01.542Z'
+    """
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class TextFormatter(logging.Formatter):
+    """``TIME LEVEL LOGGER: MESSAGE`` with the time as :func:`utc_timestamp` writes it (never local time)."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT) -> None:
+        super().__init__(fmt)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+        return utc_timestamp(record.created)
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record."""
+    """One JSON object per record (``time`` as :func:`utc_timestamp` writes it)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": utc_timestamp(record.created),
             "process": record.process,
         }
         audit = getattr(record, "audit", None)
@@ -72,7 +91,7 @@ def logging_config(log_format: str, level: str = "INFO", *, access_log: bool = F
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
     formatter: dict[str, Any] = (
-        {"()": f"{__name__}.JsonFormatter"} if log_format == "json" else {"format": TEXT_FORMAT}
+        {"()": f"{__name__}.JsonFormatter" if log_format == "json" else f"{__name__}.TextFormatter"}
     )
     handler = {"class": "logging.StreamHandler", "formatter": "main", "stream": "ext://sys.stderr"}
     access: dict[str, Any] = (

@@ -13,7 +13,9 @@ from typing import Any
 from aggregator.cli.options import (
     Subparsers,
     add_format_option,
+    add_round_option,
     add_server_options,
+    add_window_option,
     post_fields,
     print_answer,
 )
@@ -27,8 +29,8 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("name", help="the pair metric")
     parser.add_argument("--values-a", required=True, help="comma-separated candidates of the first variable")
     parser.add_argument("--values-b", required=True, help="comma-separated candidates of the second variable")
-    parser.add_argument("--window", type=int, help="window start (default: the latest decodable window)")
-    parser.add_argument("--round", type=int, help="0 or a round id (default as for estimates)")
+    add_window_option(parser)
+    add_round_option(parser)
     parser.add_argument("--method", choices=("projection", "em"), help="default projection")
     add_format_option(parser)
     parser.set_defaults(func=run)

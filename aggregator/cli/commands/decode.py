@@ -21,7 +21,9 @@ from typing import Any
 from aggregator.cli.options import (
     Subparsers,
     add_format_option,
+    add_round_option,
     add_server_options,
+    add_window_option,
     client_from_args,
     print_answer,
 )
@@ -51,9 +53,8 @@ def register(subparsers: Subparsers) -> None:
 def _add_collection_options(parser: argparse.ArgumentParser) -> None:
     add_server_options(parser)
     parser.add_argument("name", help="the metric")
-    parser.add_argument("--window", type=int, help="window start (default: the latest decodable window)")
-    parser.add_argument("--round", type=int,
-                        help="0 or a round id (default: the latest finished round with enough reports, else 0)")
+    add_window_option(parser)
+    add_round_option(parser)
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--candidates", help="comma-separated values (required for Bloom metrics)")
     source.add_argument("--candidates-file", type=Path, help="one candidate per line (blank lines skipped)")

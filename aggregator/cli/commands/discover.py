@@ -13,7 +13,9 @@ from typing import Any
 from aggregator.cli.options import (
     Subparsers,
     add_format_option,
+    add_round_option,
     add_server_options,
+    add_window_option,
     post_fields,
     print_answer,
 )
@@ -25,8 +27,8 @@ def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("discover", help="frequent strings of a prefix metric (no candidates needed)")
     add_server_options(parser)
     parser.add_argument("name", help="the prefix metric")
-    parser.add_argument("--window", type=int, help="window start (default: the latest decodable window)")
-    parser.add_argument("--round", type=int, help="0 or a round id (default as for estimates)")
+    add_window_option(parser)
+    add_round_option(parser)
     parser.add_argument("--min-share", type=float, help="report strings at least this frequent (default 0.01)")
     parser.add_argument("--alphabet", help="symbols tried at each position (default a-z0-9)")
     parser.add_argument("--max-prefixes", type=int, help="prefixes kept per level (default 64)")
