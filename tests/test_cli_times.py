@@ -3,6 +3,7 @@
 Against a live aggregator, ``estimates`` and ``certify`` answer the same for
 a window named either way; ``discover`` and ``association`` (whose metrics
 the live world lacks) are shown to send the same Unix seconds for each form.
+``estimates --confidence`` (a flag the command lacked) reaches the server.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ FORMS = {  # a time as a person may write it -> Unix seconds
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The live world, with 100 reports of the asymmetric metric in its window and two windows before."""
     with make_world("sqlite", tmp_path_factory.mktemp("world")) as w:
+        for seed, window in enumerate((w.window - 2 * NOISY.time_precision, w.window)):
+            reports = make_reports(NOISY, w.srv.keys.seal_public_raw, NOISY.min_batch_size, seed=seed, window=window)
+            assert post_reports(w.srv.url, reports.envelopes).json()["accepted"] == NOISY.min_batch_size
         yield w
 
 
@@ -41,9 +46,6 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
 
 def test_estimates_and_certify_take_an_iso_window(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
     earlier = world.window - 2 * NOISY.time_precision  # not the latest window: the flag is what chooses it
-    for w, seed in ((earlier, 1), (world.window, 2)):
-        reports = make_reports(NOISY, world.srv.keys.seal_public_raw, NOISY.min_batch_size, seed=seed, window=w)
-        assert post_reports(world.srv.url, reports.envelopes).json()["accepted"] == NOISY.min_batch_size
     common = ["--server", world.srv.url, "--token", world.tokens["alice"], "--round", "0",
               "--candidates", "place-00,place-01"]
     iso = iso_time(earlier)
@@ -54,6 +56,17 @@ def test_estimates_and_certify_take_an_iso_window(world: Any, capsys: pytest.Cap
         assert by_seconds["window"] == earlier and by_seconds["rows"] and by_iso == by_seconds == by_iso_minutes
         assert main([*command, *common, "--window", iso]) == 0
         assert capsys.readouterr().out.startswith(f"visits-noisy, window {iso}, round 0, 100 reports, level 2 ")
+
+
+def test_estimates_confidence_sets_the_intervals(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["estimates", "visits-noisy", "--server", world.srv.url, "--token", world.tokens["alice"], "--json"]
+    default, narrower = _json(capsys, *common), _json(capsys, *common, "--confidence", "0.5")
+    assert (default["confidence"], narrower["confidence"]) == (0.95, 0.5)
+    for wide, narrow in zip(default["rows"], narrower["rows"], strict=True):
+        assert wide["estimate"] == narrow["estimate"]
+        assert wide["lower"] < narrow["lower"] <= narrow["upper"] < wide["upper"]
+    assert main([*common[:-1], "--confidence", "0.5"]) == 0
+    assert "interval: 0.5 confidence" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("command", [

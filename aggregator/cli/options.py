@@ -95,7 +95,8 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     """``--server URL`` and ``--token T`` (default ``ONESIDED_SERVER`` / ``ONESIDED_TOKEN``)."""
-    parser.add_argument("--server", help="aggregator URL; env ONESIDED_SERVER (default http://127.0.0.1:8080)")
+    parser.add_argument("--server", metavar="URL",
+                        help="aggregator URL; env ONESIDED_SERVER (default http://127.0.0.1:8080)")
     parser.add_argument("--token", help="bearer token; env ONESIDED_TOKEN")
 
 

@@ -24,14 +24,23 @@ CSV_COLUMNS = ("a", "b", "share", "estimate", "std_error")
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("association", help="joint distribution of a pair metric's two variables")
+    parser = subparsers.add_parser(
+        "association", help="joint distribution of a pair metric's two variables",
+        description="The joint distribution of a pair metric's two variables in one window: the share and "
+                    "count of each (a, b) cell, most frequent first. Needs an analyst token. A pair metric is "
+                    "made with metric create --pair-a ... --pair-b .... Example: onesided association trips "
+                    "--values-a car,bike --values-b work,school --window 2026-11-20")
     add_server_options(parser)
-    parser.add_argument("name", help="the pair metric")
-    parser.add_argument("--values-a", required=True, help="comma-separated candidates of the first variable")
-    parser.add_argument("--values-b", required=True, help="comma-separated candidates of the second variable")
+    parser.add_argument("name", metavar="NAME", help="the pair metric's name")
+    parser.add_argument("--values-a", required=True, metavar="A,B,...",
+                        help="comma-separated values of the first variable (those of --pair-a)")
+    parser.add_argument("--values-b", required=True, metavar="X,Y,...",
+                        help="comma-separated values of the second variable (those of --pair-b)")
     add_window_option(parser)
     add_round_option(parser)
-    parser.add_argument("--method", choices=("projection", "em"), help="default projection")
+    parser.add_argument("--method", choices=("projection", "em"),
+                        help="how the shares are fitted: projection (default; closed form, milliseconds) or em "
+                             "(maximum likelihood of the bit counts; slower)")
     add_format_option(parser)
     parser.set_defaults(func=run)
 

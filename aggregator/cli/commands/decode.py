@@ -33,31 +33,51 @@ MAX_QUERY_CANDIDATE_CHARS = 1500  # longer lists go in a POST body (gunicorn lim
 
 
 def register(subparsers: Subparsers) -> None:
-    estimates = subparsers.add_parser("estimates", help="decoded counts of candidates (HTTP API)")
+    estimates = subparsers.add_parser(
+        "estimates", help="decoded counts of candidates (HTTP API)",
+        description="Decoded counts of a metric's candidates in one window, each with its standard error, "
+                    "interval and whether it is detected (count > 0 beyond the noise). Needs an analyst token. "
+                    "Counts are unbiased, so a small count's estimate may be negative (--nonnegative shows "
+                    "max(0, x)). Example: onesided estimates places --window 2026-11-20T13:00")
     _add_collection_options(estimates)
-    estimates.add_argument("--alpha", type=float, help="family level of the detections (default 0.05)")
+    estimates.add_argument("--alpha", type=float, metavar="P",
+                           help="error level of the detections, 0 < P < 1 (default 0.05): with bonferroni the "
+                                "chance of any false detection among all the candidates, with bh the expected "
+                                "share of false ones among the detected")
     estimates.add_argument("--correction", choices=("bonferroni", "bh"),
                            help="multiple-testing control: bonferroni (default) or bh (Benjamini-Hochberg)")
+    estimates.add_argument("--confidence", type=float, metavar="C",
+                           help="confidence of each candidate's interval (0 < C < 1; default 0.95)")
     estimates.add_argument("--nonnegative", action="store_true",
                            help="table: show max(0, x) of estimates and bounds (a count is never negative); "
                                 "--format json/csv keep the unbiased values")
     estimates.set_defaults(func=run_estimates)
-    certify = subparsers.add_parser("certify", help="one-sided certificates: safe (count <= T) or obscure")
+    certify = subparsers.add_parser(
+        "certify", help="one-sided certificates: safe (count <= T) or obscure",
+        description="For each candidate of an asymmetric (one-sided) metric in one window: 'safe' when its count is "
+                    "certified at most --threshold (wrong with probability at most --alpha), else 'obscure' "
+                    "(nothing is claimed). Needs an analyst token. Example: onesided certify places "
+                    "--threshold 100 --alpha 0.05 --window 2026-11-20")
     _add_collection_options(certify)
-    certify.add_argument("--threshold", type=int, required=True, help="safe means count <= threshold")
-    certify.add_argument("--alpha", type=float, required=True,
-                         help="P(safe and count > threshold) <= alpha per candidate; 0: never wrong")
+    certify.add_argument("--threshold", type=int, required=True, metavar="T",
+                         help="a whole number of clients: safe means the true count is <= T")
+    certify.add_argument("--alpha", type=float, required=True, metavar="P",
+                         help="chance, per candidate, that 'safe' is wrong (0 <= P < 1); 0: never wrong")
     certify.set_defaults(func=run_certify)
 
 
 def _add_collection_options(parser: argparse.ArgumentParser) -> None:
     add_server_options(parser)
-    parser.add_argument("name", help="the metric")
+    parser.add_argument("name", metavar="NAME", help="the metric's name (onesided metric list)")
     add_window_option(parser)
     add_round_option(parser)
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--candidates", help="comma-separated values (required for Bloom metrics)")
-    source.add_argument("--candidates-file", type=Path, help="one candidate per line (blank lines skipped)")
+    source.add_argument("--candidates", metavar="A,B,...",
+                        help="comma-separated values to decode (default: a direct metric's whole domain; "
+                             "required for Bloom metrics)")
+    source.add_argument("--candidates-file", type=Path, metavar="FILE",
+                        help="the values to decode, one per line (blank lines skipped); for long lists or "
+                             "values holding a comma")
     add_format_option(parser)
 
 
@@ -128,7 +148,8 @@ def certificates_table(body: dict[str, Any]) -> str:
 
 
 def run_estimates(args: argparse.Namespace) -> int:
-    fields = {**_collection_fields(args), "alpha": args.alpha, "correction": args.correction}
+    fields = {**_collection_fields(args), "alpha": args.alpha, "correction": args.correction,
+              "confidence": args.confidence}
     from aggregator.analysis.tables import estimates_csv
 
     return print_answer(fetch(args, f"/v1/metrics/{args.name}/estimates", fields), args.format, estimates_csv,

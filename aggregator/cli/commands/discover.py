@@ -24,15 +24,27 @@ CSV_COLUMNS = ("string", "estimate", "std_error", "proportion")
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("discover", help="frequent strings of a prefix metric (no candidates needed)")
+    parser = subparsers.add_parser(
+        "discover", help="frequent strings of a prefix metric (no candidates needed)",
+        description="Finds the strings that clients of a prefix metric report often, without a list of "
+                    "candidates: it grows prefixes one symbol at a time and keeps the frequent ones. Needs an "
+                    "analyst token. Example: onesided discover words --min-share 0.02 --window 2026-11-20")
     add_server_options(parser)
-    parser.add_argument("name", help="the prefix metric")
+    parser.add_argument("name", metavar="NAME", help="the prefix metric's name (metric create --encoding prefix)")
     add_window_option(parser)
     add_round_option(parser)
-    parser.add_argument("--min-share", type=float, help="report strings at least this frequent (default 0.01)")
-    parser.add_argument("--alphabet", help="symbols tried at each position (default a-z0-9)")
-    parser.add_argument("--max-prefixes", type=int, help="prefixes kept per level (default 64)")
-    parser.add_argument("--alpha", type=float, help="family level of the tests (default 0.05)")
+    parser.add_argument("--min-share", type=float, metavar="FRACTION",
+                        help="report strings held by at least this fraction of the reports (default 0.01, "
+                             "i.e. 1%%)")
+    parser.add_argument("--alphabet", metavar="SYMBOLS",
+                        help="the symbols tried at each position, as one string of ASCII characters (default "
+                             "abcdefghijklmnopqrstuvwxyz0123456789); strings with other symbols are not found")
+    parser.add_argument("--max-prefixes", type=int, metavar="N",
+                        help="prefixes kept at each length, the most frequent first (default 64; more finds "
+                             "rarer strings and takes longer)")
+    parser.add_argument("--alpha", type=float, metavar="P",
+                        help="error level of the tests, 0 < P < 1 (default 0.05): the chance of any false "
+                             "detection among each length's prefixes, and among the final strings")
     add_format_option(parser)
     parser.set_defaults(func=run)
 
