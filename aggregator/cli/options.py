@@ -75,10 +75,12 @@ def command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparse
 
 def add_storage_options(parser: argparse.ArgumentParser) -> None:
     """``--db URL``, ``--data-dir D``, ``--key-dir K`` (default from ``ONESIDED_*``)."""
-    parser.add_argument("--db", dest="db_url", help="database URL (default: SQLite in the data directory; "
-                        "PostgreSQL: postgresql+psycopg://user@host:5432/dbname); env ONESIDED_DB")
-    parser.add_argument("--data-dir", help="data directory (default ./onesided-data); env ONESIDED_DATA_DIR")
-    parser.add_argument("--key-dir", help="key directory (default DATA_DIR/keys); env ONESIDED_KEY_DIR")
+    parser.add_argument("--db", dest="db_url", metavar="URL", help="database URL (default: SQLite in the data "
+                        "directory; PostgreSQL: postgresql+psycopg://user@host:5432/dbname); env ONESIDED_DB")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="data directory (default ./onesided-data); env ONESIDED_DATA_DIR")
+    parser.add_argument("--key-dir", metavar="DIR",
+                        help="key directory (default DATA_DIR/keys); env ONESIDED_KEY_DIR")
 
 
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:

@@ -1,5 +1,11 @@
 """Log formats of ``onesided serve``: plain text (default) or one JSON object per line.
 
+Every line's time is ISO-8601 UTC with milliseconds and the zone
+(``2026-11-26T15:20:01.542Z``, :func:`utc_timestamp`), in text
+(``TIME LEVEL LOGGER: MESSAGE``) and in JSON (``time``) alike, for our
+loggers and for gunicorn's, which gunicorn configures from
+:func:`logging_config` (its ``logconfig_dict``).
+
 ``--log-format json`` gives every record (ours, gunicorn's error log and,
 when enabled, its access log) as ``{"time", "level", "logger", "message"}``
 plus ``exception`` with the traceback when there is one, for log shippers

@@ -33,11 +33,16 @@ HEADERS = ("when", "actor", "role", "action", "target", "status", "address_class
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("audit-log", help="who did what: admin and analyst actions (on the database)")
+    parser = subparsers.add_parser(
+        "audit-log", help="who did what: admin and analyst actions (on the database)",
+        description="Who did what, oldest first: one row per request made with an admin or analyst token "
+                    "(refused ones too) and per token create, token revoke and purge run on this machine. "
+                    "Reads the database directly: no server or token needed. Example: onesided audit-log "
+                    "--action rounds --since 2026-11-17 --until 2026-11-18")
     add_storage_options(parser)
-    parser.add_argument("--actor", help="only this token name (or cli:USER), exactly")
-    parser.add_argument("--action", help="only actions containing this text, e.g. rounds, releases, token")
-    parser.add_argument("--target", help="only paths or targets containing this text, e.g. /places/")
+    parser.add_argument("--actor", metavar="NAME", help="only this token name (or cli:USER), exactly")
+    parser.add_argument("--action", metavar="TEXT", help="only actions containing this text, e.g. rounds, releases, token")
+    parser.add_argument("--target", metavar="TEXT", help="only paths or targets containing this text, e.g. /places/")
     parser.add_argument("--since", type=unix_time, metavar="TIME",
                         help="from this time on: ISO-8601 UTC (2026-11-17, 2026-11-17T13:00) or Unix seconds")
     parser.add_argument("--until", type=unix_time, metavar="TIME", help="before this time (same forms)")
