@@ -77,6 +77,11 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
     """``--db URL``, ``--data-dir D``, ``--key-dir K`` (default from ``ONESIDED_*``)."""
     parser.add_argument("--db", dest="db_url", metavar="URL", help="database URL (default: SQLite in the data "
                         "directory; PostgreSQL: postgresql+psycopg://user@host:5432/dbname); env ONESIDED_DB")
+    add_key_options(parser)
+
+
+def add_key_options(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir D``, ``--key-dir K``: where the key files are (commands that never open the database)."""
     parser.add_argument("--data-dir", metavar="DIR",
                         help="data directory (default ./onesided-data); env ONESIDED_DATA_DIR")
     parser.add_argument("--key-dir", metavar="DIR",

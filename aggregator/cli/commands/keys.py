@@ -26,7 +26,7 @@ from typing import Any
 from aggregator.cli.options import (
     Subparsers,
     add_json_option,
-    add_storage_options,
+    add_key_options,
     command_group,
     emit,
     settings_from_args,
@@ -40,16 +40,16 @@ PASSPHRASE_ENV = "ONESIDED_KEY_PASSPHRASE"
 def register(subparsers: Subparsers) -> None:
     actions = command_group(subparsers, "keys", "create, show, rotate, back up or restore the aggregator's keys")
     init = actions.add_parser("init", help="create the sealing (X25519) and signing (Ed25519) keys")
-    add_storage_options(init)
+    add_key_options(init)
     add_json_option(init)
     init.add_argument("--force", action="store_true", help="replace existing keys (clients must re-pin!)")
     init.set_defaults(func=run_init)
     show = actions.add_parser("show", help="print the public keys, key ids and retired sealing keys")
-    add_storage_options(show)
+    add_key_options(show)
     add_json_option(show)
     show.set_defaults(func=run_show)
     rotate = actions.add_parser("rotate", help="replace the sealing key, or announce and then switch the signing key")
-    add_storage_options(rotate)
+    add_key_options(rotate)
     add_json_option(rotate)
     which = rotate.add_mutually_exclusive_group(required=True)
     which.add_argument("--seal", action="store_true", help="a new sealing key; the old one keeps opening reports")
@@ -61,7 +61,7 @@ def register(subparsers: Subparsers) -> None:
     for name, help_text, func in (("backup", "write the key files, encrypted with a passphrase", run_backup),
                                   ("restore", "write the key files back from a backup", run_restore)):
         action = actions.add_parser(name, help=help_text)
-        add_storage_options(action)
+        add_key_options(action)
         add_json_option(action)
         action.add_argument("file", help="the backup file (written with mode 0600)" if name == "backup"
                             else "a file written by `onesided keys backup`")

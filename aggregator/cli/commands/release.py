@@ -32,7 +32,7 @@ def register(subparsers: Subparsers) -> None:
     create = actions.add_parser("create", help="release noisy per-place counts of one window")
     add_server_options(create)
     create.add_argument("--metric", required=True, help="a trusted metric with the direct encoding")
-    create.add_argument("--window", type=unix_time, required=True,
+    create.add_argument("--window", type=unix_time, metavar="TIME", required=True,
                         help="window start (Unix seconds or ISO-8601 UTC, e.g. 2026-11-20)")
     create.add_argument("--places", help="comma-separated places (default: the whole domain)")
     create.add_argument("--mechanism", default="ageo",
@@ -60,7 +60,7 @@ def register(subparsers: Subparsers) -> None:
     listing = actions.add_parser("list", help="your releases (admin: all)")
     add_server_options(listing)
     listing.add_argument("--metric", help="only releases of this metric")
-    listing.add_argument("--window", type=unix_time,
+    listing.add_argument("--window", type=unix_time, metavar="TIME",
                          help="only releases of this window start (Unix seconds or ISO-8601 UTC)")
     listing.add_argument("--analyst", help="admin: one analyst's")
     add_json_option(listing)
@@ -68,7 +68,7 @@ def register(subparsers: Subparsers) -> None:
     budget = actions.add_parser("budget", help="budget limit, spent and remaining on one metric and window")
     add_server_options(budget)
     budget.add_argument("--metric", required=True, help="the trusted metric")
-    budget.add_argument("--window", type=unix_time, required=True,
+    budget.add_argument("--window", type=unix_time, metavar="TIME", required=True,
                         help="window start (Unix seconds or ISO-8601 UTC, e.g. 2026-11-20)")
     budget.add_argument("--analyst", help="admin: another analyst's")
     add_json_option(budget)

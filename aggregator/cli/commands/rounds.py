@@ -29,7 +29,9 @@ def register(subparsers: Subparsers) -> None:
     opening = actions.add_parser("open", help="open a round to a higher level (admin token)")
     add_server_options(opening)
     opening.add_argument("metric", help="the metric")
-    opening.add_argument("--level-to", type=float, required=True, help="the new, higher noise level")
+    opening.add_argument("--level-to", type=float, required=True, metavar="LEVEL",
+                         help="the new level: above the metric's current level and at most 32 (the cap every "
+                              "client enforces); a higher level means less noise and a higher epsilon")
     opening.add_argument("--cohorts", type=int_list, help="comma-separated cohorts (default: all)")
     opening.add_argument("--expires-in", type=int, default=None, help="seconds until the round expires (default 7 days)")
     add_json_option(opening)
