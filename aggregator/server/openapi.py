@@ -20,6 +20,8 @@ from typing import Any
 from flask import Flask, request
 
 from aggregator.server.api.errors import error_schema
+from aggregator.server.api.spec import DOCUMENT_KEY
+from aggregator.server.routes import API_MODULES
 from protocol.errors import ParameterError
 
 OPENAPI_VERSION = "3.1.0"
@@ -74,7 +76,7 @@ def with_body_responses(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, Any]:
+def openapi_document(modules: Iterable[ModuleType] = API_MODULES) -> dict[str, Any]:
     """The document for ``modules`` (default: every API module).
 
     Raises:
@@ -82,10 +84,6 @@ def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, A
     """
     components = _components()
     paths: dict[str, Any] = {}
-    if modules is None:
-        from aggregator.server.routes import API_MODULES  # the routes import this module's view
-
-        modules = API_MODULES
     for module in modules:
         for path, item in getattr(module, "OPENAPI_PATHS", {}).items():
             if path in paths:
@@ -143,14 +141,18 @@ def query_parameters(document: dict[str, Any]) -> dict[tuple[str, str], frozense
     return out
 
 
-def refuse_undocumented_query(app: Flask) -> None:
-    """Install a check: a query parameter the operation does not document is 400 (field: its name).
+def install_openapi(app: Flask, modules: Iterable[ModuleType] = API_MODULES) -> None:
+    """Build ``modules``' document once, for ``GET /v1/openapi.json`` to serve, and enforce its query parameters.
+
+    The document goes to ``app.extensions[DOCUMENT_KEY]``. The check: a query
+    parameter the operation does not document is 400 (field: its name).
 
     The document is the one source of which parameters exist: before, any
     name was silently ignored, so a misspelt ``windw=`` answered as if absent.
     Routes outside the document (``/metrics``, the dashboard) are not checked.
     """
-    allowed = query_parameters(openapi_document())
+    document = app.extensions[DOCUMENT_KEY] = openapi_document(modules)
+    allowed = query_parameters(document)
 
     def check() -> None:
         if not request.args or request.url_rule is None:
