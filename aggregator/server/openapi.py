@@ -76,6 +76,25 @@ def with_body_responses(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_state_dependent(path: str, item: dict[str, Any]) -> dict[str, Any]:
+    """A path item whose operations on a named resource (``{name}``, ``{round_id}``...) list 404 as state-dependent.
+
+    ``x-state-dependent`` names the 4xx answers that a request valid by this
+    document may still get because of what is stored, not because of its
+    form: no resource of that name (404), a conflict with stored state (409,
+    where the operation says so). Any other refusal of a valid request is a
+    disagreement between the document and the validators.
+    """
+    if "{" not in path:
+        return item
+    out = dict(item)
+    for method, operation in item.items():
+        if method in HTTP_METHODS and "404" in operation["responses"]:
+            declared = operation.get("x-state-dependent", [])
+            out[method] = {**operation, "x-state-dependent": sorted({*declared, "404"})}
+    return out
+
+
 def openapi_document(modules: Iterable[ModuleType] = API_MODULES) -> dict[str, Any]:
     """The document for ``modules`` (default: every API module).
 
@@ -88,7 +107,7 @@ def openapi_document(modules: Iterable[ModuleType] = API_MODULES) -> dict[str, A
         for path, item in getattr(module, "OPENAPI_PATHS", {}).items():
             if path in paths:
                 raise ValueError(f"OpenAPI path {path} is described by two modules")
-            paths[path] = with_body_responses(item)
+            paths[path] = with_state_dependent(path, with_body_responses(item))
         for name, schema in getattr(module, "OPENAPI_SCHEMAS", {}).items():
             if name in components["schemas"]:
                 raise ValueError(f"OpenAPI schema {name} is defined by two modules")
@@ -98,7 +117,12 @@ def openapi_document(modules: Iterable[ModuleType] = API_MODULES) -> dict[str, A
         "info": {
             "title": "onesided aggregator",
             "version": API_VERSION,
-            "description": "Locally private telemetry with one-sided error; wire format in docs/wire.md.",
+            "description": "Locally private telemetry with one-sided error; wire format in docs/wire.md. "
+                           "An integer is a JSON number written without a fraction or exponent (1, not 1.0): "
+                           "JSON Schema would take 1.0, this API refuses it (400 naming the field). "
+                           "x-state-dependent lists the 4xx that a request valid by this document may still get "
+                           "from stored state; x-checked-in-code lists the fields whose rules across fields "
+                           "(in the operation's description) JSON Schema cannot say.",
         },
         "security": [{"bearer": []}],
         "paths": dict(sorted(paths.items())),

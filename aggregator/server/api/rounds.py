@@ -138,7 +138,12 @@ OPENAPI_PATHS: dict[str, Any] = {
         "post": {
             "summary": "Open a relaxation round (levels only increase)",
             "operationId": "openRound",
+            "description": "Checked in code, against the stored metric: it is not trusted (field metric); "
+                           "cohorts are below its num_cohorts and not repeated; level_to is above its current "
+                           "level (409 level_not_increasing).",
             "x-roles": list(ADMIN),
+            "x-state-dependent": ["409"],
+            "x-checked-in-code": ["metric", "cohorts"],
             "parameters": [_NAME],
             "requestBody": {
                 "required": True,
@@ -148,7 +153,8 @@ OPENAPI_PATHS: dict[str, Any] = {
                     "additionalProperties": False,
                     "properties": {
                         "level_to": {"type": "number", "minimum": MIN_LEVEL, "maximum": MAX_LEVEL},
-                        "cohorts": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
+                        "cohorts": {"type": ["array", "null"], "minItems": 1, "uniqueItems": True,
+                                    "items": {"type": "integer", "minimum": 0}},
                         "expires_in": {"type": "integer", "minimum": 1, "maximum": MAX_ROUND_SECONDS},
                     },
                 }}},
