@@ -2,7 +2,9 @@
 
 Each API module declares its own ``OPENAPI_PATHS`` next to its routes (and
 ``OPENAPI_SCHEMAS`` for the bodies it uses), so a route and its description
-change together. Routes are authenticated by default (bearer token); a
+change together. The document is also the first validator: JSON request
+bodies are checked against it (:mod:`aggregator.server.api.schema`) and
+undocumented query parameters refused (:func:`install_openapi`). Routes are authenticated by default (bearer token); a
 public operation says ``"security": []``; an authenticated one lists its
 roles in ``x-roles``.
 
@@ -12,7 +14,6 @@ roles in ``x-roles``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from flask import Flask, request
 
 from aggregator.server.api.errors import error_schema
+from aggregator.server.api.schema import flask_path
 from aggregator.server.api.spec import DOCUMENT_KEY
 from aggregator.server.routes import API_MODULES
 from protocol.errors import ParameterError
@@ -27,7 +29,6 @@ from protocol.errors import ParameterError
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
 HTTP_METHODS = ("get", "put", "post", "delete", "patch")
-_CONVERTER = re.compile(r"<(?:[a-z_]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 def _error_response(description: str) -> dict[str, Any]:
@@ -128,11 +129,6 @@ def openapi_document(modules: Iterable[ModuleType] = API_MODULES) -> dict[str, A
         "paths": dict(sorted(paths.items())),
         "components": components,
     }
-
-
-def flask_path(rule: str) -> str:
-    """A werkzeug rule in OpenAPI form: ``<int:id>`` becomes ``{id}``."""
-    return _CONVERTER.sub(r"{\1}", rule)
 
 
 def app_operations(app: Flask, prefix: str = "/v1/") -> set[tuple[str, str]]:
