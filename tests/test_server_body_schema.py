@@ -75,3 +75,23 @@ def test_the_routes_refuse_what_the_document_forbids_before_looking_anything_up(
     test_client, headers = client
     answer = test_client.post(path, json=body, headers=headers)
     assert answer.status_code == 400 and answer.get_json()["field"] == field, answer.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("window=-1", "window"),
+    ("window=1.5", "window"),
+    ("alpha=1", "alpha"),
+    ("alpha=nan", "alpha"),
+    ("method=magic", "method"),
+    ("candidates=" + ",".join(f"c{i}" for i in range(10_001)), "candidates"),
+])
+def test_query_values_breaking_the_document_are_refused(client: Any, query: str, field: str) -> None:
+    test_client, headers = client
+    answer = test_client.get(f"/v1/metrics/m/estimates?{query}", headers=headers)
+    assert answer.status_code == 400 and answer.get_json()["field"] == field, answer.get_data(as_text=True)
+
+
+def test_empty_query_values_count_as_absent(client: Any) -> None:
+    test_client, headers = client
+    answer = test_client.get("/v1/metrics/m/estimates?window=&alpha=", headers=headers)
+    assert answer.status_code == 404 and answer.get_json()["field"] == "metric"  # reached the lookup

@@ -40,8 +40,8 @@ from schemathesis.specs.openapi.checks import (
 )
 from test_server_schemathesis import world  # noqa: F401  (the fixture)
 
-MAX_EXAMPLES = 15
-POSITIVE_EXAMPLES = 15
+MAX_EXAMPLES = 12
+POSITIVE_EXAMPLES = 12
 HYPOTHESIS = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
                       suppress_health_check=list(HealthCheck), database=None)
 

@@ -3,8 +3,9 @@
 Each API module declares its own ``OPENAPI_PATHS`` next to its routes (and
 ``OPENAPI_SCHEMAS`` for the bodies it uses), so a route and its description
 change together. The document is also the first validator: JSON request
-bodies are checked against it (:mod:`aggregator.server.api.schema`) and
-undocumented query parameters refused (:func:`install_openapi`). Routes are authenticated by default (bearer token); a
+bodies are checked against it (:mod:`aggregator.server.api.schema`), and
+query parameters that it does not document or whose values break their
+schema are refused (:func:`install_openapi`). Routes are authenticated by default (bearer token); a
 public operation says ``"security": []``; an authenticated one lists its
 roles in ``x-roles``.
 
@@ -21,7 +22,7 @@ from typing import Any
 from flask import Flask, request
 
 from aggregator.server.api.errors import error_schema
-from aggregator.server.api.schema import flask_path
+from aggregator.server.api.schema import check_query, flask_path
 from aggregator.server.api.spec import DOCUMENT_KEY
 from aggregator.server.routes import API_MODULES
 from protocol.errors import ParameterError
@@ -149,15 +150,15 @@ def document_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
     }
 
 
-def query_parameters(document: dict[str, Any]) -> dict[tuple[str, str], frozenset[str]]:
-    """``(path, method) -> the query parameters the operation documents`` (path-item ones included)."""
+def query_parameters(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    """``(path, method) -> {name: schema}`` of the query parameters the operation documents (path-item ones too)."""
     out = {}
     for path, item in document["paths"].items():
         shared = [p for p in item.get("parameters", ()) if p.get("in") == "query"]
         for method, operation in item.items():
             if method in HTTP_METHODS:
                 own = [p for p in operation.get("parameters", ()) if p.get("in") == "query"]
-                out[(path, method)] = frozenset(p["name"] for p in (*shared, *own))
+                out[(path, method)] = {p["name"]: p.get("schema", {}) for p in (*shared, *own)}
     return out
 
 
@@ -165,7 +166,9 @@ def install_openapi(app: Flask, modules: Iterable[ModuleType] = API_MODULES) -> 
     """Build ``modules``' document once, for ``GET /v1/openapi.json`` to serve, and enforce its query parameters.
 
     The document goes to ``app.extensions[DOCUMENT_KEY]``. The check: a query
-    parameter the operation does not document is 400 (field: its name).
+    parameter the operation does not document is 400 (field: its name), and
+    so is a value that breaks the parameter's schema (:func:`check_query`).
+    Whether a required one is present is left to the view, after the token.
 
     The document is the one source of which parameters exist: before, any
     name was silently ignored, so a misspelt ``windw=`` answered as if absent.
@@ -180,9 +183,11 @@ def install_openapi(app: Flask, modules: Iterable[ModuleType] = API_MODULES) -> 
         names = allowed.get((flask_path(request.url_rule.rule), request.method.lower()))
         if names is None:
             return
-        unknown = sorted(set(request.args) - names)
+        unknown = sorted(set(request.args) - set(names))
         if unknown:
             takes = ", ".join(sorted(names)) or "none"
             raise ParameterError(unknown[0], f"is not a query parameter of this operation (it takes: {takes})")
+        for name, schema in names.items():
+            check_query(name, request.args.getlist(name), schema)
 
     app.before_request(check)

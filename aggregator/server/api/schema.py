@@ -91,6 +91,46 @@ def check_body(body: Any) -> None:
         check(body, schema, "body", document.get("components", {}).get("schemas", {}))
 
 
+def check_query(name: str, texts: list[str], schema: Mapping[str, Any]) -> None:
+    """Refuse query values of parameter ``name`` that break its ``schema`` (empty values count as absent).
+
+    Text becomes the schema's type first: ``integer`` digits, ``number`` a
+    decimal; an ``array`` is the values given, each split on commas.
+
+    >>> check_query("window", ["86400"], {"type": "integer", "minimum": 0})
+    >>> check_query("window", ["-1"], {"type": "integer", "minimum": 0})
+    Traceback (most recent call last):
+    ...
+    protocol.errors.ParameterError: window must be >= 0, got -1
+    """
+    texts = [text for text in texts if text]
+    if not texts:
+        return
+    if schema.get("type") == "array":
+        pieces = [piece for text in texts for piece in text.split(",") if piece]
+        check([_typed(piece, schema.get("items", {})) for piece in pieces], schema, name, {})
+        return
+    for text in texts:
+        check(_typed(text, schema), schema, name, {})
+
+
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+
+
+def _typed(text: str, schema: Mapping[str, Any]) -> Any:
+    """Query text as the JSON value ``schema`` expects; left text where it is not one (the check then says so)."""
+    kinds = schema.get("type")
+    if kinds in ("integer", "number") and _INTEGER_TEXT.fullmatch(text) and len(text) <= 40:
+        return int(text)
+    if kinds == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            return text
+        return number if math.isfinite(number) else text
+    return text
+
+
 def _child(field: str, name: str | int) -> str:
     if isinstance(name, int):
         return f"{field}[{name}]"
