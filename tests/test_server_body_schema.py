@@ -95,3 +95,48 @@ def test_empty_query_values_count_as_absent(client: Any) -> None:
     test_client, headers = client
     answer = test_client.get("/v1/metrics/m/estimates?window=&alpha=", headers=headers)
     assert answer.status_code == 404 and answer.get_json()["field"] == "metric"  # reached the lookup
+
+
+def _metric(encoding: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"name": "m", "encoding": encoding, "mode": "trusted", **extra}
+
+
+def _bound(schema: str, *path: str) -> int:
+    node: Any = DEFINITIONS[schema]
+    for step in path:
+        node = node[step]
+    return int(node)
+
+
+# each written-down bound of the metric schema, and a body at that value (the document's maximum)
+BOUNDS = [
+    (("BloomEncoding", "properties", "num_bits", "maximum"),
+     lambda n: _metric({**BLOOM, "num_bits": n})),
+    (("BloomEncoding", "properties", "num_hashes", "maximum"),
+     lambda n: _metric({**BLOOM, "num_bits": 4096, "num_hashes": n})),
+    (("BloomEncoding", "properties", "num_cohorts", "maximum"),
+     lambda n: _metric({**BLOOM, "num_cohorts": n})),
+    (("PrefixEncoding", "properties", "lengths", "items", "maximum"),
+     lambda n: _metric({"kind": "prefix", "num_bits": 8, "num_hashes": 1, "lengths": [n]})),
+    (("PrefixEncoding", "properties", "lengths", "maxItems"),
+     lambda n: _metric({"kind": "prefix", "num_bits": 8, "num_hashes": 1, "lengths": [1] * n})),
+    (("DirectEncoding", "properties", "domain", "maxItems"),
+     lambda n: _metric({"kind": "direct", "domain": [f"v{i}" for i in range(n)]})),
+    (("MetricParams", "properties", "time_precision", "maximum"),
+     lambda n: _metric(BLOOM, time_precision=n)),
+    (("MetricParams", "properties", "min_batch_size", "maximum"),
+     lambda n: _metric(BLOOM, min_batch_size=n)),
+    (("MetricParams", "properties", "max_items", "maximum"),
+     lambda n: _metric({**BLOOM, "num_bits": 4096}, max_items=n)),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), BOUNDS, ids=[".".join(p[:3]) for p, _ in BOUNDS])
+def test_the_documents_metric_bounds_are_the_protocols_exactly(path: tuple[str, ...], body: Any) -> None:
+    # the schema writes these bounds as numbers; the protocol's checks must allow exactly up to them
+    from protocol.params import MetricParams
+
+    bound = _bound(*path)
+    MetricParams.from_dict(body(bound))  # at the bound: accepted
+    with pytest.raises(ParameterError):
+        MetricParams.from_dict(body(bound + 1))  # one past: refused
