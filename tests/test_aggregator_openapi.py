@@ -57,7 +57,7 @@ def test_every_blueprint_module_describes_its_routes() -> None:
     modules = API_MODULES
     assert {m.__name__.rsplit(".", 1)[1] for m in modules} >= {"config", "health", "metrics", "reports", "spec"}
     # every view module of the package is listed (the list is explicit, not discovered)
-    views = {p.stem for p in Path(API_MODULES[0].__file__).parent.glob("*.py")} - {"__init__", "common", "errors"}
+    views = {p.stem for p in Path(API_MODULES[0].__file__).parent.glob("*.py")} - {"__init__", "common", "errors", "schema"}
     assert views == {m.__name__.rsplit(".", 1)[1] for m in modules}
     for module in modules:
         # the API is under /v1; pages (the dashboard) are not API routes
@@ -105,3 +105,34 @@ def test_no_route_needing_a_role_answers_without_a_token(app: Flask) -> None:
             answer = client.open(concrete, method=method.upper(), json={}, headers=headers)
             assert answer.status_code == 401, (path, method, headers, answer.get_data(as_text=True))
             assert answer.get_json()["error"] == "unauthorized"
+
+
+def _keywords(schema: Any, definitions: dict[str, Any], seen: set[str]) -> set[str]:
+    """Every keyword used in ``schema`` and what it refers to (``$ref`` followed once)."""
+    if not isinstance(schema, dict):
+        return set()
+    found = set(schema)
+    ref = schema.get("$ref")
+    if ref is not None and ref not in seen:
+        seen.add(ref)
+        found |= _keywords(definitions[ref.rsplit("/", 1)[1]], definitions, seen)
+    for key in ("items", "additionalProperties"):
+        found |= _keywords(schema.get(key), definitions, seen)
+    for sub in (*schema.get("properties", {}).values(), *schema.get("oneOf", ())):
+        found |= _keywords(sub, definitions, seen)
+    return found
+
+
+def test_request_schemas_use_only_what_the_body_check_understands() -> None:
+    # a keyword the check does not know would be documented but not enforced
+    from aggregator.server.api.schema import ANNOTATIONS, KEYWORDS, body_schema
+
+    document = openapi_document()
+    definitions = document["components"]["schemas"]
+    checked = 0
+    for path, method in document_operations(document):
+        schema = body_schema(document, path, method)
+        if schema is not None:
+            checked += 1
+            assert _keywords(schema, definitions, set()) <= KEYWORDS | ANNOTATIONS, (path, method)
+    assert checked >= 9

@@ -392,7 +392,7 @@ def test_bad_relax_requests_name_the_field(world: World) -> None:
     ageo = world.create("alice", epsilon=1.0).json()
     for body in ({"epsilon": 0}, {"epsilon": "2"}, {"eps": 2.0}, [2.0]):
         response = world.call("POST", "alice", f"/v1/releases/{ageo['id']}/relax", body)
-        assert (response.status_code, response.json()["field"]) == (400, "epsilon"), body
+        assert (response.status_code, response.json()["field"]) == (400, "body" if body == [2.0] else "epsilon"), body
     missing = world.call("POST", "alice", "/v1/releases/999/relax", {"epsilon": 2.0})
     assert (missing.status_code, missing.json()["field"]) == (404, "id")
     assert world.spent("alice") == 2.0

@@ -4,7 +4,8 @@
   and exits non-zero with one line naming the host or file, never a
   traceback (before: 128 lines).
 * A database lost mid-run: 503 ``database_unavailable`` with ``Retry-After``,
-  and ``/v1/health`` says the database is the failing dependency.
+  and ``/v1/health`` says the database is the failing dependency (SQLite
+  here; PostgreSQL in tests/test_server_postgres_lost.py).
 * A full disk (SQLite's ``max_page_count``: the same ``SQLITE_FULL`` a full
   filesystem gives): 507 ``insufficient_storage`` with ``Retry-After``,
   nothing stored, health ``degraded``; ingestion works again once there is room.

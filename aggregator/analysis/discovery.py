@@ -59,6 +59,7 @@ FloatArray = npt.NDArray[np.float64]
 DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 # Extensions of one prefix at one level: alphabet^step grows fast; refuse a layout beyond this.
 MAX_EXTENSIONS = 200_000
+MAX_PREFIXES = 10_000  # the most prefixes kept per level (DiscoverySettings.max_prefixes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +90,7 @@ class DiscoverySettings:
         check_probability("min_share", self.min_share, open_low=True, open_high=True)
         if self.prune_share is not None:
             check_probability("prune_share", self.prune_share, open_high=True)
-        check_int("max_prefixes", self.max_prefixes, low=1, high=10_000)
+        check_int("max_prefixes", self.max_prefixes, low=1, high=MAX_PREFIXES)
         check_probability("alpha", self.alpha, open_low=True, open_high=True)
 
     @property

@@ -25,7 +25,7 @@ from aggregator.server.context import EXTENSION_KEY, AppState
 from aggregator.server.faults import Faults
 from aggregator.server.keyring import KeyRing, load_keyring
 from aggregator.server.monitoring import instrument
-from aggregator.server.openapi import refuse_undocumented_query
+from aggregator.server.openapi import install_openapi
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.private_files import prepare_data_dir
 from aggregator.server.routes import API_MODULES
@@ -96,7 +96,7 @@ def create_app(
     )
     register_error_handlers(app)
     instrument(app)
-    refuse_undocumented_query(app)
+    install_openapi(app)
     for module in API_MODULES:
         app.register_blueprint(module.blueprint)
     return app

@@ -2,7 +2,10 @@
 
 Each API module declares its own ``OPENAPI_PATHS`` next to its routes (and
 ``OPENAPI_SCHEMAS`` for the bodies it uses), so a route and its description
-change together. Routes are authenticated by default (bearer token); a
+change together. The document is also the first validator: JSON request
+bodies are checked against it (:mod:`aggregator.server.api.schema`), and
+query parameters that it does not document or whose values break their
+schema are refused (:func:`install_openapi`). Routes are authenticated by default (bearer token); a
 public operation says ``"security": []``; an authenticated one lists its
 roles in ``x-roles``.
 
@@ -12,7 +15,6 @@ roles in ``x-roles``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
@@ -20,12 +22,14 @@ from typing import Any
 from flask import Flask, request
 
 from aggregator.server.api.errors import error_schema
+from aggregator.server.api.schema import check_query, flask_path
+from aggregator.server.api.spec import DOCUMENT_KEY
+from aggregator.server.routes import API_MODULES
 from protocol.errors import ParameterError
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
 HTTP_METHODS = ("get", "put", "post", "delete", "patch")
-_CONVERTER = re.compile(r"<(?:[a-z_]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 def _error_response(description: str) -> dict[str, Any]:
@@ -74,7 +78,26 @@ def with_body_responses(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, Any]:
+def with_state_dependent(path: str, item: dict[str, Any]) -> dict[str, Any]:
+    """A path item whose operations on a named resource (``{name}``, ``{round_id}``...) list 404 as state-dependent.
+
+    ``x-state-dependent`` names the 4xx answers that a request valid by this
+    document may still get because of what is stored, not because of its
+    form: no resource of that name (404), a conflict with stored state (409,
+    where the operation says so). Any other refusal of a valid request is a
+    disagreement between the document and the validators.
+    """
+    if "{" not in path:
+        return item
+    out = dict(item)
+    for method, operation in item.items():
+        if method in HTTP_METHODS and "404" in operation["responses"]:
+            declared = operation.get("x-state-dependent", [])
+            out[method] = {**operation, "x-state-dependent": sorted({*declared, "404"})}
+    return out
+
+
+def openapi_document(modules: Iterable[ModuleType] = API_MODULES) -> dict[str, Any]:
     """The document for ``modules`` (default: every API module).
 
     Raises:
@@ -82,15 +105,11 @@ def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, A
     """
     components = _components()
     paths: dict[str, Any] = {}
-    if modules is None:
-        from aggregator.server.routes import API_MODULES  # the routes import this module's view
-
-        modules = API_MODULES
     for module in modules:
         for path, item in getattr(module, "OPENAPI_PATHS", {}).items():
             if path in paths:
                 raise ValueError(f"OpenAPI path {path} is described by two modules")
-            paths[path] = with_body_responses(item)
+            paths[path] = with_state_dependent(path, with_body_responses(item))
         for name, schema in getattr(module, "OPENAPI_SCHEMAS", {}).items():
             if name in components["schemas"]:
                 raise ValueError(f"OpenAPI schema {name} is defined by two modules")
@@ -100,17 +119,17 @@ def openapi_document(modules: Iterable[ModuleType] | None = None) -> dict[str, A
         "info": {
             "title": "onesided aggregator",
             "version": API_VERSION,
-            "description": "Locally private telemetry with one-sided error; wire format in docs/wire.md.",
+            "description": "Locally private telemetry with one-sided error; wire format in docs/wire.md. "
+                           "An integer is a JSON number written without a fraction or exponent (1, not 1.0): "
+                           "JSON Schema would take 1.0, this API refuses it (400 naming the field). "
+                           "x-state-dependent lists the 4xx that a request valid by this document may still get "
+                           "from stored state; x-checked-in-code lists the fields whose rules across fields "
+                           "(in the operation's description) JSON Schema cannot say.",
         },
         "security": [{"bearer": []}],
         "paths": dict(sorted(paths.items())),
         "components": components,
     }
-
-
-def flask_path(rule: str) -> str:
-    """A werkzeug rule in OpenAPI form: ``<int:id>`` becomes ``{id}``."""
-    return _CONVERTER.sub(r"{\1}", rule)
 
 
 def app_operations(app: Flask, prefix: str = "/v1/") -> set[tuple[str, str]]:
@@ -131,26 +150,32 @@ def document_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
     }
 
 
-def query_parameters(document: dict[str, Any]) -> dict[tuple[str, str], frozenset[str]]:
-    """``(path, method) -> the query parameters the operation documents`` (path-item ones included)."""
+def query_parameters(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    """``(path, method) -> {name: schema}`` of the query parameters the operation documents (path-item ones too)."""
     out = {}
     for path, item in document["paths"].items():
         shared = [p for p in item.get("parameters", ()) if p.get("in") == "query"]
         for method, operation in item.items():
             if method in HTTP_METHODS:
                 own = [p for p in operation.get("parameters", ()) if p.get("in") == "query"]
-                out[(path, method)] = frozenset(p["name"] for p in (*shared, *own))
+                out[(path, method)] = {p["name"]: p.get("schema", {}) for p in (*shared, *own)}
     return out
 
 
-def refuse_undocumented_query(app: Flask) -> None:
-    """Install a check: a query parameter the operation does not document is 400 (field: its name).
+def install_openapi(app: Flask, modules: Iterable[ModuleType] = API_MODULES) -> None:
+    """Build ``modules``' document once, for ``GET /v1/openapi.json`` to serve, and enforce its query parameters.
+
+    The document goes to ``app.extensions[DOCUMENT_KEY]``. The check: a query
+    parameter the operation does not document is 400 (field: its name), and
+    so is a value that breaks the parameter's schema (:func:`check_query`).
+    Whether a required one is present is left to the view, after the token.
 
     The document is the one source of which parameters exist: before, any
     name was silently ignored, so a misspelt ``windw=`` answered as if absent.
     Routes outside the document (``/metrics``, the dashboard) are not checked.
     """
-    allowed = query_parameters(openapi_document())
+    document = app.extensions[DOCUMENT_KEY] = openapi_document(modules)
+    allowed = query_parameters(document)
 
     def check() -> None:
         if not request.args or request.url_rule is None:
@@ -158,9 +183,11 @@ def refuse_undocumented_query(app: Flask) -> None:
         names = allowed.get((flask_path(request.url_rule.rule), request.method.lower()))
         if names is None:
             return
-        unknown = sorted(set(request.args) - names)
+        unknown = sorted(set(request.args) - set(names))
         if unknown:
             takes = ", ".join(sorted(names)) or "none"
             raise ParameterError(unknown[0], f"is not a query parameter of this operation (it takes: {takes})")
+        for name, schema in names.items():
+            check_query(name, request.args.getlist(name), schema)
 
     app.before_request(check)

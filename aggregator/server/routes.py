@@ -3,7 +3,10 @@
 Each module defines ``blueprint`` (a flask ``Blueprint``) and
 ``OPENAPI_PATHS`` (OpenAPI path items keyed by path, e.g.
 ``"/v1/metrics/{name}"``), and may define ``OPENAPI_SCHEMAS`` (component
-schemas). ``create_app`` registers the blueprints in this order;
+schemas). ``create_app`` registers the blueprints in this order, and
+:func:`aggregator.server.openapi.install_openapi` builds the served document
+from the same list (``api/spec.py`` only serves it, so no module here
+imports the builder);
 ``tests/test_aggregator_openapi.py`` checks that the document and the
 routes agree. A new feature adds its module here.
 """

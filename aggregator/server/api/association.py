@@ -19,6 +19,8 @@ from typing import Any
 
 from flask import Blueprint, request
 
+from aggregator.analysis.association import JOINT_METHODS, MAX_CELLS
+from aggregator.analysis.discovery import MAX_PREFIXES
 from aggregator.server.api.common import json_body
 from aggregator.server.auth import ANALYST, current_token, require_role
 from aggregator.server.context import app_state
@@ -100,25 +102,42 @@ def _query(name: str, schema: dict[str, Any], description: str, required: bool =
     return {"name": name, "in": "query", "required": required, "schema": schema, "description": description}
 
 
+_INDEX = {"type": "integer", "minimum": 0, "maximum": 2**62 - 1}
+# a query list is also split on commas: its items cannot hold one
+_VALUES_BODY = {"type": "array", "minItems": 1, "maxItems": MAX_CELLS, "items": {"type": "string", "minLength": 1}}
+_VALUES = {**_VALUES_BODY, "items": {"type": "string", "pattern": "^[^,]+$"}}
 _COLLECTION = [
-    _query("window", {"type": "integer", "minimum": 0}, "window start; default: the latest decodable window"),
-    _query("round", {"type": "integer", "minimum": 0}, "0 or a round id; default as for estimates"),
+    _query("window", _INDEX, "window start; default: the latest decodable window"),
+    _query("round", _INDEX, "0 or a round id; default as for estimates"),
 ]
 _ASSOCIATION_QUERY = [
-    _query("values_a", {"type": "array", "items": {"type": "string"}}, "candidates of the first variable",
-           required=True),
-    _query("values_b", {"type": "array", "items": {"type": "string"}}, "candidates of the second variable",
-           required=True),
-    _query("method", {"enum": ["projection", "em"]}, "how the joint is put on the simplex (default projection)"),
+    _query("values_a", _VALUES, "candidates of the first variable", required=True),
+    _query("values_b", _VALUES, "candidates of the second variable", required=True),
+    _query("method", {"enum": list(JOINT_METHODS)}, "how the joint is put on the simplex (default projection)"),
 ]
 _DISCOVERY_QUERY = [
     _query("min_share", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
            "report strings at least this frequent (default 0.01)"),
-    _query("alphabet", {"type": "string"}, "symbols tried at each position (default a-z0-9)"),
-    _query("max_prefixes", {"type": "integer", "minimum": 1}, "prefixes kept per level (default 64)"),
+    _query("alphabet", {"type": "string", "pattern": "^[\\x01-\\x7f]+$"},
+           "distinct ASCII symbols tried at each position (default a-z0-9)"),
+    _query("max_prefixes", {"type": "integer", "minimum": 1, "maximum": MAX_PREFIXES},
+           "prefixes kept per level (default 64)"),
     _query("alpha", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
            "family level of the tests (default 0.05)"),
 ]
+_CHECKED_IN_CODE = {
+    "association": ("values_b: at most {cells} cells (values_a x values_b); the metric must be a pair metric "
+                    "(field metric); window a multiple of its time_precision", ["values_b", "metric", "window"]),
+    "discovered": ("alphabet: no symbol twice; the metric must be a prefix metric (field metric); window a "
+                   "multiple of its time_precision", ["alphabet", "metric", "window"]),
+}
+
+
+def _body_schema(query: list[dict[str, Any]]) -> dict[str, Any]:
+    """The POST body: the GET's query parameters as one JSON object (lists as arrays)."""
+    required = [q["name"] for q in query if q["required"]]
+    return {"type": "object", "additionalProperties": False, "required": required,
+            "properties": {q["name"]: _VALUES_BODY if q["schema"] is _VALUES else q["schema"] for q in query}}
 
 
 def _operation(kind: str, method: str, query: list[dict[str, Any]]) -> dict[str, Any]:
@@ -128,23 +147,28 @@ def _operation(kind: str, method: str, query: list[dict[str, Any]]) -> dict[str,
         "summary": {"association": "Joint distribution of a pair metric's two variables",
                     "discovered": "Frequent strings of a prefix metric, found without candidates"}[kind],
         "operationId": f"{method}{kind.title()}",
+        "description": "Checked in code, across fields or against the stored metric: "
+                       + _CHECKED_IN_CODE[kind][0].format(cells=MAX_CELLS) + ".",
         "x-roles": list(ANALYST),
+        "x-state-dependent": ["403"],
+        "x-checked-in-code": _CHECKED_IN_CODE[kind][1],
         "parameters": [_NAME] if method == "post" else [_NAME, *_COLLECTION, *query],
         "responses": {"200": {"description": "the result, or a reason and no numbers",
                               "content": {_JSON: {"schema": schema}}}, **_ERRORS},
     }
     if method == "post":
-        operation["requestBody"] = {"required": True, "content": {_JSON: {"schema": {"type": "object"}}}}
+        body = _body_schema([*_COLLECTION, *query])
+        operation["requestBody"] = {"required": True, "content": {_JSON: {"schema": body}}}
     return operation
 
 
 OPENAPI_PATHS: dict[str, Any] = {
     "/v1/metrics/{name}/association": {
         "get": _operation("association", "get", _ASSOCIATION_QUERY),
-        "post": _operation("association", "post", []),
+        "post": _operation("association", "post", _ASSOCIATION_QUERY),
     },
     "/v1/metrics/{name}/discovered": {
         "get": _operation("discovered", "get", _DISCOVERY_QUERY),
-        "post": _operation("discovered", "post", []),
+        "post": _operation("discovered", "post", _DISCOVERY_QUERY),
     },
 }

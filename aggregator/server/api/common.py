@@ -10,6 +10,7 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import UnsupportedMediaType
 from werkzeug.routing import IntegerConverter
 
+from aggregator.server.api.schema import check_body
 from aggregator.server.context import app_state
 from aggregator.server.request_body import read_body
 from protocol.errors import ParameterError
@@ -59,22 +60,25 @@ def body_bytes() -> bytes:
     )
 
 
-def json_body() -> Any:
-    """The request body parsed as JSON.
+def json_body(*, documented: bool = True) -> Any:
+    """The request body parsed as JSON and, if ``documented``, checked against the operation's schema.
 
     Raises:
         UnsupportedMediaType: the content type is not ``application/json`` (415).
-        ParameterError: the body is not valid UTF-8 JSON (field ``body``, 400).
+        ParameterError: the body is not valid UTF-8 JSON (field ``body``, 400), or
+            breaks the schema ``GET /v1/openapi.json`` gives it (the field, 400).
     """
     if request.mimetype != JSON_MIMETYPE:
         raise UnsupportedMediaType(f"send the body as {JSON_MIMETYPE}, not {request.mimetype or 'nothing'}")
     try:
         g.json_body = body = json.loads(body_bytes(), parse_constant=_no_constants)  # the audit log's detail
-        return body
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParameterError("body", f"is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise ParameterError("body", "is nested too deeply") from exc
+    if documented:
+        check_body(body)
+    return body
 
 
 def int_arg(name: str, *, minimum: int = 0) -> int | None:

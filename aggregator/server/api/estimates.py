@@ -166,7 +166,8 @@ _COLLECTION_QUERY = [
            "window start; default: the latest window with a decodable collection"),
     _query("round", {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER},
            "0 (base collection) or a round id; default: the latest finished round with enough reports, else 0"),
-    _query("candidates", {"type": "array", "items": {"type": "string"}},
+    _query("candidates", {"type": "array", "minItems": 1, "maxItems": MAX_CANDIDATES,
+                          "items": {"type": "string", "pattern": "^[^,]+$"}},
            "comma-separated or repeated; required for Bloom and prefix metrics (a prefix metric's: shorter than "
            "its longest prefix, decoded on the cohorts holding them whole), default the whole domain of a direct one"),
     _query("format", {"enum": list(FORMATS)}, "json (default) or csv"),
@@ -189,7 +190,12 @@ def _operation(kind: str, method: str, extra: list[dict[str, Any]], columns: Seq
             "certificates": "One-sided certificates: each candidate safe (count <= threshold) or obscure",
         }[kind] + (" (fields in a JSON body)" if method == "post" else ""),
         "operationId": f"{method}{kind.title()}",
+        "description": "Checked in code, against the stored metric: window is a multiple of its "
+                       "time_precision; candidates are required for Bloom and prefix metrics and must be in a "
+                       "direct metric's domain (or decodable for a prefix one); too many rows is 422.",
         "x-roles": list(ANALYST),
+        "x-state-dependent": ["403", "422"],
+        "x-checked-in-code": ["window", "candidates"],
         "parameters": [_NAME] if method == "post" else [_NAME, *_COLLECTION_QUERY, *extra],
         "responses": {
             "200": {
@@ -208,11 +214,12 @@ def _operation(kind: str, method: str, extra: list[dict[str, Any]], columns: Seq
     return operation
 
 
+_OPEN_PROBABILITY = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
+_CERTIFICATE_ALPHA = {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
 _ESTIMATE_QUERY = [
-    _query("alpha", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}, "family level (default 0.05)"),
+    _query("alpha", _OPEN_PROBABILITY, "family level (default 0.05)"),
     _query("correction", {"enum": ["bonferroni", "bh"]}, "multiple-testing correction (default bonferroni)"),
-    _query("confidence", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-           "level of the intervals (default 0.95)"),
+    _query("confidence", _OPEN_PROBABILITY, "level of the intervals (default 0.95)"),
     _query("method", {"enum": ["auto", "ols", "nnls", "lasso"]}, "Bloom fit (default auto)"),
     _query("display", {"enum": list(DISPLAYS)},
            "unbiased (default): the unbiased estimates, some negative; nonnegative: max(0, x) of each estimate, "
@@ -220,7 +227,7 @@ _ESTIMATE_QUERY = [
 ]
 _CERTIFICATE_QUERY = [
     _query("threshold", {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER}, "safe means count <= threshold", required=True),
-    _query("alpha", {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+    _query("alpha", _CERTIFICATE_ALPHA,
            "P(safe and count > threshold) <= alpha per candidate; 0: never wrong", required=True),
 ]
 
@@ -303,9 +310,9 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             **_COLLECTION_BODY,
-            "alpha": {"type": "number"},
+            "alpha": _OPEN_PROBABILITY,
             "correction": {"enum": ["bonferroni", "bh"]},
-            "confidence": {"type": "number"},
+            "confidence": _OPEN_PROBABILITY,
             "method": {"enum": ["auto", "ols", "nnls", "lasso"]},
             "display": {"enum": list(DISPLAYS)},
         },
@@ -314,6 +321,6 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["threshold", "alpha"],
-        "properties": {**_COLLECTION_BODY, "threshold": {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER}, "alpha": {"type": "number"}},
+        "properties": {**_COLLECTION_BODY, "threshold": {"type": "integer", "minimum": 0, "exclusiveMaximum": MAX_INTEGER}, "alpha": _CERTIFICATE_ALPHA},
     },
 }

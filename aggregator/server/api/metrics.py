@@ -16,8 +16,9 @@ from aggregator.server.api.common import json_body
 from aggregator.server.auth import ADMIN, ANALYST, require_role
 from aggregator.server.context import app_state
 from aggregator.server.storage import MetricRecord
-from protocol.params import MetricParams
-from protocol.randomizers import MAX_LEVEL, MIN_LEVEL
+from protocol.encodings import HASHINGS
+from protocol.params import NAME_PATTERN, PARAMS_VERSION, VALUE_KINDS, MetricParams
+from protocol.randomizers import MAX_LEVEL, MIN_LEVEL, MODES
 
 blueprint = Blueprint("metrics", __name__)
 
@@ -71,7 +72,16 @@ OPENAPI_PATHS: dict[str, Any] = {
         "post": {
             "summary": "Register a metric (idempotent; parameters immutable once data exist)",
             "operationId": "createMetric",
+            "description": "Checked in code, across fields: level is required unless the mode is trusted; "
+                           "irr_p and irr_q as the mode allows (symmetric: both or neither, irr_p < irr_q; "
+                           "asymmetric: irr_q only, < 1; trusted: neither); none_value only for categorical "
+                           "metrics and in a direct domain; an asymmetric categorical metric needs a "
+                           "none_value (field mode); max_items and num_hashes at most num_bits (num_hashes "
+                           "at most 16 with rappor-md5).",
             "x-roles": list(ADMIN),
+            "x-state-dependent": ["409"],
+            "x-checked-in-code": ["level", "irr_p", "irr_q", "none_value", "mode", "max_items", "num_hashes",
+                                  "encoding.num_hashes"],
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/MetricParams"}}},
@@ -122,24 +132,56 @@ OPENAPI_PATHS: dict[str, Any] = {
     },
 }
 
+_MAX_BITS = 4096  # bloom and prefix num_bits, direct domain size (protocol/encodings.py)
+_BITS = {"num_bits": {"type": "integer", "minimum": 1, "maximum": _MAX_BITS},
+         "num_hashes": {"type": "integer", "minimum": 1, "maximum": 64}}
+
 OPENAPI_SCHEMAS: dict[str, Any] = {
+    "BloomEncoding": {
+        "type": "object",
+        "required": ["kind", "num_bits", "num_hashes", "num_cohorts"],
+        "additionalProperties": False,
+        "properties": {"kind": {"const": "bloom"}, **_BITS,
+                       "num_cohorts": {"type": "integer", "minimum": 1, "maximum": 2**16},
+                       "hashing": {"enum": list(HASHINGS)}},
+    },
+    "DirectEncoding": {
+        "type": "object",
+        "required": ["kind", "domain"],
+        "properties": {"kind": {"const": "direct"},
+                       "domain": {"type": "array", "minItems": 1, "maxItems": _MAX_BITS, "uniqueItems": True,
+                                  "items": {"type": "string"}}},
+    },
+    "PrefixEncoding": {
+        "type": "object",
+        "required": ["kind", "num_bits", "num_hashes", "lengths"],
+        "additionalProperties": False,
+        "properties": {"kind": {"const": "prefix"}, **_BITS,
+                       "lengths": {"type": "array", "minItems": 1, "maxItems": 2**16,
+                                   "items": {"type": "integer", "minimum": 1, "maximum": 1024}}},
+    },
     "MetricParams": {
         "type": "object",
         "description": "protocol.params.MetricParams.to_dict() (docs/wire.md 8.2)",
         "required": ["name", "encoding", "mode"],
+        "additionalProperties": False,
         "properties": {
-            "version": {"const": 1},
-            "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
-            "encoding": {"type": "object"},
-            "mode": {"enum": ["symmetric", "asymmetric", "trusted"]},
+            "version": {"const": PARAMS_VERSION},
+            "name": {"type": "string", "pattern": NAME_PATTERN.pattern},
+            "encoding": {"oneOf": [
+                {"$ref": "#/components/schemas/BloomEncoding"},
+                {"$ref": "#/components/schemas/DirectEncoding"},
+                {"$ref": "#/components/schemas/PrefixEncoding"},
+            ]},
+            "mode": {"enum": list(MODES)},
             "level": {"type": ["number", "null"], "minimum": MIN_LEVEL, "maximum": MAX_LEVEL},
-            "irr_p": {"type": ["number", "null"]},
-            "irr_q": {"type": ["number", "null"]},
-            "value_kind": {"enum": ["set", "categorical"]},
-            "none_value": {"type": ["string", "null"]},
-            "time_precision": {"type": "integer", "minimum": 1},
-            "min_batch_size": {"type": "integer", "minimum": 1},
-            "max_items": {"type": "integer", "minimum": 1, "default": 1,
+            "irr_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+            "irr_q": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+            "value_kind": {"enum": list(VALUE_KINDS)},
+            "none_value": {"type": ["string", "null"], "minLength": 1},
+            "time_precision": {"type": "integer", "minimum": 1, "maximum": 10**9},
+            "min_batch_size": {"type": "integer", "minimum": 1, "maximum": 10**9},
+            "max_items": {"type": "integer", "minimum": 1, "maximum": _MAX_BITS, "default": 1,
                           "description": "trusted set metrics: at most this many ones of a report are kept "
                                          "(chosen at random) and releases protect a person with this many "
                                          "items; at most num_bits"},

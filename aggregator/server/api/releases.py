@@ -30,12 +30,15 @@ from aggregator.server.auth import ANALYST, current_token, require_role
 from aggregator.server.context import app_state
 from aggregator.server.errors import Forbidden
 from aggregator.server.services.releases import (
+    MAX_WINDOW,
     ReleaseRequest,
     ReleaseService,
     StoredRelease,
     analyst_budget,
 )
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.exact import MAX_RATE
+from protocol.mechanisms import mechanism_names
 
 blueprint = Blueprint("releases", __name__)
 use_row_ids(blueprint)
@@ -117,9 +120,7 @@ def get_release(release_id: int) -> dict[str, Any]:
 @blueprint.post("/v1/releases/<id:release_id>/relax")
 @require_role(*ANALYST)
 def relax(release_id: int) -> dict[str, Any]:
-    body = json_body()
-    if not isinstance(body, dict) or set(body) != {"epsilon"}:
-        raise ParameterError("epsilon", "send {\"epsilon\": <new level>} and nothing else")
+    body = json_body()  # {"epsilon": <new level>} and nothing else (the document's schema)
     service = _service()
     return _view(service, service.relax(release_id, body["epsilon"], caller=current_token()))
 
@@ -139,8 +140,12 @@ _COMMON_ERRORS = {
 }
 
 
+_WINDOW = {"type": "integer", "minimum": 0, "maximum": MAX_WINDOW - 1}
+_EPSILON = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RATE}
+
+
 def _query(name: str, required: bool, description: str) -> dict[str, Any]:
-    schema = {"type": "integer", "minimum": 0} if name == "window" else {"type": "string"}
+    schema = _WINDOW if name == "window" else {"type": "string", "minLength": 1} if required else {"type": "string"}
     return {"name": name, "in": "query", "required": required, "schema": schema, "description": description}
 
 
@@ -148,8 +153,14 @@ OPENAPI_PATHS: dict[str, Any] = {
     "/v1/releases": {
         "post": {
             "summary": "Release noisy per-place counts of a trusted direct metric's window",
+            "description": "Checked in code, across fields and against the stored metric: it is trusted "
+                           "with the direct encoding (field metric); exactly one of epsilon and analysts; analysts "
+                           "only with a correlated mechanism; sensitivity an integer for ageo and geometric "
+                           "and at least the metric's max_items; places in the metric's domain.",
             "operationId": "createRelease",
             "x-roles": list(ANALYST),
+            "x-state-dependent": ["403", "404", "409"],
+            "x-checked-in-code": ["metric", "epsilon", "analysts", "mechanism", "sensitivity", "places"],
             "requestBody": {
                 "required": True, "content": {_JSON: {"schema": {"$ref": "#/components/schemas/ReleaseRequest"}}},
             },
@@ -186,6 +197,7 @@ OPENAPI_PATHS: dict[str, Any] = {
             "summary": "An analyst's budget on one metric and window: limit, spent, remaining",
             "operationId": "getReleaseBudget",
             "x-roles": list(ANALYST),
+            "x-state-dependent": ["404"],
             "parameters": [_query("metric", True, "the metric"), _query("window", True, "the window start"),
                            _query("analyst", False, "admins: another analyst")],
             "responses": {
@@ -202,6 +214,7 @@ OPENAPI_PATHS: dict[str, Any] = {
             "summary": "One release (public view); analysts see only their own",
             "operationId": "getRelease",
             "x-roles": list(ANALYST),
+            "x-state-dependent": ["404"],
             "parameters": [_ID],
             "responses": {
                 "200": {"description": "the release", "content": _VIEW},
@@ -215,10 +228,11 @@ OPENAPI_PATHS: dict[str, Any] = {
             "summary": "Refine a release to a higher epsilon (lazy step; the budget counts the final level)",
             "operationId": "relaxRelease",
             "x-roles": list(ANALYST),
+            "x-state-dependent": ["404", "409"],
             "parameters": [_ID],
             "requestBody": {"required": True, "content": {_JSON: {"schema": {
                 "type": "object", "required": ["epsilon"], "additionalProperties": False,
-                "properties": {"epsilon": {"type": "number", "exclusiveMinimum": 0}}}}}},
+                "properties": {"epsilon": _EPSILON}}}}},
             "responses": {
                 "200": {"description": "the refined release", "content": _VIEW},
                 **_COMMON_ERRORS,
@@ -236,19 +250,19 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
         "required": ["metric", "window", "mechanism", "threshold"],
         "additionalProperties": False,
         "properties": {
-            "metric": {"type": "string", "description": "a trusted metric with the direct encoding"},
-            "window": {"type": "integer", "minimum": 0, "description": "window start (Unix seconds)"},
-            "places": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+            "metric": {"type": "string", "minLength": 1, "description": "a trusted metric with the direct encoding"},
+            "window": {**_WINDOW, "description": "window start (Unix seconds)"},
+            "places": {"type": "array", "items": {"type": "string"}, "minItems": 1, "uniqueItems": True,
                        "description": "candidate places (default: the whole domain)"},
-            "mechanism": {"enum": ["alap", "ageo", "salap", "laplace", "geometric"]},
-            "epsilon": {"type": "number", "exclusiveMinimum": 0, "description": "exclusive with analysts"},
+            "mechanism": {"enum": list(mechanism_names())},
+            "epsilon": {**_EPSILON, "description": "exclusive with analysts"},
             "threshold": {"type": "number", "description": "t of 'is count <= t?'; alap, ageo, salap: safe means "
                                                            "answer < floor(t) + 1 (never wrong); laplace, geometric: "
                                                            "answer <= t (an estimate)"},
             "sensitivity": {"type": "number", "minimum": 1,
                             "description": "optional, to protect more: at least the metric's max_items "
                                            "(salap: 1), which is the default"},
-            "analysts": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
+            "analysts": {"type": "object", "minProperties": 1, "additionalProperties": _EPSILON,
                          "description": "admin only: correlated releases, analyst name -> epsilon"},
         },
     },

@@ -18,9 +18,14 @@ from aggregator.server.api.common import body_bytes, json_body
 from aggregator.server.context import app_state
 from aggregator.server.ingest import Ingestor
 from aggregator.server.monitoring import count_statuses
+from protocol.params import NAME_PATTERN
 from protocol.wire import (
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
+    MAX_BODY_BYTES,
+    MAX_ROUND,
+    MAX_WINDOW,
+    REPORT_ID_BYTES,
     STATUSES,
     ReportEnvelope,
     parse_batch_binary,
@@ -41,7 +46,8 @@ def parse_request_batch(max_reports: int) -> list[ReportEnvelope]:
     if request.mimetype == CONTENT_TYPE_BINARY:
         return parse_batch_binary(body_bytes(), max_reports=max_reports)
     if request.mimetype == CONTENT_TYPE_JSON:
-        return parse_batch_json(json_body(), max_reports=max_reports)
+        # the wire parser is this body's validator (per-report answers); the document mirrors its limits
+        return parse_batch_json(json_body(documented=False), max_reports=max_reports)
     raise UnsupportedMediaType(f"send a batch as {CONTENT_TYPE_JSON} or {CONTENT_TYPE_BINARY}")
 
 
@@ -62,7 +68,12 @@ OPENAPI_PATHS: dict[str, Any] = {
         "post": {
             "summary": "Upload a batch of sealed reports",
             "operationId": "uploadReports",
+            "description": "Checked in code, across fields: a sealed report's report_id is derived from its "
+                           "envelope's ephemeral key (docs/wire.md 5); a mismatch refuses the batch. What the "
+                           "server knows (metric, parameters, window, round, duplicates) is answered per "
+                           "report in the results.",
             "security": [],
+            "x-checked-in-code": ["reports[].report_id"],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -86,19 +97,39 @@ OPENAPI_PATHS: dict[str, Any] = {
     }
 }
 
+# canonical unpadded base64url: the unused low bits of the last symbol are zero
+_SYMBOL, _LAST_OF_TWO, _LAST_OF_ONE = "[A-Za-z0-9_-]", "[AEIMQUYcgkosw048]", "[AQgw]"
+_BASE64URL = f"^(?:{_SYMBOL}{{4}})*(?:{_SYMBOL}{{2}}{_LAST_OF_TWO}|{_SYMBOL}{_LAST_OF_ONE})?$"
+
+
+def _fixed_base64url(size: int) -> str:
+    """The pattern of canonical unpadded base64url text of exactly ``size`` bytes."""
+    quads, rest = divmod(size, 3)
+    last = ("", _LAST_OF_ONE, _LAST_OF_TWO)[rest]
+    return f"^{_SYMBOL}{{{4 * quads + rest}}}{last}$"
+
+
+def _base64url(low: int, high: int, description: str) -> dict[str, Any]:
+    """Canonical unpadded base64url text of ``low`` to ``high`` bytes."""
+    return {"type": "string", "pattern": _BASE64URL, "minLength": (4 * low + 2) // 3,
+            "maxLength": (4 * high + 2) // 3, "description": description}
+
+
 OPENAPI_SCHEMAS: dict[str, Any] = {
     "Report": {
         "type": "object",
         "required": ["report_id", "metric", "round", "window", "params_digest"],
+        "oneOf": [{"required": ["sealed"]}, {"required": ["plain"]}],
         "additionalProperties": False,
         "properties": {
-            "report_id": {"type": "string", "description": "base64url, 16 bytes"},
-            "metric": {"type": "string"},
-            "round": {"type": "integer", "minimum": 0},
-            "window": {"type": "integer", "minimum": 0},
+            "report_id": {"type": "string", "pattern": _fixed_base64url(REPORT_ID_BYTES),
+                          "description": f"base64url, {REPORT_ID_BYTES} bytes"},
+            "metric": {"type": "string", "pattern": NAME_PATTERN.pattern},
+            "round": {"type": "integer", "minimum": 0, "maximum": MAX_ROUND},
+            "window": {"type": "integer", "minimum": 0, "maximum": MAX_WINDOW},
             "params_digest": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-            "sealed": {"type": "string", "description": "base64url envelope (docs/wire.md 6)"},
-            "plain": {"type": "string", "description": "base64url payload; only if the operator allows it"},
+            "sealed": _base64url(1, MAX_BODY_BYTES, "base64url envelope (docs/wire.md 6)"),
+            "plain": _base64url(1, MAX_BODY_BYTES, "base64url payload; only if the operator allows it"),
         },
     },
     "ReportBatch": {
