@@ -64,7 +64,6 @@ from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from .accounting import round_up
 from .errors import ParameterError, TighteningRefused
 from .exact import (
     MAX_GRID_VALUE,
@@ -77,6 +76,7 @@ from .exact import (
     two_sided_geometric_exact,
 )
 from .rng import FloatArray, RandomSource, as_rng
+from .rounding import round_up
 from .validation import check_int, check_integer_array, check_number
 
 IntArray = npt.NDArray[np.int64]

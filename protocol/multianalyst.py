@@ -38,7 +38,6 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from .accounting import round_up
 from .errors import ParameterError
 from .exact import (
     check_grid,
@@ -51,6 +50,7 @@ from .exact import (
 from .mechanisms import Monotonicity, check_level, on_grid
 from .releases import Release, coerce_levels, make_release, relax_release
 from .rng import FloatArray, RandomSource, as_rng
+from .rounding import round_up
 from .validation import check_int, check_number
 
 __all__ = [

@@ -359,7 +359,7 @@ def check_release_source(metric: MetricRecord) -> None:
         ParameterError: (field ``metric``) not the trusted mode, or not the direct encoding.
     """
     params = metric.params
-    if params.mode != "trusted":
+    if params.local_mechanism.randomized:
         raise ParameterError(
             "metric", f"{metric.name!r} is {params.mode}: its counts are randomized on the devices; "
             "central releases need a trusted metric (exact counts)"
