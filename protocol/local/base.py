@@ -112,10 +112,10 @@ def local_mechanism(mode: Any) -> LocalMechanism:
     Raises:
         ParameterError: (field ``mode``) not a registered mode.
     """
-    mechanism = _REGISTRY.get(mode) if isinstance(mode, str) else None
-    if mechanism is None:
-        raise ParameterError("mode", f"must be one of {MODES}, got {mode!r}")
-    return mechanism
+    try:
+        return _REGISTRY[mode]
+    except (KeyError, TypeError):  # TypeError: an unhashable value
+        raise ParameterError("mode", f"must be one of {MODES}, got {mode!r}") from None
 
 
 def local_mechanisms() -> tuple[LocalMechanism, ...]:
