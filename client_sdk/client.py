@@ -885,7 +885,7 @@ class Client:
         with self._lock:
             entry = self._entry(metric)
             params = entry.params
-            if params.mode == "trusted":
+            if not params.local_mechanism.relaxable:
                 raise ParameterError("metric", f"{metric!r} is trusted: there is no noise to relax")
             record = self._record(entry)
             self._settle(record, params)

@@ -154,7 +154,7 @@ def _window_cost(params: MetricParams, levels: tuple[float, ...]) -> tuple[float
     Returns:
         ``(epsilon rounded up, exact)``.
     """
-    if params.mode == "trusted":
+    if not params.local_mechanism.randomized:
         return math.inf, True
     bits_changed = params.guarantee(levels[-1]).bits_changed
     eps, exact = sequence_bit_epsilon(params.mode, tuple(levels))
@@ -277,7 +277,7 @@ class MetricRecord:
 
     def spent(self, params: MetricParams, last_step: int | None = None) -> tuple[float, bool]:
         """The metric's total (the current window charged through ``last_step``)."""
-        if params.mode == "trusted" and self.windows:
+        if not params.local_mechanism.randomized and self.windows:
             return math.inf, True
         if self.current is None:
             return from_micro(self.closed_micro), self.closed_exact

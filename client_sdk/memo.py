@@ -352,7 +352,7 @@ def permanent_mask(
     if len(levels) != 1:
         return mask_of_bits(permanent_bits(secret, params, bits_of_mask(mask, m), value_key, levels))
     check_secret(secret)
-    if params.mode == "trusted":
+    if not params.local_mechanism.randomized:
         return mask
     stream = keyed_stream(noise_seed(secret, params.name, value_key, 0), m)
     return fresh_mask(stream, mask, *fresh_tables(params.randomizer(levels[0])))
@@ -376,12 +376,12 @@ def _row_masks(bits: BoolArray) -> list[int]:
 def irr_masks(randomizer: Randomizer, uniforms: FloatArray) -> list[IrrMasks]:
     """The IRR masks of reports drawing the rows of ``uniforms`` (one row of ``num_bits`` per report)."""
     rows = len(uniforms)
-    if not randomizer.has_irr:
+    if randomizer.irr_q is None:
         return [(0, 0)] * rows
-    below_q = _row_masks(uniforms < float(randomizer.irr_q))  # type: ignore[arg-type]
-    if randomizer.mode == "asymmetric":
+    below_q = _row_masks(uniforms < float(randomizer.irr_q))
+    if randomizer.irr_p is None:  # a one-sided IRR: 1 stays 1, no cut for 0 -> 1 beyond q
         return [(0, q) for q in below_q]
-    return list(zip(_row_masks(uniforms < float(randomizer.irr_p)), below_q, strict=True))  # type: ignore[arg-type]
+    return list(zip(_row_masks(uniforms < float(randomizer.irr_p)), below_q, strict=True))
 
 
 def apply_irr(randomizer: Randomizer, permanent: int, masks: IrrMasks) -> int:
@@ -389,9 +389,7 @@ def apply_irr(randomizer: Randomizer, permanent: int, masks: IrrMasks) -> int:
     if not randomizer.has_irr:
         return permanent
     below_p, below_q = masks
-    if randomizer.mode == "asymmetric":  # 1 stays 1; 0 -> 1 when u < q
-        return permanent | below_q
-    return below_p | (permanent & below_q)  # 1 when u < p, or when permanent and u < q
+    return randomizer.mechanism.apply_irr(permanent, below_p, below_q)
 
 
 def instantaneous_mask(randomizer: Randomizer, permanent: int, num_bits: int, rng: RandomSource) -> int:
@@ -445,7 +443,7 @@ class ReportPlan:
         self.randomizer = params.randomizer(level)
         self._indices = params.encoding.indexer(cohort)
         self._noise = KeyedHmac(secret, noise_prefix(params.name))
-        self._tables = None if params.mode == "trusted" else fresh_tables(self.randomizer)
+        self._tables = fresh_tables(self.randomizer) if self.randomizer.mechanism.randomized else None
         self._header = payload_header(cohort, level)
         self._payload_bytes = (self.num_bits + 7) // 8
 

@@ -48,7 +48,7 @@ _EXPORTS: dict[str, str] = {
     "as_rng": "rng",
     "bit_epsilon": "accounting",
     "bloom_bits": "encodings",
-    "canonical_json": "params",
+    "canonical_json": "canonical",
     "canonical_value": "encodings",
     "check_sequence_privacy": "accounting",
     "correlated_releases": "multianalyst",
@@ -156,6 +156,7 @@ if TYPE_CHECKING:  # the names, for type checkers and editors
         sequence_bit_epsilon,
         sequence_pattern_probabilities,
     )
+    from .canonical import canonical_json
     from .encodings import (
         BloomEncoding,
         DirectEncoding,
@@ -189,7 +190,7 @@ if TYPE_CHECKING:  # the names, for type checkers and editors
         salap,
     )
     from .multianalyst import MechanismA, correlated_releases
-    from .params import MetricParams, canonical_json
+    from .params import MetricParams
     from .randomizers import Randomizer, laplace_rate_from_f, threshold_bits
     from .relaxation import (
         relax_exponential,

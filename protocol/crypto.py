@@ -34,8 +34,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from .canonical import canonical_json
 from .errors import DecryptError, ParameterError, ReportRejected, SignatureError
-from .params import canonical_json
 
 SEAL_INFO = b"onesided/seal/v1"
 SIGN_CONTEXT = b"onesided/sign/v1"

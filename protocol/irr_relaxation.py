@@ -62,7 +62,6 @@ from .accounting import ValueKind, round_up
 from .errors import ParameterError
 from .exact import bernoulli_choose
 from .randomizers import Randomizer
-from .relaxation import laplace_bit_law
 from .rng import RandomSource
 
 __all__ = [
@@ -84,14 +83,12 @@ Law = tuple[dict[tuple[int, ...], Fraction], dict[tuple[int, ...], Fraction]]
 
 def irr_level(randomizer: Randomizer) -> IrrLevel:
     """The IRR channel of ``randomizer``: symmetric ``(irr_p, irr_q)``, asymmetric ``(irr_q, 1)``, none ``(0, 1)``."""
-    if randomizer.mode == "trusted":
-        raise ParameterError("mode", "the trusted mode has no IRR to relax")
-    if not randomizer.has_irr:
+    if not randomizer.mechanism.irr_relaxable:
+        raise ParameterError("mode", f"the {randomizer.mode} mode has no IRR to relax")
+    channel = randomizer.irr_channel()
+    if channel is None:
         return (Fraction(0), Fraction(1))
-    q = Fraction(randomizer.irr_q)  # type: ignore[arg-type]
-    if randomizer.mode == "asymmetric":
-        return (q, Fraction(1))
-    return (Fraction(randomizer.irr_p), q)  # type: ignore[arg-type]
+    return (Fraction(channel[0]), Fraction(channel[1]))
 
 
 def irr_garbling(before: IrrLevel, after: IrrLevel) -> tuple[Fraction, Fraction]:
@@ -129,7 +126,7 @@ def irr_step_conditionals(before: IrrLevel, after: IrrLevel) -> tuple[Fraction, 
 
 
 def _check_same_kind(before: Randomizer, after: Randomizer) -> None:
-    if before.mode != after.mode:
+    if before.mechanism is not after.mechanism:
         raise ParameterError("mode", f"an IRR step keeps the mode, got {before.mode} then {after.mode}")
 
 
@@ -194,15 +191,8 @@ def _permanent_law(randomizers: Sequence[Randomizer]) -> tuple[list[int], Law]:
         raise ParameterError("levels", f"must not decrease from round to round, got {levels}")
     distinct = sorted(set(levels))
     index = [distinct.index(lv) for lv in levels]
-    n = len(distinct)
-    if randomizers[0].mode == "asymmetric":
-        # b = 1: always 1. b = 0: ones up to some level then zeros, P(B_i = 1) = exp(-L_i / 2).
-        ones = [Fraction(math.exp(-lv / 2.0)) for lv in distinct] + [Fraction(0)]
-        zero = {tuple(int(i < j) for i in range(n)): ones[j - 1] - ones[j] if j else 1 - ones[0] for j in range(n + 1)}
-        return index, ({k: v for k, v in zero.items() if v}, {(1,) * n: Fraction(1)})
-    law = laplace_bit_law(tuple(distinct))  # the exact law the simulations' relax_laplace_bits samples
-    patterns = [tuple((h >> i) & 1 for i in range(n)) for h in range(1 << n)]
-    return index, tuple({patterns[h]: p for h, p in enumerate(law[b]) if p} for b in (0, 1))  # type: ignore[return-value]
+    # asymmetric: the exponential chain; symmetric: the exact law the simulations' relax_laplace_bits samples
+    return index, randomizers[0].mechanism.permanent_chain_law(tuple(distinct))
 
 
 def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True) -> Law:
@@ -256,11 +246,7 @@ def report_chain_epsilon(
         return max(math.log(num[y]) - math.log(den[y]) for y in num)
 
     up, down = worst(law[1], law[0]), worst(law[0], law[1])
-    if randomizers[0].mode == "asymmetric":
-        return round_up(num_hashes * up)
-    if value_kind == "categorical":
-        return round_up(num_hashes * (up + down))
-    return round_up(num_hashes * max(up, down))
+    return round_up(randomizers[0].mechanism.chain_epsilon(up, down, value_kind, num_hashes))
 
 
 def report_agreement(before: Randomizer, after: Randomizer, permanent_one_share: float = 0.5) -> tuple[float, float]:

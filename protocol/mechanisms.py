@@ -64,7 +64,6 @@ from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from .accounting import round_up
 from .errors import ParameterError, TighteningRefused
 from .exact import (
     MAX_GRID_VALUE,
@@ -77,6 +76,7 @@ from .exact import (
     two_sided_geometric_exact,
 )
 from .rng import FloatArray, RandomSource, as_rng
+from .rounding import round_up
 from .validation import check_int, check_integer_array, check_number
 
 IntArray = npt.NDArray[np.int64]
@@ -420,11 +420,17 @@ class CentralMechanism(Protocol):
             multiples of the power-of-two ``step``, recorded in the release.
         sequential: answers threshold queries in order and stops (needs one
             threshold per count; nothing after the stop is published).
+        bounded: publishes within ``{0..n_max}`` (takes the largest possible
+            count ``n_max``, recorded in the release).
+        relaxable: has a lazy step (:meth:`relax`) for one-sided or Laplace
+            noise, so correlated releases can relax it.
     """
 
     name: ClassVar[str]
     integer: ClassVar[bool]
     sequential: ClassVar[bool]
+    bounded: ClassVar[bool]
+    relaxable: ClassVar[bool]
 
     @property
     def epsilon(self) -> float: ...
@@ -579,6 +585,8 @@ class ALapMechanism:
     name: ClassVar[str] = "alap"
     integer: ClassVar[bool] = False
     sequential: ClassVar[bool] = False
+    bounded: ClassVar[bool] = False
+    relaxable: ClassVar[bool] = True
 
     epsilon: float
     sensitivity: float = 1.0
@@ -733,6 +741,8 @@ class AGeoMechanism:
     name: ClassVar[str] = "ageo"
     integer: ClassVar[bool] = True
     sequential: ClassVar[bool] = False
+    bounded: ClassVar[bool] = True
+    relaxable: ClassVar[bool] = True
 
     epsilon: float
     n_max: int
@@ -958,6 +968,8 @@ class SALapMechanism(_RunsALap):
     name: ClassVar[str] = "salap"
     integer: ClassVar[bool] = False
     sequential: ClassVar[bool] = True
+    bounded: ClassVar[bool] = False
+    relaxable: ClassVar[bool] = False
 
     @property
     def one_sided(self) -> ALapMechanism:
@@ -1048,6 +1060,8 @@ class LaplaceMechanism(_RunsALap):
     name: ClassVar[str] = "laplace"
     integer: ClassVar[bool] = False
     sequential: ClassVar[bool] = False
+    bounded: ClassVar[bool] = False
+    relaxable: ClassVar[bool] = True
 
     @property
     def two_sided(self) -> ALapMechanism:
@@ -1093,6 +1107,8 @@ class GeometricMechanism:
     name: ClassVar[str] = "geometric"
     integer: ClassVar[bool] = True
     sequential: ClassVar[bool] = False
+    bounded: ClassVar[bool] = False
+    relaxable: ClassVar[bool] = False
 
     epsilon: float
     sensitivity: int = 1

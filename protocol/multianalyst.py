@@ -38,7 +38,6 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from .accounting import round_up
 from .errors import ParameterError
 from .exact import (
     check_grid,
@@ -48,9 +47,10 @@ from .exact import (
     two_sided_geometric_exact,
     uniform_below,
 )
-from .mechanisms import Monotonicity, check_level, on_grid
+from .mechanisms import Monotonicity, check_level, mechanism_class, mechanism_names, on_grid
 from .releases import Release, coerce_levels, make_release, relax_release
 from .rng import FloatArray, RandomSource, as_rng
+from .rounding import round_up
 from .validation import check_int, check_number
 
 __all__ = [
@@ -84,7 +84,7 @@ def correlated_releases(
     levels get identical answers. Mechanisms: ``laplace``, ``alap``, ``ageo``
     (those with a lazy step).
     """
-    if mechanism not in ("laplace", "alap", "ageo"):
+    if mechanism not in mechanism_names() or not mechanism_class(mechanism).relaxable:
         raise ParameterError("mechanism", f"must be laplace, alap or ageo for correlated releases, got {mechanism!r}")
     chain = coerce_levels(levels)
     source = as_rng(rng)

@@ -8,7 +8,6 @@ and read by clients. Its parameters are immutable once reports exist; the
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .accounting import Guarantee, ValueKind, guarantee
+from .canonical import canonical_json
 from .encodings import (
     BloomEncoding,
     BoolArray,
@@ -27,20 +27,14 @@ from .encodings import (
     Value,
     encoding_from_dict,
 )
-from .errors import ParameterError, PolicyError
-from .randomizers import MODES, Mode, Randomizer
+from .errors import ParameterError
+from .local.base import LocalMechanism, local_mechanism
+from .randomizers import Mode, Randomizer
 from .validation import check_int
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 VALUE_KINDS: tuple[str, ...] = ("set", "categorical")
 PARAMS_VERSION = 1
-
-
-def canonical_json(data: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8, no NaN: the bytes that are hashed and signed."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,17 +75,11 @@ class MetricParams:
             raise ParameterError("name", f"must match {NAME_PATTERN.pattern}, got {self.name!r}")
         if not isinstance(self.encoding, BloomEncoding | DirectEncoding | PrefixEncoding):
             raise ParameterError("encoding", "must be a BloomEncoding, DirectEncoding or PrefixEncoding")
-        if self.mode not in MODES:
-            raise ParameterError("mode", f"must be one of {MODES}, got {self.mode!r}")
+        mechanism = local_mechanism(self.mode)
         if self.value_kind not in VALUE_KINDS:
             raise ParameterError("value_kind", f"must be one of {VALUE_KINDS}, got {self.value_kind!r}")
         self._check_none_value()
-        if self.mode == "asymmetric" and self.value_kind == "categorical" and self.none_value is None:
-            raise PolicyError(
-                "mode",
-                "asymmetric randomization reveals true zeros; for single-valued categorical data "
-                "every value is sensitive: declare a non-sensitive none_value or use the symmetric mode",
-            )
+        mechanism.check_metric(self.value_kind, self.none_value)
         check_int("time_precision", self.time_precision, low=1, high=10**9)
         check_int("min_batch_size", self.min_batch_size, low=1, high=10**9)
         check_int("max_items", self.max_items, low=1, high=self.encoding.num_bits)
@@ -143,6 +131,11 @@ class MetricParams:
             self.encoding.check_cohort(cohort)
             return np.zeros(self.encoding.num_bits, dtype=bool)
         return self.encoding.encode(value_or_set, cohort)
+
+    @property
+    def local_mechanism(self) -> LocalMechanism:
+        """The mechanism of :attr:`mode` (what every mode-dependent question is asked of)."""
+        return local_mechanism(self.mode)
 
     def randomizer(self, level: float | None = None) -> Randomizer:
         """The bit randomizer at ``level`` (default: the initial level)."""
@@ -204,7 +197,7 @@ class MetricParams:
         mode = data["mode"]
         level = data.get("level")
         if level is None:
-            if mode != "trusted":
+            if local_mechanism(mode).randomized:
                 raise ParameterError("level", "is required for symmetric and asymmetric metrics")
             level = math.inf
         kwargs: dict[str, Any] = {k: data[k] for k in ("irr_p", "irr_q", "none_value") if k in data}

@@ -21,7 +21,7 @@ shape ``(clients, bits)`` (or ``(bits,)``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
@@ -30,27 +30,14 @@ import numpy.typing as npt
 
 from .errors import ParameterError
 from .exact import bernoulli_choose
-from .relaxation import relax_exponential, relax_exponential_bits, relax_laplace, relax_laplace_bits
+from .local.base import MODES, LocalMechanism, local_mechanism
+from .local.common import MAX_LEVEL, MIN_LEVEL
 from .rng import FloatArray, RandomSource, as_rng
-from .validation import check_probability
+
+__all__ = ["MAX_LEVEL", "MIN_LEVEL", "MODES", "Mode", "Randomizer", "laplace_rate_from_f", "threshold_bits"]
 
 Mode = Literal["symmetric", "asymmetric", "trusted"]
-MODES: tuple[str, ...] = ("symmetric", "asymmetric", "trusted")
 BoolArray = npt.NDArray[np.bool_]
-
-# The highest noise level (rate) a metric or a round may use. The device draws its noise from
-# uniforms on a grid of spacing 2**-52 (protocol.rng), so a bit probability exp(-level/2) is
-# realized to within a relative 2**-50 * exp(level/2) (the grid plus the rounding of log and
-# exp near the cut). At level 32 that is below 1e-8, so the probabilities the accounting uses
-# are the ones sampled to far better than the 1e-6 to which epsilons are rounded up; at ~73 and
-# above exp(-level/2) falls below the grid (no noise 1 can ever appear: an infinite loss).
-# Per-bit epsilon at the cap: 16 (asymmetric), ~16 (symmetric): far past any useful privacy.
-MAX_LEVEL = 32.0
-# The lowest noise level. A 0 bit is kept with probability 1 - exp(-level/2) ~ level/2, realized on
-# the same 2**-52 grid; at 1e-6 that is 5e-7, within a relative 5e-10 of what the accounting uses,
-# and decoding (which divides by it) stays finite. Below it the level means "pure noise" in theory
-# and, near 5e-324, a kept-probability of exactly 0 and a decoder dividing by zero in practice.
-MIN_LEVEL = 1e-6
 
 
 def threshold_bits(bits: npt.ArrayLike, noise: npt.ArrayLike) -> BoolArray:
@@ -82,36 +69,15 @@ class Randomizer:
     level: float
     irr_p: float | None = None
     irr_q: float | None = None
+    mechanism: LocalMechanism = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ParameterError("mode", f"must be one of {MODES}, got {self.mode!r}")
+        mechanism = local_mechanism(self.mode)
         lv = self.level
         if isinstance(lv, bool) or not isinstance(lv, int | float) or math.isnan(lv):
             raise ParameterError("level", f"must be a number, got {lv!r}")
-        if self.mode == "trusted":
-            if not math.isinf(lv):
-                raise ParameterError("level", f"must be inf for the trusted mode, got {lv}")
-            if self.irr_p is not None or self.irr_q is not None:
-                raise ParameterError("irr_q", "must be null for the trusted mode")
-            return
-        if not MIN_LEVEL <= lv <= MAX_LEVEL:
-            raise ParameterError(
-                "level", f"must be in [{MIN_LEVEL:g}, {MAX_LEVEL:g}] (MIN_LEVEL, MAX_LEVEL), got {lv}"
-            )
-        for name, value in (("irr_p", self.irr_p), ("irr_q", self.irr_q)):
-            if value is not None:
-                check_probability(name, value)
-        if self.mode == "symmetric":
-            if (self.irr_p is None) != (self.irr_q is None):
-                raise ParameterError("irr_q", "irr_p and irr_q go together in the symmetric mode")
-            if self.irr_p is not None and self.irr_q is not None and not self.irr_p < self.irr_q:
-                raise ParameterError("irr_q", f"must be > irr_p ({self.irr_p}), got {self.irr_q}")
-        else:
-            if self.irr_p is not None:
-                raise ParameterError("irr_p", "must be null in the asymmetric mode (1 is always reported 1)")
-            if self.irr_q is not None and self.irr_q >= 1.0:
-                raise ParameterError("irr_q", f"must be < 1, got {self.irr_q}")
+        mechanism.check(lv, self.irr_p, self.irr_q)
+        object.__setattr__(self, "mechanism", mechanism)
 
     @property
     def has_irr(self) -> bool:
@@ -128,21 +94,19 @@ class Randomizer:
     # --- closed forms -------------------------------------------------
     def permanent_probabilities(self) -> tuple[float, float]:
         """``(P(B'=1 | b=0), P(B'=1 | b=1))`` for the memoized bit."""
-        if self.mode == "trusted":
-            return (0.0, 1.0)
-        if self.mode == "symmetric":
-            return (self.f / 2.0, 1.0 - self.f / 2.0)
-        return (self.f, 1.0)
+        return self.mechanism.permanent_probabilities(self.level)
+
+    def irr_channel(self) -> tuple[float, float] | None:
+        """The IRR's ``(P(report 1 | B'=0), P(report 1 | B'=1))``; ``None`` without an IRR."""
+        return self.mechanism.irr_channel(self.irr_p, self.irr_q)
 
     def probabilities(self) -> tuple[float, float]:
         """``(p*, q*) = (P(report 1 | b=0), P(report 1 | b=1))`` including the IRR."""
         p0, p1 = self.permanent_probabilities()
-        if not self.has_irr:
+        channel = self.irr_channel()
+        if channel is None:
             return (p0, p1)
-        q = float(self.irr_q)  # type: ignore[arg-type]
-        p = 0.0 if self.mode == "asymmetric" else float(self.irr_p)  # type: ignore[arg-type]
-        if self.mode == "asymmetric":
-            return (p0 + (1 - p0) * q, 1.0)
+        p, q = channel
         return (p0 * q + (1 - p0) * p, p1 * q + (1 - p1) * p)
 
     def exact_probabilities(self) -> tuple[Fraction, Fraction]:
@@ -153,31 +117,20 @@ class Randomizer:
         ``report(bits, draw_noise(...))`` had its uniforms no grid.
         """
         p0, p1 = (Fraction(x) for x in self.permanent_probabilities())
-        if not self.has_irr:
+        channel = self.irr_channel()
+        if channel is None:
             return (p0, p1)
-        q = Fraction(self.irr_q)  # type: ignore[arg-type]
-        p = Fraction(0) if self.mode == "asymmetric" else Fraction(self.irr_p)  # type: ignore[arg-type]
-        if self.mode == "asymmetric":
-            return (p0 + (1 - p0) * q, Fraction(1))
+        p, q = (Fraction(x) for x in channel)
         return (p0 * q + (1 - p0) * p, p1 * q + (1 - p1) * p)
 
     # --- sampling -----------------------------------------------------
     def draw_noise(self, shape: int | tuple[int, ...], rng: RandomSource | None = None) -> FloatArray:
         """Fresh memoized noise ``V`` at this level (one uniform per bit)."""
-        source = as_rng(rng)
-        if self.mode == "symmetric":
-            return source.laplace(self.level, shape)
-        if self.mode == "asymmetric":
-            return source.exponential(self.level, shape)
-        return np.zeros(shape)
+        return self.mechanism.draw_noise(self.level, shape, as_rng(rng))
 
     def relax_noise(self, noise: npt.ArrayLike, level_to: float, rng: RandomSource | None = None) -> FloatArray:
         """The lazy step from this level to ``level_to`` (Laplace or exponential)."""
-        if self.mode == "symmetric":
-            return relax_laplace(noise, self.level, level_to, rng)
-        if self.mode == "asymmetric":
-            return relax_exponential(noise, self.level, level_to, rng)
-        raise ParameterError("mode", "the trusted mode has no noise to relax")
+        return self.mechanism.relax_noise(noise, self.level, level_to, rng)
 
     def permanent(self, bits: npt.ArrayLike, noise: npt.ArrayLike) -> BoolArray:
         """Memoized bits ``[b + V > 1/2]``; never leaves the device."""
@@ -186,14 +139,11 @@ class Randomizer:
     def instantaneous(self, permanent: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """The IRR, fresh per transmission: one uniform per bit when the IRR is on."""
         perm = np.asarray(permanent, dtype=bool)
-        if not self.has_irr:
+        if self.irr_q is None:
             return perm.copy()
         u = as_rng(rng).uniform(perm.shape)
-        if self.mode == "asymmetric":
-            return perm | (u < float(self.irr_q))  # type: ignore[arg-type]
-        q, p = float(self.irr_q), float(self.irr_p)  # type: ignore[arg-type]
-        out: BoolArray = (u < p) | (perm & (u < q))  # p < q: u < p implies u < q
-        return out
+        below_p = None if self.irr_p is None else u < float(self.irr_p)
+        return self.mechanism.apply_irr(perm, below_p, u < float(self.irr_q))
 
     def report(self, bits: npt.ArrayLike, noise: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """What is sent: IRR of the permanent bits. ``rng`` feeds the IRR only."""
@@ -207,16 +157,7 @@ class Randomizer:
         a cut: bit-identical, without computing ``V`` (the million-client path).
         """
         b = np.asarray(bits, dtype=bool)
-        if self.mode == "trusted":
-            return b.copy()
-        p0, p1 = self.permanent_probabilities()
-        if self.mode == "asymmetric":
-            return b | (u < p0)  # V = -ln(u)/L > 1/2  <=>  u < exp(-L/2)
-        # Laplace: V = F^{-1}(u) > 1/2 - b  <=>  u > F(1/2 - b) = 1 - P(B'=1 | b)
-        # The cut for b=1 (f/2) is below the cut for b=0 (1 - f/2): "above the high cut, or b and above
-        # the low one" selects per bit without building a per-bit array of cuts.
-        out: BoolArray = (u > 1.0 - p0) | (b & (u > 1.0 - p1))
-        return out
+        return self.mechanism.permanent_from_uniforms(b, u, self.permanent_probabilities())
 
     def simulate(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """Fresh noise, then the IRR: the one-shot path for simulations.
@@ -229,25 +170,24 @@ class Randomizer:
         as probabilities; it does not consume the stream the same way.
         """
         b = np.asarray(bits, dtype=bool)
-        if self.mode == "trusted":
+        if not self.mechanism.randomized:
             return b.copy()
         return bernoulli_choose(rng, self.exact_probabilities(), b)
 
     def sample_permanent(self, bits: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """Fresh permanent bits for simulations: True w.p. ``permanent_probabilities()[b]`` exactly."""
         b = np.asarray(bits, dtype=bool)
-        if self.mode == "trusted":
+        if not self.mechanism.randomized:
             return b.copy()
         return bernoulli_choose(rng, self.permanent_probabilities(), b)
 
     def sample_instantaneous(self, permanent: npt.ArrayLike, rng: RandomSource | None = None) -> BoolArray:
         """The IRR for simulations, with its probabilities exactly (:meth:`instantaneous` in law)."""
         perm = np.asarray(permanent, dtype=bool)
-        if not self.has_irr:
+        channel = self.irr_channel()
+        if channel is None:
             return perm.copy()
-        q = float(self.irr_q)  # type: ignore[arg-type]
-        probs = (q, 1.0) if self.mode == "asymmetric" else (float(self.irr_p), q)  # type: ignore[arg-type]
-        return bernoulli_choose(rng, probs, perm)
+        return bernoulli_choose(rng, channel, perm)
 
     def relax_permanent(
         self, bits: npt.ArrayLike, permanent: npt.ArrayLike, level_to: float, rng: RandomSource | None = None
@@ -270,8 +210,4 @@ class Randomizer:
         Raises:
             ParameterError: (field ``mode``) a trusted randomizer.
         """
-        if self.mode == "asymmetric":
-            return relax_exponential_bits(bits, permanent, self.level, level_to, rng)
-        if self.mode == "symmetric":
-            return relax_laplace_bits(bits, permanent, (self.level,), level_to, rng)
-        raise ParameterError("mode", "the trusted mode has no noise to relax")
+        return self.mechanism.relax_permanent(bits, permanent, self.level, level_to, rng)

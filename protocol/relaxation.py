@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from .errors import ParameterError, TighteningRefused
 from .exact import bernoulli_choose, bernoulli_exact
+from .laplace_chain import laplace_permanent_probabilities, sequence_pattern_probabilities
 from .rng import FloatArray, RandomSource, as_rng
 from .validation import check_integer_array, check_number
 
@@ -167,10 +168,8 @@ def relax_exponential_bits(
 
 
 def _stated_permanent(level: float) -> tuple[Fraction, Fraction]:
-    """``Randomizer(mode="symmetric", level=level).permanent_probabilities()`` as exact rationals."""
-    from .randomizers import Randomizer  # randomizers imports this module
-
-    p0, p1 = Randomizer(mode="symmetric", level=level).permanent_probabilities()
+    """The symmetric randomizer's ``permanent_probabilities()`` at ``level`` as exact rationals."""
+    p0, p1 = laplace_permanent_probabilities(level)
     return Fraction(p0), Fraction(p1)
 
 
@@ -214,7 +213,7 @@ def laplace_bit_conditionals(levels: tuple[float, ...]) -> tuple[tuple[Fraction,
     """``cond[b][h] = P(y = 1 | b, pattern h at levels[:-1])`` for the release at ``levels[-1]``, exact rationals.
 
     From the Laplace chain's joint pattern law
-    (:func:`protocol.accounting.sequence_pattern_probabilities`, quadrature,
+    (:func:`protocol.laplace_chain.sequence_pattern_probabilities`, quadrature,
     ``P(y | 1) = P0(not y)``), each conditional rounded to a double, except
     one per ``b``: the history of the largest probability, whose conditional
     is solved in exact rationals so that the mixture over the histories'
@@ -226,9 +225,6 @@ def laplace_bit_conditionals(levels: tuple[float, ...]) -> tuple[tuple[Fraction,
         ParameterError: (field ``levels``) fewer than 2 or more than
             :data:`MAX_BIT_CHAIN_LEVELS` levels, not strictly increasing.
     """
-    # accounting imports randomizers, which imports this module
-    from .accounting import sequence_pattern_probabilities
-
     seq = _check_chain(levels)
     if len(seq) < 2:
         raise ParameterError("levels", "a relaxation needs at least 2 levels")

@@ -106,7 +106,7 @@ def one_sided_q(params: MetricParams, level: float | None) -> float:
     Raises:
         ParameterError: (``mode``) for the symmetric mode.
     """
-    if params.mode == "symmetric":
+    if params.local_mechanism.two_sided:
         raise ParameterError(
             "mode",
             "is 'symmetric': two-sided noise reports true ones as zeros, so no count bounds the "

@@ -131,7 +131,7 @@ class RapporParams:
         enc = params.encoding
         k, h, m = enc.num_bits, enc.num_hashes, enc.num_cohorts
         randomizer = params.randomizer(level)
-        if params.mode == "symmetric":
+        if params.local_mechanism.two_sided:
             p = 0.0 if randomizer.irr_p is None else randomizer.irr_p
             q = 1.0 if randomizer.irr_q is None else randomizer.irr_q
             return cls(k=k, h=h, m=m, p=p, q=q, f=randomizer.f)

@@ -39,6 +39,7 @@ from aggregator.research.populations import RelaxationDraw, SyntheticCity
 from protocol.accounting import sequence_pattern_probabilities
 from protocol.encodings import BloomEncoding
 from protocol.errors import ParameterError
+from protocol.local import local_mechanism
 from protocol.randomizers import Randomizer
 from protocol.rng import FloatArray, RandomSource
 from protocol.validation import check_int
@@ -89,11 +90,12 @@ def permanent_pattern_probabilities(mode: str, levels: tuple[float, ...]) -> tup
       ``b = 1`` always reads all ones.
     """
     patterns = _patterns(len(levels))
-    if mode == "symmetric":
+    mechanism = local_mechanism(mode)
+    if mechanism.two_sided:
         table = sequence_pattern_probabilities(tuple(float(x) for x in levels))
         p0 = np.array([table[y] for y in patterns])
         p1 = np.array([table[tuple(1 - b for b in y)] for y in patterns])
-    elif mode == "asymmetric":
+    elif mechanism.one_sided:
         cut = [1.0, *(math.exp(-lv / 2.0) for lv in levels), 0.0]
         p0, p1 = np.zeros(len(patterns)), np.zeros(len(patterns))
         for j in range(len(levels) + 1):
@@ -112,12 +114,10 @@ def _normalized(p: FloatArray) -> FloatArray:
 
 def _irr_matrix(randomizer: Randomizer) -> FloatArray:
     """``T[B, r] = P(report r | permanent B)`` of one transmission."""
-    if not randomizer.has_irr:
+    channel = randomizer.irr_channel()  # asymmetric (irr_q, 1): 1 -> 1; 0 -> 1 w.p. irr_q
+    if channel is None:
         return np.eye(2)
-    q = float(randomizer.irr_q)  # type: ignore[arg-type]
-    if randomizer.mode == "asymmetric":  # 1 -> 1; 0 -> 1 w.p. irr_q
-        return np.array([[1.0 - q, q], [0.0, 1.0]])
-    p = float(randomizer.irr_p)  # type: ignore[arg-type]
+    p, q = channel
     return np.array([[1.0 - p, p], [1.0 - q, q]])
 
 

@@ -61,6 +61,7 @@ from scipy import stats
 from protocol.accounting import sequence_bit_epsilon
 from protocol.encodings import BloomEncoding, DirectEncoding, Encoding, Value
 from protocol.errors import ParameterError
+from protocol.local import local_mechanism
 from protocol.mechanisms import AGeoMechanism, ALapMechanism, SALapMechanism
 from protocol.params import MetricParams
 from protocol.randomizers import Mode, Randomizer
@@ -634,7 +635,7 @@ def _report_target(
         claimed=params.guarantee().epsilon_per_report,
         sample_a=functools.partial(_reports, randomizer, bits_a),
         sample_b=functools.partial(_reports, randomizer, bits_b),
-        direction="a_over_b" if params.mode == "asymmetric" else "both",
+        direction="a_over_b" if params.local_mechanism.one_sided else "both",
         focus=tuple(int(i) for i in np.flatnonzero(bits_a != bits_b)),
         description=f"{params.mode} {params.encoding.kind} m={params.num_bits} k={params.encoding.num_hashes}, "
         f"level {params.level:.4g}{irr}; {neighbour}",
@@ -643,7 +644,7 @@ def _report_target(
 
 def _set_target(name: str, encoding: Encoding, mode: Mode, *, irr: bool) -> AuditTarget:
     x, y = _disjoint_values(encoding, 2)
-    params = _metric(encoding, mode, _SYM_LEVEL if mode == "symmetric" else _ASYM_LEVEL, irr=irr)
+    params = _metric(encoding, mode, _ASYM_LEVEL if local_mechanism(mode).one_sided else _SYM_LEVEL, irr=irr)
     return _report_target(name, params, frozenset({x, y}), frozenset({y}), "set {x, y} vs {y} (x removed)")
 
 
@@ -672,7 +673,7 @@ def _chain_target(name: str, mode: Mode, levels: tuple[float, float]) -> AuditTa
         claimed=per_bit * params.guarantee().bits_changed,
         sample_a=functools.partial(_relaxed_chain, randomizer, levels[1], bits_a),
         sample_b=functools.partial(_relaxed_chain, randomizer, levels[1], bits_b),
-        direction="a_over_b" if mode == "asymmetric" else "both",
+        direction="a_over_b" if local_mechanism(mode).one_sided else "both",
         focus=tuple(int(i) for i in (*changed, *(changed + params.num_bits))),
         description=f"{mode} bloom m={params.num_bits} k=2, memoized at level {levels[0]:.4g}, relaxed to "
         f"{levels[1]:.4g}, both permanent vectors released; set {{x}} vs {{}}",

@@ -177,7 +177,7 @@ def item_limit(params: MetricParams) -> int | None:
 
     :func:`protocol.accounting.contribution_bound`: the bound the central releases assume.
     """
-    if params.mode != "trusted":
+    if params.local_mechanism.randomized:
         return None
     return contribution_bound(params).ones
 

@@ -161,7 +161,7 @@ def privacy_summary(params: MetricParams, round_to: Sequence[float] | None = Non
     """
     from client_sdk.ledger import window_cost
 
-    if params.mode == "trusted" or params.level is None:
+    if not params.local_mechanism.randomized or params.level is None:
         return {"mode": params.mode, "local_noise": False,
                 "note": "reports are not randomized on the device; privacy comes from central releases"}
     g = params.guarantee()

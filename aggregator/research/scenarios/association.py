@@ -38,6 +38,7 @@ from aggregator.research.scenarios.plotting import pyplot, save_figure
 from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.encodings import BloomEncoding, DirectEncoding, Encoding
 from protocol.errors import ParameterError
+from protocol.local import local_mechanism
 from protocol.params import MetricParams
 from protocol.randomizers import Mode
 from protocol.rng import RandomSource
@@ -88,7 +89,7 @@ def _params(setup: AssociationSetup, kind: str, mode: Mode, epsilon: float) -> M
     a, b = _names(setup)
     encoding: Encoding = (DirectEncoding(domain=pair_domain(a, b)) if kind == "direct" else
                           BloomEncoding(num_bits=setup.bloom_bits, num_hashes=1, num_cohorts=setup.bloom_cohorts))
-    return MetricParams(name="pair", encoding=encoding, mode=mode, value_kind="set" if mode == "asymmetric"
+    return MetricParams(name="pair", encoding=encoding, mode=mode, value_kind="set" if local_mechanism(mode).one_sided
                         else "categorical", level=level_for_epsilon(mode, epsilon))
 
 

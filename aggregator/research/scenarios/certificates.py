@@ -252,12 +252,10 @@ def _safe_theory(name: str, counts: IntArray, t: int, eps: float, setup: Certifi
         return None
     if name == "local_alpha0":  # ones = c + Binomial(N - c, q), q = exp(-eps)
         return float(np.mean(special.bdtr(t - safe, setup.clients - safe, math.exp(-eps))))
-    if name == "alap":
-        mech = ALapMechanism(epsilon=eps)
+    central = {m.name: m for m in (ALapMechanism(epsilon=eps), AGeoMechanism(epsilon=eps, n_max=setup.clients))}
+    if name in central:  # the central certificate of the mechanism registered under that name
+        mech = central[name]
         return float(np.mean([mech.certificate_probability(int(c), t) for c in safe]))
-    if name == "ageo":
-        geo = AGeoMechanism(epsilon=eps, n_max=setup.clients)
-        return float(np.mean([geo.certificate_probability(int(c), t) for c in safe]))
     if name == "dp":
         cut = _dp_saturation(eps, setup.alpha)
         return float(np.mean([

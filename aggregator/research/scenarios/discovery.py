@@ -38,6 +38,7 @@ from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.accounting import ValueKind
 from protocol.encodings import PrefixEncoding
 from protocol.errors import ParameterError
+from protocol.local import local_mechanism
 from protocol.params import MetricParams
 from protocol.randomizers import Mode
 from protocol.rng import RandomSource
@@ -120,7 +121,7 @@ def level_for_epsilon(mode: Mode, epsilon: float, num_hashes: int = 1) -> float:
     Symmetric categorical: ``eps = 2k ln((1 - f/2) / (f/2))`` with ``f = exp(-level/2)``;
     asymmetric set (one member): ``eps = k level / 2``.
     """
-    if mode == "asymmetric":
+    if local_mechanism(mode).one_sided:
         return 2.0 * epsilon / num_hashes
     half_f = 1.0 / (1.0 + math.exp(epsilon / (2.0 * num_hashes)))
     return -2.0 * math.log(2.0 * half_f)
@@ -157,7 +158,7 @@ def reported_counts(params: MetricParams, table: IntArray, holders: IntArray, ge
 
 def _metric(setup: DiscoverySetup, layout: Layout, mode: Mode, epsilon: float) -> MetricParams:
     encoding = PrefixEncoding(num_bits=setup.num_bits, num_hashes=1, lengths=layout.lengths(setup.max_length))
-    kind: ValueKind = "set" if mode == "asymmetric" else "categorical"
+    kind: ValueKind = "set" if local_mechanism(mode).one_sided else "categorical"
     return MetricParams(name="discovery", encoding=encoding, mode=mode, value_kind=kind,
                         level=level_for_epsilon(mode, epsilon))
 

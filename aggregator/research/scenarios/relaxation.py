@@ -179,7 +179,7 @@ def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np
             extra = base.with_level(pair[1] - pair[0])
             for rep in range(setup.repetitions):
                 perm = draw(list(base.permanent_probabilities()), b8)
-                if mode == "asymmetric":
+                if base.mechanism.one_sided:
                     keep = draw([Fraction(to.f) / Fraction(base.f)], xp.zeros_like(b8))
                     relaxed = perm & (bits | keep)
                 else:

@@ -64,7 +64,7 @@ def _fields(allowed: tuple[str, ...]) -> dict[str, Any]:
 
 def _metric(name: str) -> MetricRecord:
     metric = app_state().storage.require_metric(name)
-    if metric.params.mode == "trusted" and current_token().role != "admin":
+    if not metric.params.local_mechanism.randomized and current_token().role != "admin":
         raise Forbidden("metric", f"{name!r} is trusted: its exact counts reach analysts only as central releases")
     return metric
 

@@ -111,7 +111,7 @@ def _request_fields(allowed: Sequence[str]) -> tuple[dict[str, Any], str]:
 def _metric_for_caller(name: str) -> MetricRecord:
     """The metric; an analyst may not read a trusted metric's exact counts here."""
     metric = app_state().storage.require_metric(name)
-    if metric.params.mode == "trusted" and current_token().role != "admin":
+    if not metric.params.local_mechanism.randomized and current_token().role != "admin":
         raise Forbidden(
             "metric",
             f"{name!r} is trusted: its exact counts reach analysts only as central releases "

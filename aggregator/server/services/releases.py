@@ -178,7 +178,7 @@ class ReleaseRequest:
             )
         if self.sensitivity is not None and _number("sensitivity", self.sensitivity) < 1:
             raise ParameterError("sensitivity", f"must be >= 1 (visits per protected change), got {self.sensitivity}")
-        if self.sensitivity is not None and self.mechanism in ("ageo", "geometric") and self.sensitivity % 1:
+        if self.sensitivity is not None and mechanism_class(self.mechanism).integer and self.sensitivity % 1:
             raise ParameterError("sensitivity", f"must be an integer for {self.mechanism}, got {self.sensitivity}")
 
     @property
@@ -359,7 +359,7 @@ def check_release_source(metric: MetricRecord) -> None:
         ParameterError: (field ``metric``) not the trusted mode, or not the direct encoding.
     """
     params = metric.params
-    if params.mode != "trusted":
+    if params.local_mechanism.randomized:
         raise ParameterError(
             "metric", f"{metric.name!r} is {params.mode}: its counts are randomized on the devices; "
             "central releases need a trusted metric (exact counts)"
@@ -383,7 +383,7 @@ def release_sensitivity(params: MetricParams, mechanism: str) -> int:
     not released (:func:`check_release_source`), and that is the bound to use if they were.
     """
     bound = contribution_bound(params)  # the one ingestion enforces
-    if mechanism == "salap":
+    if mechanism_class(mechanism).sequential:
         return bound.per_count
     return bound.ones
 
@@ -483,12 +483,12 @@ class ReleaseService:
               levels: dict[str, float], sensitivity: float) -> dict[str, Release]:
         common: dict[str, Any] = {
             "sensitivity": sensitivity, "monotonicity": MONOTONICITY,
-            "n_max": n_max if request.mechanism == "ageo" else None, "rng": self.rng,
+            "n_max": n_max if mechanism_class(request.mechanism).bounded else None, "rng": self.rng,
         }
         if request.analysts is None:
             (name, eps), = levels.items()
             thresholds = None
-            if request.mechanism == "salap":  # a bottom is the certificate answer < floor(t) + 1
+            if mechanism_class(request.mechanism).sequential:  # a bottom is the certificate answer < floor(t) + 1
                 grid = SALapMechanism(epsilon=eps, sensitivity=sensitivity).step  # the grid make_release uses
                 thresholds = [certificate_cut(request.threshold, grid)] * counts.size
             return {name: make_release(request.mechanism, counts, eps, thresholds=thresholds, **common)}

@@ -60,7 +60,7 @@ def check_relaxable(metric: MetricRecord) -> None:
     Raises:
         ParameterError: field ``metric``.
     """
-    if metric.params.mode == "trusted":
+    if not metric.params.local_mechanism.relaxable:
         raise ParameterError("metric", f"{metric.name!r} is trusted: exact bits have no noise to relax")
 
 
