@@ -12,7 +12,7 @@ import pytest
 
 mpmath = pytest.importorskip("mpmath")
 
-from protocol import accounting  # noqa: E402
+from protocol import accounting, laplace_chain  # noqa: E402
 from protocol.errors import ParameterError  # noqa: E402
 from protocol.laplace_chain_rigorous import (  # noqa: E402
     _exp_enclosure,
@@ -23,7 +23,7 @@ from protocol.laplace_chain_rigorous import (  # noqa: E402
 )
 
 # What a charge may exceed the exact epsilon by: the 1e-6 rounding step plus the quadrature slack.
-STEP = 1e-6 + accounting._QUAD_SLACK
+STEP = 1e-6 + laplace_chain.QUAD_SLACK
 
 RAPPOR = 2.0 * math.log(2.0)  # f = 1/2
 # 2-6 levels in [0.1, 8]: narrow, RAPPOR-like (relaxing f = 1/2 towards f = 1/4), near-coincident, wide.
@@ -194,17 +194,14 @@ def test_bad_levels_name_the_field() -> None:
             enclosed_sequence_epsilon(bad)
 
 
-# Findings for the accounting module (owned elsewhere; the patch is described in the issue-24 report).
-@pytest.mark.xfail(strict=True, reason="nested quadrature overestimates chains whose first rate is far below "
-                   "the next (0.05 -> 32: by 5e-3): the charge is a bound, not the exact value it claims")
+# Once findings (wide chains overcharged by the float quadrature; 7+ levels left at the bound): the charge
+# is now the enclosure's upper end up to MAX_ENCLOSED_LAPLACE_LEVELS levels.
 def test_wide_chains_up_to_max_level_are_charged_tightly() -> None:
     for levels in [(0.05, 32.0, 32.032), (0.1, 16.0, 32.0), (0.05, 8.0, 8.008)]:
         charge, exact, certified = charge_check(levels)
         assert exact and certified.hi <= charge <= certified.lo + STEP, levels
 
 
-@pytest.mark.xfail(strict=True, reason="chains of 7+ levels keep the continuous bound (exact = False) while the "
-                   "double enclosure proves the exact value in under a second")
 def test_long_chains_are_charged_the_enclosed_value() -> None:
     levels = tuple(1.0 + 0.5 * i for i in range(8))
     charge, exact, certified = charge_check(levels)

@@ -106,11 +106,15 @@ def test_the_ledger_charges_a_four_level_window_exactly() -> None:
     assert exact and cost == sequence_bit_epsilon("symmetric", (1.0, 1.5, 2.0, 2.5))[0] < 2.5
 
 
-def test_too_long_or_too_wide_chains_keep_the_continuous_bound() -> None:
-    seven = tuple(1.0 + 0.1 * i for i in range(7))
-    assert sequence_bit_epsilon("symmetric", seven) == (seven[-1], False)
-    wide = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # 969 pieces x 128 steps: past MAX_FORWARD_WORK, not run on a device
-    assert sequence_bit_epsilon("symmetric", wide) == (16.0, False)
+def test_chains_past_the_enclosure_keep_the_continuous_bound() -> None:
+    eleven = tuple(1.0 + 0.1 * i for i in range(11))  # past MAX_ENCLOSED_LAPLACE_LEVELS: the continuous bound
+    assert sequence_bit_epsilon("symmetric", eleven) == (eleven[-1], False)
     with pytest.raises(ParameterError) as info:
-        check_sequence_privacy("symmetric", wide, 20.0)
+        check_sequence_privacy("symmetric", eleven, 20.0)
     assert info.value.field == "levels"
+    # seven levels, and a chain too wide for the float grid (969 pieces x 128 steps), are charged the
+    # proven enclosure: exact, below the bound
+    for chain in (eleven[:7], (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)):
+        eps, exact = sequence_bit_epsilon("symmetric", chain)
+        assert exact and eps < chain[-1]
+        assert check_sequence_privacy("symmetric", chain, eps) and not check_sequence_privacy("symmetric", chain, eps * 0.99)

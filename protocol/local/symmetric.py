@@ -15,13 +15,8 @@ from typing import ClassVar
 import numpy.typing as npt
 
 from ..errors import ParameterError
-from ..laplace_chain import (
-    MAX_EXACT_LAPLACE_LEVELS,
-    QUAD_SLACK,
-    exact_feasible,
-    laplace_permanent_probabilities,
-    laplace_sequence_epsilon,
-)
+from ..laplace_chain import laplace_permanent_probabilities
+from ..laplace_chain_rigorous import MAX_ENCLOSED_LAPLACE_LEVELS, enclosed_charge
 from ..relaxation import laplace_bit_law, relax_laplace, relax_laplace_bits
 from ..rng import FloatArray, RandomSource
 from ..rounding import round_up
@@ -129,20 +124,26 @@ class SymmetricMechanism(StatesNeighbours):
         return num_hashes * max(up, down)
 
     def sequence_bit_epsilon(self, levels: tuple[float, ...]) -> tuple[float, bool]:
-        """Exact up to :data:`~protocol.laplace_chain.MAX_EXACT_LAPLACE_LEVELS` levels; else ``levels[-1]``, a bound."""
+        """The proven upper end of the chain's epsilon, rounded up; exact when that end is within 1e-9.
+
+        Up to :data:`~protocol.laplace_chain_rigorous.MAX_ENCLOSED_LAPLACE_LEVELS` levels the epsilon is
+        enclosed in outward-rounded double intervals (closed form per piece); longer chains, or an
+        enclosure no better than it, are charged ``levels[-1]``, the continuous-process bound.
+        """
         if len(levels) == 1:
             return round_up(self.bit_epsilon(levels[0])), True
-        if len(levels) <= MAX_EXACT_LAPLACE_LEVELS and exact_feasible(levels):
-            return round_up(laplace_sequence_epsilon(levels), slack=QUAD_SLACK), True
+        if len(levels) <= MAX_ENCLOSED_LAPLACE_LEVELS:
+            high, exact = enclosed_charge(levels)
+            if high < levels[-1]:
+                return round_up(high), exact
         return round_up(levels[-1]), False
 
     def check_sequence_privacy(self, levels: tuple[float, ...], epsilon: float) -> bool:
-        if len(levels) > MAX_EXACT_LAPLACE_LEVELS or not exact_feasible(levels):
-            raise ParameterError("levels", f"exact check supports at most {MAX_EXACT_LAPLACE_LEVELS} levels "
-                                 "(4 or more within a ratio of rates the forward grid holds)")
+        if len(levels) > MAX_ENCLOSED_LAPLACE_LEVELS:
+            raise ParameterError("levels", f"exact check supports at most {MAX_ENCLOSED_LAPLACE_LEVELS} levels")
         if len(levels) == 1:
             return self.bit_epsilon(levels[0]) <= epsilon + 1e-12
-        return laplace_sequence_epsilon(levels) <= epsilon + 1e-12
+        return enclosed_charge(levels)[0] <= epsilon + 1e-12
 
     def permanent_chain_law(self, levels: tuple[float, ...]) -> ChainLaw:
         """``P(memoized bits at levels | b)``: the law :func:`~protocol.relaxation.relax_laplace_bits` samples."""
