@@ -1,0 +1,158 @@
+"""From a value to a queued report: the one pipeline every report of a client takes.
+
+:class:`Reporter` turns a value into a queue item: the metric's
+:class:`~client_sdk.memo.ReportPlan` (encode, memoized noise through the
+window's chain of levels, fresh IRR, packed payload; made once per
+metric, cohort and level and reused), an IRR drawn ahead
+(:class:`~client_sdk.pools.IrrPool`) and an ephemeral X25519 key taken from
+the pool (:class:`~client_sdk.pools.EphemeralPool`), which fixes the
+report's id before it is sealed. A window's first report and a round's
+re-send of it differ only in the chain they pass. The ledger's rules
+(what may be reported, what it costs) are the client's; nothing here
+charges anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from protocol.encodings import Value, canonical_value
+from protocol.errors import ParameterError, PolicyError
+from protocol.params import MetricParams
+from protocol.rng import RandomSource
+from protocol.wire import ConfigPayload, MetricEntry
+
+from .ledger import MetricRecord
+from .memo import ReportPlan, noise_key, prepare_level
+from .pools import EphemeralPool, HeldKeys, IrrPool
+from .queue import Item, pending_item
+
+log = logging.getLogger("onesided.client")
+
+
+class AlreadyReported(PolicyError):
+    """A metric takes one value per window: another value was already reported in this window."""
+
+    code = "already_reported"
+
+
+def check_kind(params: MetricParams, value_or_set: Value | tuple[Value, ...]) -> None:
+    """A categorical metric takes one value, never a set."""
+    if params.value_kind == "categorical" and not isinstance(value_or_set, str | bytes):
+        raise ParameterError("value", f"{params.name!r} is categorical: report one value, not a set")
+
+
+def repeat(record: MetricRecord, window: int, value: str) -> str:
+    """A second report in the metric's latest window: the same value is a no-op, another is refused.
+
+    ``value`` is the base64url canonical value (:attr:`~client_sdk.ledger.WindowRelease.value`).
+    """
+    current = record.current
+    assert current is not None  # noqa: S101 - the caller checked
+    if window < current.window:
+        raise PolicyError(
+            "window", f"the clock is before the window of this metric's last report ({current.window}); "
+            "a past window cannot be reported again",
+        )
+    if current.value == value:
+        return current.report_id
+    raise AlreadyReported(
+        "value", f"metric {record.params['name']!r} already reported another value in window {window}; "
+        "a metric takes one value per window (the next window starts at "
+        f"{window + int(record.params['time_precision'])})",
+    )
+
+
+class Reporting(NamedTuple):
+    """What a client reuses for a metric until the config, the record or its level changes."""
+
+    entry: MetricEntry
+    record: MetricRecord
+    plan: ReportPlan
+
+
+class Reporter:
+    """A client's report pipeline, with the randomness it makes ahead of time.
+
+    Args:
+        rng: the source of the IRR (the client's).
+
+    Attributes:
+        ephemeral: the pool of ephemeral X25519 keys (one per report).
+        held: the key objects of queued reports, kept for the sender.
+        irr: the IRR pools, by the IRR's probabilities and size.
+    """
+
+    def __init__(self, rng: RandomSource) -> None:
+        self._rng = rng
+        self.ephemeral = EphemeralPool()
+        self.held = HeldKeys()
+        self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
+        self._plans: dict[str, Reporting] = {}
+
+    def cached(self, metric: str, records: Mapping[str, MetricRecord]) -> Reporting | None:
+        """The metric's reuse, if its record and level are still those it was made for."""
+        cached = self._plans.get(metric)
+        if cached is not None and cached.record is records.get(metric) and cached.plan.level == cached.record.levels[-1]:
+            return cached
+        return None
+
+    def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord) -> Reporting:
+        """The metric's plan at the record's level, kept for its next reports."""
+        made = Reporting(entry, record, ReportPlan(secret, entry.params, record.cohort, record.levels[-1]))
+        self._plans[entry.params.name] = made
+        return made
+
+    def plan(self, secret: bytes, params: MetricParams, cohort: int, level: float) -> ReportPlan:
+        """A plan made for one report (a round's re-send at its new level), not kept."""
+        return ReportPlan(secret, params, cohort, level)
+
+    def forget_plans(self) -> None:
+        """The config or the state changed: plans are made again."""
+        self._plans.clear()
+
+    def irr_pool(self, params: MetricParams) -> IrrPool:
+        """The IRR pool of the metric's IRR and size (shared by metrics with the same)."""
+        key = (params.mode, params.irr_p, params.irr_q, params.num_bits)
+        pool = self.irr.get(key)
+        if pool is None:
+            pool = self.irr.setdefault(key, IrrPool(self._rng, params.randomizer(), params.num_bits))
+        return pool
+
+    def item(self, plan: ReportPlan, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value], *,
+             window: int, chain: tuple[float, ...], seal_public: bytes, value_key: bytes | None = None) -> Item:
+        """The queue item of ``value`` in ``window`` whose noise went through the levels of ``chain``.
+
+        The payload is ``plan``'s (``plan.level == chain[-1]``); the item is pending with its own
+        ephemeral key, sealed to ``seal_public`` by the sender; its id is already the sealed report's.
+        """
+        key = noise_key(window, canonical_value(value) if value_key is None else value_key)
+        payload = plan.payload(value, key, self.irr_pool(entry.params).take(), chain=chain)
+        ephemeral, private, _, report_id = self.ephemeral.take()
+        self.held.put(report_id, ephemeral)
+        return pending_item(
+            report_id=report_id, metric=entry.params.name, round=record.round, window=window,
+            params_digest=entry.digest, payload=payload, ephemeral_private=private, seal_public=seal_public,
+        )
+
+    def prepare(self, config: ConfigPayload | None, records: Mapping[str, MetricRecord]) -> None:
+        """Work done ahead of reports, off their path: ephemeral keys, each metric's cuts at its level.
+
+        Never raises (it runs after a flush and in the sender): a failure only
+        leaves ``report()`` to do the work itself.
+        """
+        try:
+            self.ephemeral.refill()
+            for entry in () if config is None else config.metrics:
+                record = records.get(entry.params.name)
+                if record is None or record.digest == entry.digest:
+                    prepare_level(entry.params, entry.params.level if record is None else record.levels[-1])
+                if record is not None and record.digest == entry.digest:  # metrics this client reports
+                    self.irr_pool(entry.params).refill()
+        except Exception:  # work ahead of time only; report() redoes what is missing
+            log.exception("preparing reports ahead of time failed")
+
+
+__all__ = ["AlreadyReported", "Reporter", "Reporting", "check_kind", "repeat"]
