@@ -8,28 +8,21 @@ Usage (``docs/client.md``)::
     client.budget("places")                    # left today, when it renews, the total so far
     client.close()                             # sends what is queued, within exit_deadline
 
-By default a background sender (:mod:`client_sdk.sender`) syncs the signed
-config, re-syncs on its schedule, joins rounds within the ceiling and sends
-batches; ``background=False`` leaves :meth:`sync` and :meth:`flush` to the
-app. Foreground calls (:meth:`sync`, :meth:`report` once a config is known,
-:meth:`relax`) raise on bad input, bad signatures and refused budgets.
-:meth:`flush` and the background sender never raise (nor does :meth:`close`,
-but for a disk that refuses its final save): errors go to ``on_error`` and
-the ``onesided.client`` log, whose lines never hold secrets, values, bits
-or noise. One client holds a state file at a time
-(:mod:`client_sdk.lock`).
+Foreground calls (:meth:`~Client.sync`, :meth:`~Client.report` once a config
+is known, :meth:`~Client.relax`) raise on bad input, bad signatures and
+refused budgets. :meth:`~Client.flush` and the background sender never raise
+(nor does :meth:`~Client.close`, but for a disk that refuses its final save):
+errors go to ``on_error`` and the ``onesided.client`` log, whose lines never
+hold secrets, values, bits or noise.
 
-Storage: the state (ledger, secret, config; :mod:`client_sdk.state`) is
-rewritten atomically on each change; the queue of reports is an
-append-only encrypted file of its own (:mod:`client_sdk.queue`). The state
-is always saved *before* a report is appended to the queue, so the ledger on
-disk covers everything that can leave the device.
-
-Sealing is off the caller's thread: :meth:`Client.report` queues the packed
-report with its own ephemeral X25519 key (taken from a pool the sender
-fills ahead of time) and returns the report's final id, derived from that
-key; the sender seals it when it builds a batch (the same bytes on every
-attempt).
+``Client`` keeps the public API and the ledger's rules (what may be reported,
+what it costs); it holds one collaborator per job: its settings
+(:mod:`~client_sdk.options`), its open state and queue
+(:mod:`~client_sdk.storage`), the budget arithmetic (:mod:`~client_sdk.spending`),
+the signed config and its rounds (:mod:`~client_sdk.following`), the report
+pipeline (:mod:`~client_sdk.reporting`), values waiting for the first config
+(:mod:`~client_sdk.waiting`), the sender (:mod:`~client_sdk.sender`) and its
+background turns (:mod:`~client_sdk.background`).
 """
 
 from __future__ import annotations
@@ -40,8 +33,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from protocol.crypto import b64d, b64e
-from protocol.encodings import Value, canonical_value, members_of_canonical
+from protocol.crypto import b64e
+from protocol.encodings import Value, canonical_value
 from protocol.errors import BudgetExceeded, OnesidedError, ParameterError, PolicyError
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL
@@ -59,7 +52,6 @@ from .ledger import (
     check_new_window,
     check_relaxation,
 )
-from .memo import ReportPlan
 from .options import ClientOptions, pinned_keys, seconds
 from .queue import Item, ReportQueue
 from .reporting import AlreadyReported, Reporter, Reporting, check_kind, repeat
@@ -95,12 +87,9 @@ class Client:
             raise ParameterError("options", "pass a ClientOptions or keywords, not both")
         o = ClientOptions(**keywords) if options is None else options
         self.options = o
-        self.exit_deadline, self.budget_refusals = o.exit_deadline, o.budget_refusals
+        self.exit_deadline, self.budget_refusals, self.budget_warning = o.exit_deadline, o.budget_refusals, o.budget_warning
         self.max_queue, self.autosave = o.max_queue, o.autosave
-        self._on_error = o.on_error
-        self._rng = o.random
-        self._clock = o.clock
-        self._monotonic = o.monotonic
+        self._on_error, self._rng, self._clock, self._monotonic = o.on_error, o.random, o.clock, o.monotonic
         self.transport = Transport(
             server_url, retry=o.retry, session=o.session, sleep=o.sleep, clock=o.clock, rng=o.random,
             batch_format=o.batch_format, max_config_bytes=o.max_config_bytes,
@@ -110,7 +99,8 @@ class Client:
         self._sender = Sender(self, self.transport, batch_size=o.batch_size, clock=o.clock, monotonic=o.monotonic)
         self._background = Background(self, self._sender, sync_interval=o.sync_interval, clock=o.clock, rng=o.random)
         store = StateStore(state_path, key=o.state_key, key_path=o.key_path, rollback_keyring=o.rollback_keyring)
-        self._disk = Storage(store, on_corrupt=o.on_corrupt, ceiling=o.ceiling, clock=o.clock, notify=weak_callback(self._notify))
+        self._disk = Storage(store, on_corrupt=o.on_corrupt, ceiling=o.ceiling, clock=o.clock,
+                             notify=weak_callback(self._notify))
         self._store, self._file_lock = store, self._disk.lock
         self._spending = Spending(o.ceiling, o.budget_warning, self._disk, o.clock)
         self._following = Following(self, o.keys, o.accept_round, disk=self._disk, spending=self._spending,
@@ -133,14 +123,10 @@ class Client:
     def _queue(self) -> ReportQueue:
         return self._disk.queue
 
-    @property
-    def budget_warning(self) -> float:
-        return self._spending.warning
-
     def _open(self) -> None:
         """Take the state file's lock, read the state, its queue and its config (:class:`Storage`)."""
         self._disk.open()
-        self._config = self._following.stored()
+        self._following.load()
         self._reporter.forget_plans()
 
     def _reopen(self) -> None:
@@ -192,13 +178,9 @@ class Client:
         document = self.transport.fetch_config()
         config = self._following.verify(document)
         with self._lock:
-            kept = self._config
-            if kept is not None and self._following.refuse_stale(config, kept):
-                return kept
-            self._state.config = document
-            self._config = config
+            if not self._following.adopt(document, config):
+                return self._following.verified()  # the kept one, newer
             self._reporter.forget_plans()
-            self._following.note_changed_params(config)
             self._commit()
             self._release_waiting()
             applied = self._following.apply_rounds(config)
@@ -210,20 +192,12 @@ class Client:
 
     def _prepare(self) -> None:
         """Keys, IRR and cut tables made ahead of reports (:meth:`Reporter.prepare`); never raises."""
-        self._reporter.prepare(self._config, self._state.metrics)
+        self._reporter.prepare(self._following.config, self._state.metrics)
 
     @property
     def config(self) -> ConfigPayload | None:
         """The last verified config (``None`` before the first :meth:`sync`)."""
-        return self._config
-
-    def _entry(self, metric: str) -> MetricEntry:
-        if self._config is None:
-            raise ParameterError("metric", "no verified config yet: call sync() first")
-        entry = self._config.metric(metric)
-        if entry is None:
-            raise ParameterError("metric", f"{metric!r} is not a metric of the signed config")
-        return entry
+        return self._following.config
 
     def _record(self, entry: MetricEntry) -> MetricRecord:
         """The metric's record, made on first use with a cohort drawn once, uniformly."""
@@ -291,7 +265,7 @@ class Client:
                                      f"{type(value_or_set).__name__}")
             value_or_set = tuple(value_or_set)  # read once: a generator would be empty the second time
         with self._lock:
-            if self._config is None:
+            if self._following.config is None:
                 self._wait_for_config(metric, value_or_set)
                 return None
             try:
@@ -304,7 +278,8 @@ class Client:
 
     def _report_at(self, metric: str, value_or_set: Value | tuple[Value, ...], when: float) -> str:
         """:meth:`report` of a value given at the instant ``when`` (now, or when it waited for a config)."""
-        entry, record, plan = self._reporting(metric, value_or_set)
+        made = self._reporting(metric, value_or_set)
+        entry, record = made.entry, made.record
         params = entry.params
         window = window_start(when, params.time_precision)
         value_key = canonical_value(value_or_set)
@@ -315,7 +290,7 @@ class Client:
         ceiling = self._spending.ceiling.for_metric(metric)
         prior = self._spending.period_prior(metric, record, window)
         after = self._check(lambda: check_new_window(record, params, ceiling, prior, window=window), metric)
-        item = self._item(plan, entry, record, value_or_set, window, (plan.level,), value_key)
+        item = self._reporter.first(made, value_or_set, window, value_key)
         record.close_window(params)
         report_id: str = item["report_id"]
         step = len(record.levels) - 1
@@ -371,25 +346,17 @@ class Client:
     def _reporting(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> Reporting:
         """The metric's entry, record and report plan (made once per config, cohort and level), the value's kind checked.
 
-        Raises what :meth:`_entry` and :meth:`_record` raise, and ``ParameterError`` (field
+        Raises what :meth:`Following.entry` and :meth:`_record` raise, and ``ParameterError`` (field
         ``value``) for a set given to a categorical metric.
         """
         cached = self._reporter.cached(metric, self._state.metrics)
         if cached is not None:
             check_kind(cached.entry.params, value_or_set)
             return cached
-        entry = self._entry(metric)
+        entry = self._following.entry(metric)
         check_kind(entry.params, value_or_set)
-        return self._reporter.made(self._state.secret, entry, self._record(entry))
-
-    def _item(self, plan: ReportPlan, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value],
-              window: int, chain: tuple[float, ...], value_key: bytes | None = None) -> Item:
-        """The report pipeline (:meth:`Reporter.item`), sealed later to the config's X25519 key."""
-        config = self._config
-        if config is None:  # pragma: no cover - _entry checked it under the same lock
-            raise ParameterError("metric", "no verified config yet: call sync() first")
-        return self._reporter.item(plan, entry, record, value, window=window, chain=chain,
-                                   seal_public=config.aggregator.seal_public, value_key=value_key)
+        seal_public = self._following.verified().aggregator.seal_public
+        return self._reporter.made(self._state.secret, entry, self._record(entry), seal_public)
 
     def _settle(self, record: MetricRecord, params: MetricParams) -> None:
         """Close the latest window's release once its window has passed: it can never be re-sent."""
@@ -444,7 +411,7 @@ class Client:
         check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
         self._reopen()
         with self._lock:
-            entry = self._entry(metric)
+            entry = self._following.entry(metric)
             params = entry.params
             if params.mode == "trusted":
                 raise ParameterError("metric", f"{metric!r} is trusted: there is no noise to relax")
@@ -454,7 +421,8 @@ class Client:
                 ceiling = self._spending.ceiling.for_metric(metric)
                 prior = self._spending.relax_prior(metric, record)
                 self._check(lambda: check_relaxation(record, params, float(level_to), ceiling, prior), metric)
-                item = self._resend(entry, record, float(level_to), round_id)
+                item = self._reporter.resend(self._state.secret, entry, record, float(level_to), round_id,
+                                             self._following.verified().aggregator.seal_public)
                 record.levels.append(float(level_to))
                 record.rounds.append(round_id)
                 if item is not None and record.current is not None:
@@ -465,23 +433,6 @@ class Client:
                 self._commit()
                 log.info("metric %s relaxed to level %.6g for round %d", metric, level_to, round_id)
             return self._spending.entry(metric, record)
-
-    def _resend(self, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int) -> Item | None:
-        """The current window's value relaxed to ``level_to`` for round ``round_id`` (``None``: no window).
-
-        The same pipeline as a window's first report, through the window's chain of levels and ``level_to``.
-        """
-        current = record.current
-        if current is None:
-            return None
-        members = members_of_canonical(b64d(current.value, "value"))
-        value: Value | tuple[bytes, ...] = members[0] if entry.params.value_kind == "categorical" else tuple(members)
-        relaxed = MetricRecord(
-            params=record.params, digest=record.digest, cohort=record.cohort,
-            levels=[*record.levels, level_to], rounds=[*record.rounds, round_id],
-        )
-        plan = self._reporter.plan(self._state.secret, entry.params, record.cohort, level_to)
-        return self._item(plan, entry, relaxed, value, current.window, tuple(relaxed.levels[current.first_step:]))
 
     # --- sending ----------------------------------------------------------------
 
@@ -571,7 +522,7 @@ class Client:
     def ledger(self) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
         with self._lock:
-            return self._spending.ledger(self._config)
+            return self._spending.ledger(self._following.config)
 
     def budget(self, metric: str) -> Budget:
         """What is left of ``metric``'s privacy budget, and when it renews.

@@ -16,9 +16,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
-from protocol.errors import OnesidedError, ReportRejected, SignatureError
+from protocol.errors import OnesidedError, ParameterError, ReportRejected, SignatureError
 from protocol.params import MetricParams
-from protocol.wire import ConfigPayload, RoundAnnouncement, verify_config
+from protocol.wire import ConfigPayload, MetricEntry, RoundAnnouncement, verify_config
 
 from .ledger import MetricRecord, check_relaxation
 from .spending import Spending
@@ -53,6 +53,7 @@ class Following:
         self._disk = disk
         self._spending = spending
         self._clock = clock
+        self.config: ConfigPayload | None = None  # the last verified config
 
     def verify(self, document: Any) -> ConfigPayload:
         """The config of a signed document, if one of the pinned keys signed it.
@@ -73,36 +74,65 @@ class Following:
             )
         return verify_config(document, sign_public=public)
 
-    def stored(self) -> ConfigPayload | None:
-        """The config kept in the state, if it still verifies."""
+    def load(self) -> None:
+        """Take the config kept in the (just opened) state, if it still verifies."""
         document = self._disk.state.config
+        self.config = None
         if document is None:
-            return None
+            return
         try:
-            return self.verify(document)
+            self.config = self.verify(document)
         except ReportRejected as exc:
             log.warning("stored config no longer verifies (%s); call sync()", exc.field)
-            return None
 
-    def refuse_stale(self, config: ConfigPayload, kept: ConfigPayload | None) -> bool:
-        """Whether ``config`` is older than the ``kept`` one (then refused: an event, recorded once)."""
-        if kept is None or not config.issued_at < kept.issued_at:
+    def verified(self) -> ConfigPayload:
+        """The kept config.
+
+        Raises:
+            ParameterError: none yet.
+        """
+        if self.config is None:
+            raise ParameterError("metric", "no verified config yet: call sync() first")
+        return self.config
+
+    def entry(self, metric: str) -> MetricEntry:
+        """``metric``'s entry in the kept config.
+
+        Raises:
+            ParameterError: no config yet, or not a metric of it.
+        """
+        entry = self.verified().metric(metric)
+        if entry is None:
+            raise ParameterError("metric", f"{metric!r} is not a metric of the signed config")
+        return entry
+
+    def adopt(self, document: dict[str, Any], config: ConfigPayload) -> bool:
+        """Keep a freshly verified config, unless it is older than the kept one (then ``False``).
+
+        ``issued_at`` (the signing time) is the config's serial: an older
+        config (a replayed or stale signed document) is refused, with a
+        ``stale_config`` event recorded once. A kept config records a
+        ``params_changed`` event (once) for each metric this client reports
+        whose parameters it changed.
+        """
+        kept = self.config
+        if kept is not None and config.issued_at < kept.issued_at:
+            detail = f"config issued at {config.issued_at} is older than the kept one ({kept.issued_at}); kept"
+            if not any(e.kind == "stale_config" and e.detail == detail for e in self._disk.state.events):
+                self._disk.event("stale_config", None, detail)
+                self._host._commit()
+            log.warning("refused a config older than the kept one (issued %d < %d)", config.issued_at,
+                        kept.issued_at)
             return False
-        detail = f"config issued at {config.issued_at} is older than the kept one ({kept.issued_at}); kept"
-        if not any(e.kind == "stale_config" and e.detail == detail for e in self._disk.state.events):
-            self._disk.event("stale_config", None, detail)
-            self._host._commit()
-        log.warning("refused a config older than the kept one (issued %d < %d)", config.issued_at, kept.issued_at)
-        return True
-
-    def note_changed_params(self, config: ConfigPayload) -> None:
-        """An event (once) for each metric this client reports whose parameters the new config changed."""
+        self._disk.state.config = document
+        self.config = config
         for name, record in self._disk.state.metrics.items():
             entry = config.metric(name)
             if entry is not None and entry.digest != record.digest:
                 detail = f"parameters changed to digest {entry.digest[:16]}; reports of the metric are refused"
                 if not any(e.metric == name and e.detail == detail for e in self._disk.state.events):
                     self._disk.event("params_changed", name, detail)
+        return True
 
     def apply_rounds(self, config: ConfigPayload) -> int:
         """Apply the latest open round of each metric this client reports (docs/client.md, rounds).

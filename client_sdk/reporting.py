@@ -18,7 +18,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from protocol.encodings import Value, canonical_value
+from protocol.crypto import b64d
+from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import ParameterError, PolicyError
 from protocol.params import MetricParams
 from protocol.rng import RandomSource
@@ -71,6 +72,7 @@ class Reporting(NamedTuple):
     entry: MetricEntry
     record: MetricRecord
     plan: ReportPlan
+    seal_public: bytes  # the config's X25519 key the sender seals to
 
 
 class Reporter:
@@ -99,15 +101,12 @@ class Reporter:
             return cached
         return None
 
-    def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord) -> Reporting:
+    def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level, kept for its next reports."""
-        made = Reporting(entry, record, ReportPlan(secret, entry.params, record.cohort, record.levels[-1]))
+        plan = ReportPlan(secret, entry.params, record.cohort, record.levels[-1])
+        made = Reporting(entry, record, plan, seal_public)
         self._plans[entry.params.name] = made
         return made
-
-    def plan(self, secret: bytes, params: MetricParams, cohort: int, level: float) -> ReportPlan:
-        """A plan made for one report (a round's re-send at its new level), not kept."""
-        return ReportPlan(secret, params, cohort, level)
 
     def forget_plans(self) -> None:
         """The config or the state changed: plans are made again."""
@@ -121,15 +120,38 @@ class Reporter:
             pool = self.irr.setdefault(key, IrrPool(self._rng, params.randomizer(), params.num_bits))
         return pool
 
-    def item(self, plan: ReportPlan, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value], *,
-             window: int, chain: tuple[float, ...], seal_public: bytes, value_key: bytes | None = None) -> Item:
+    def first(self, made: Reporting, value: Value | Iterable[Value], window: int, value_key: bytes) -> Item:
+        """The queue item of a window's first report of ``value`` (``value_key``: its canonical encoding)."""
+        return self._item(made.plan, made.entry, made.record, value, window, (made.plan.level,), made.seal_public,
+                          value_key)
+
+    def resend(self, secret: bytes, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int,
+               seal_public: bytes) -> Item | None:
+        """The current window's value relaxed to ``level_to`` for round ``round_id`` (``None``: no window).
+
+        The same pipeline as the window's first report, through the window's chain of levels and ``level_to``.
+        """
+        current = record.current
+        if current is None:
+            return None
+        members = members_of_canonical(b64d(current.value, "value"))
+        value: Value | tuple[bytes, ...] = members[0] if entry.params.value_kind == "categorical" else tuple(members)
+        relaxed = MetricRecord(
+            params=record.params, digest=record.digest, cohort=record.cohort,
+            levels=[*record.levels, level_to], rounds=[*record.rounds, round_id],
+        )
+        plan = ReportPlan(secret, entry.params, record.cohort, level_to)
+        chain = tuple(relaxed.levels[current.first_step:])
+        return self._item(plan, entry, relaxed, value, current.window, chain, seal_public, canonical_value(value))
+
+    def _item(self, plan: ReportPlan, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value],
+              window: int, chain: tuple[float, ...], seal_public: bytes, value_key: bytes) -> Item:
         """The queue item of ``value`` in ``window`` whose noise went through the levels of ``chain``.
 
         The payload is ``plan``'s (``plan.level == chain[-1]``); the item is pending with its own
         ephemeral key, sealed to ``seal_public`` by the sender; its id is already the sealed report's.
         """
-        key = noise_key(window, canonical_value(value) if value_key is None else value_key)
-        payload = plan.payload(value, key, self.irr_pool(entry.params).take(), chain=chain)
+        payload = plan.payload(value, noise_key(window, value_key), self.irr_pool(entry.params).take(), chain=chain)
         ephemeral, private, _, report_id = self.ephemeral.take()
         self.held.put(report_id, ephemeral)
         return pending_item(
