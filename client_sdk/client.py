@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,8 @@ class Client:
             raise ParameterError("options", "pass a ClientOptions or keywords, not both")
         o = ClientOptions(**keywords) if options is None else options
         self.options = o
-        self.exit_deadline, self.budget_refusals, self.budget_warning = o.exit_deadline, o.budget_refusals, o.budget_warning
-        self.max_queue, self.autosave = o.max_queue, o.autosave
+        self.exit_deadline, self.max_queue, self.autosave = o.exit_deadline, o.max_queue, o.autosave
+        self.budget_refusals, self.budget_warning = o.budget_refusals, o.budget_warning
         self._on_error, self._rng, self._clock, self._monotonic = o.on_error, o.random, o.clock, o.monotonic
         self.transport = Transport(
             server_url, retry=o.retry, session=o.session, sleep=o.sleep, clock=o.clock, rng=o.random,
@@ -287,9 +287,14 @@ class Client:
         current = record.current
         if current is not None and window <= current.window:
             return repeat(record, window, value_text)
-        ceiling = self._spending.ceiling.for_metric(metric)
-        prior = self._spending.period_prior(metric, record, window)
-        after = self._check(lambda: check_new_window(record, params, ceiling, prior, window=window), metric)
+        spending = self._spending
+        ceiling = spending.ceiling.for_metric(metric)
+        try:
+            after = check_new_window(record, params, ceiling, spending.period_prior(metric, record, window),
+                                     window=window)
+        except OnesidedError as exc:
+            self._event("refused", metric, str(exc))
+            raise
         item = self._reporter.first(made, value_or_set, window, value_key)
         record.close_window(params)
         report_id: str = item["report_id"]
@@ -303,7 +308,8 @@ class Client:
         self._disk.dirty = True
         if self.autosave:
             self.save()
-        self._spending.after_report(metric, record, after, window)
+        if ceiling - after < spending.warning * ceiling:
+            spending.warn_low(metric, record, ceiling - after, ceiling, window)
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
 
@@ -344,7 +350,7 @@ class Client:
         return reported
 
     def _reporting(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> Reporting:
-        """The metric's entry, record and report plan (made once per config, cohort and level), the value's kind checked.
+        """The metric's entry, record and report plan (made once per config, cohort and level); the kind checked.
 
         Raises what :meth:`Following.entry` and :meth:`_record` raise, and ``ParameterError`` (field
         ``value``) for a set given to a categorical metric.
@@ -364,14 +370,6 @@ class Client:
         if current is not None and current.window < window_start(self._clock(), params.time_precision):
             record.close_window(params)
             self._disk.dirty = True
-
-    def _check(self, check: Callable[[], float], metric: str) -> float:
-        """Run a ceiling check; a refusal is recorded in the ledger events, then raised."""
-        try:
-            return check()
-        except OnesidedError as exc:
-            self._event("refused", metric, str(exc))
-            raise
 
     def _enqueue(self, item: Item) -> None:
         """Queue in memory; the file gets it at the next :meth:`save`, after the state."""
@@ -420,7 +418,11 @@ class Client:
             if level_to != record.levels[-1]:
                 ceiling = self._spending.ceiling.for_metric(metric)
                 prior = self._spending.relax_prior(metric, record)
-                self._check(lambda: check_relaxation(record, params, float(level_to), ceiling, prior), metric)
+                try:
+                    check_relaxation(record, params, float(level_to), ceiling, prior)
+                except OnesidedError as exc:
+                    self._event("refused", metric, str(exc))
+                    raise
                 item = self._reporter.resend(self._state.secret, entry, record, float(level_to), round_id,
                                              self._following.verified().aggregator.seal_public)
                 record.levels.append(float(level_to))

@@ -46,7 +46,8 @@ class Following:
     """
 
     def __init__(self, host: FollowingHost, keys: dict[str, bytes],
-                 accept_round: Callable[[RoundAnnouncement], bool] | None, *, disk: Storage, spending: Spending, clock: Callable[[], float]) -> None:
+                 accept_round: Callable[[RoundAnnouncement], bool] | None, *, disk: Storage, spending: Spending,
+                 clock: Callable[[], float]) -> None:
         self._host = cast(FollowingHost, weakref.proxy(host))
         self._keys = keys
         self._accept_round = accept_round

@@ -481,7 +481,12 @@ class ReportPlan:
 
         ``apply_irr(permanent(encode(value_or_set), key, chain), irr)`` after the header.
         """
-        bits = self.permanent(_members_mask(self.params, self._indices, value_or_set), key, chain)
+        bits = _members_mask(self.params, self._indices, value_or_set)
+        if chain is not None and len(chain) > 1:
+            bits = self.permanent(bits, key, chain)
+        elif self._tables is not None:  # a window's first draw, inline: the client's hot path
+            stream = keyed_stream(self._noise.digest(noise_suffix(key, 0)), self.num_bits)
+            bits = fresh_mask(stream, bits, *self._tables)
         return self._header + apply_irr(self.randomizer, bits, irr).to_bytes(self._payload_bytes, "little")
 
 

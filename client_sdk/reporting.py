@@ -97,9 +97,9 @@ class Reporter:
     def cached(self, metric: str, records: Mapping[str, MetricRecord]) -> Reporting | None:
         """The metric's reuse, if its record and level are still those it was made for."""
         cached = self._plans.get(metric)
-        if cached is not None and cached.record is records.get(metric) and cached.plan.level == cached.record.levels[-1]:
-            return cached
-        return None
+        if cached is None or cached.record is not records.get(metric) or cached.plan.level != cached.record.levels[-1]:
+            return None
+        return cached
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level, kept for its next reports."""

@@ -67,12 +67,8 @@ class Spending:
         when = record.current.window if record.current is not None else self._clock()
         return self.period_prior(metric, record, when)
 
-    def after_report(self, metric: str, record: MetricRecord, spent: float, when: float) -> None:
-        """Log once per metric and period when what is left (after ``spent``) fell below the warning fraction."""
-        ceiling = self.ceiling.for_metric(metric)
-        left = ceiling - spent
-        if not left < self.warning * ceiling:
-            return
+    def warn_low(self, metric: str, record: MetricRecord, left: float, ceiling: float, when: float) -> None:
+        """Log once per metric and period: what is left fell below ``warning`` of the ceiling."""
         period = record.period
         start = 0 if period is None else period_of(when, period)
         if (metric, start) in self._warned:
