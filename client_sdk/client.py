@@ -107,6 +107,7 @@ class Client:
                                     clock=o.clock)
         self._reporter = Reporter(o.random)
         self._ephemeral, self._held, self._irr = self._reporter.ephemeral, self._reporter.held, self._reporter.irr
+        self._plans = self._reporter.plans
         self._open()
         if o.background:
             self.start(o.send_interval)
@@ -115,17 +116,11 @@ class Client:
 
     # --- state ------------------------------------------------------------------
 
-    @property
-    def _state(self) -> ClientState:
-        return self._disk.state
-
-    @property
-    def _queue(self) -> ReportQueue:
-        return self._disk.queue
-
     def _open(self) -> None:
         """Take the state file's lock, read the state, its queue and its config (:class:`Storage`)."""
         self._disk.open()
+        self._state: ClientState = self._disk.state  # the same objects, bound here for report()'s path
+        self._queue: ReportQueue = self._disk.queue
         self._following.load()
         self._reporter.forget_plans()
 
@@ -295,7 +290,7 @@ class Client:
         except OnesidedError as exc:
             self._event("refused", metric, str(exc))
             raise
-        item = self._reporter.first(made, value_or_set, window, value_key)
+        item = self._reporter.item(made.plan, entry, record, value_or_set, window, None, made.seal_public, value_key)
         record.close_window(params)
         report_id: str = item["report_id"]
         step = len(record.levels) - 1
@@ -355,8 +350,9 @@ class Client:
         Raises what :meth:`Following.entry` and :meth:`_record` raise, and ``ParameterError`` (field
         ``value``) for a set given to a categorical metric.
         """
-        cached = self._reporter.cached(metric, self._state.metrics)
-        if cached is not None:
+        cached = self._plans.get(metric)  # reused while its record and level are those it was made for
+        if cached is not None and cached.record is self._state.metrics.get(metric) \
+                and cached.plan.level == cached.record.levels[-1]:
             check_kind(cached.entry.params, value_or_set)
             return cached
         entry = self._following.entry(metric)

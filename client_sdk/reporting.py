@@ -92,25 +92,18 @@ class Reporter:
         self.ephemeral = EphemeralPool()
         self.held = HeldKeys()
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
-        self._plans: dict[str, Reporting] = {}
-
-    def cached(self, metric: str, records: Mapping[str, MetricRecord]) -> Reporting | None:
-        """The metric's reuse, if its record and level are still those it was made for."""
-        cached = self._plans.get(metric)
-        if cached is None or cached.record is not records.get(metric) or cached.plan.level != cached.record.levels[-1]:
-            return None
-        return cached
+        self.plans: dict[str, Reporting] = {}  # by metric name
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level, kept for its next reports."""
         plan = ReportPlan(secret, entry.params, record.cohort, record.levels[-1])
         made = Reporting(entry, record, plan, seal_public)
-        self._plans[entry.params.name] = made
+        self.plans[entry.params.name] = made
         return made
 
     def forget_plans(self) -> None:
         """The config or the state changed: plans are made again."""
-        self._plans.clear()
+        self.plans.clear()
 
     def irr_pool(self, params: MetricParams) -> IrrPool:
         """The IRR pool of the metric's IRR and size (shared by metrics with the same)."""
@@ -119,11 +112,6 @@ class Reporter:
         if pool is None:
             pool = self.irr.setdefault(key, IrrPool(self._rng, params.randomizer(), params.num_bits))
         return pool
-
-    def first(self, made: Reporting, value: Value | Iterable[Value], window: int, value_key: bytes) -> Item:
-        """The queue item of a window's first report of ``value`` (``value_key``: its canonical encoding)."""
-        return self._item(made.plan, made.entry, made.record, value, window, (made.plan.level,), made.seal_public,
-                          value_key)
 
     def resend(self, secret: bytes, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int,
                seal_public: bytes) -> Item | None:
@@ -142,14 +130,15 @@ class Reporter:
         )
         plan = ReportPlan(secret, entry.params, record.cohort, level_to)
         chain = tuple(relaxed.levels[current.first_step:])
-        return self._item(plan, entry, relaxed, value, current.window, chain, seal_public, canonical_value(value))
+        return self.item(plan, entry, relaxed, value, current.window, chain, seal_public, canonical_value(value))
 
-    def _item(self, plan: ReportPlan, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value],
-              window: int, chain: tuple[float, ...], seal_public: bytes, value_key: bytes) -> Item:
-        """The queue item of ``value`` in ``window`` whose noise went through the levels of ``chain``.
+    def item(self, plan: ReportPlan, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value],
+             window: int, chain: tuple[float, ...] | None, seal_public: bytes, value_key: bytes) -> Item:
+        """The queue item of ``value`` in ``window`` (``value_key``: its canonical encoding).
 
-        The payload is ``plan``'s (``plan.level == chain[-1]``); the item is pending with its own
-        ephemeral key, sealed to ``seal_public`` by the sender; its id is already the sealed report's.
+        ``chain``: ``None`` for the window's first report (a fresh draw at ``plan.level``), or the
+        window's levels through a round's (``chain[-1] == plan.level``). The item is pending with its
+        own ephemeral key, sealed to ``seal_public`` by the sender; its id is already the sealed report's.
         """
         payload = plan.payload(value, noise_key(window, value_key), self.irr_pool(entry.params).take(), chain=chain)
         ephemeral, private, _, report_id = self.ephemeral.take()
