@@ -274,7 +274,7 @@ class Client:
     def _report_at(self, metric: str, value_or_set: Value | tuple[Value, ...], when: float) -> str:
         """:meth:`report` of a value given at the instant ``when`` (now, or when it waited for a config)."""
         made = self._reporting(metric, value_or_set)
-        entry, record = made.entry, made.record
+        entry, record, *_ = made
         params = entry.params
         window = window_start(when, params.time_precision)
         value_key = canonical_value(value_or_set)
@@ -290,7 +290,7 @@ class Client:
         except OnesidedError as exc:
             self._event("refused", metric, str(exc))
             raise
-        item = self._reporter.item(made.plan, entry, record, value_or_set, window, None, made.seal_public, value_key)
+        item = self._reporter.item(made, value_or_set, window, value_key)
         record.close_window(params)
         report_id: str = item["report_id"]
         step = len(record.levels) - 1

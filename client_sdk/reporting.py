@@ -72,6 +72,7 @@ class Reporting(NamedTuple):
     entry: MetricEntry
     record: MetricRecord
     plan: ReportPlan
+    irr: IrrPool  # the IRR drawn ahead for the metric's probabilities and size
     seal_public: bytes  # the config's X25519 key the sender seals to
 
 
@@ -97,7 +98,7 @@ class Reporter:
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level, kept for its next reports."""
         plan = ReportPlan(secret, entry.params, record.cohort, record.levels[-1])
-        made = Reporting(entry, record, plan, seal_public)
+        made = Reporting(entry, record, plan, self.irr_pool(entry.params), seal_public)
         self.plans[entry.params.name] = made
         return made
 
@@ -128,19 +129,21 @@ class Reporter:
             params=record.params, digest=record.digest, cohort=record.cohort,
             levels=[*record.levels, level_to], rounds=[*record.rounds, round_id],
         )
-        plan = ReportPlan(secret, entry.params, record.cohort, level_to)
+        made = Reporting(entry, relaxed, ReportPlan(secret, entry.params, record.cohort, level_to),
+                         self.irr_pool(entry.params), seal_public)
         chain = tuple(relaxed.levels[current.first_step:])
-        return self.item(plan, entry, relaxed, value, current.window, chain, seal_public, canonical_value(value))
+        return self.item(made, value, current.window, canonical_value(value), chain)
 
-    def item(self, plan: ReportPlan, entry: MetricEntry, record: MetricRecord, value: Value | Iterable[Value],
-             window: int, chain: tuple[float, ...] | None, seal_public: bytes, value_key: bytes) -> Item:
+    def item(self, made: Reporting, value: Value | Iterable[Value], window: int, value_key: bytes,
+             chain: tuple[float, ...] | None = None) -> Item:
         """The queue item of ``value`` in ``window`` (``value_key``: its canonical encoding).
 
-        ``chain``: ``None`` for the window's first report (a fresh draw at ``plan.level``), or the
-        window's levels through a round's (``chain[-1] == plan.level``). The item is pending with its
-        own ephemeral key, sealed to ``seal_public`` by the sender; its id is already the sealed report's.
+        ``chain``: ``None`` for the window's first report (a fresh draw at the plan's level), or the
+        window's levels through a round's (the last is the plan's level). The item is pending with its
+        own ephemeral key, sealed by the sender; its id is already the sealed report's.
         """
-        payload = plan.payload(value, noise_key(window, value_key), self.irr_pool(entry.params).take(), chain=chain)
+        entry, record, plan, irr, seal_public = made
+        payload = plan.payload(value, noise_key(window, value_key), irr.take(), chain=chain)
         ephemeral, private, _, report_id = self.ephemeral.take()
         self.held.put(report_id, ephemeral)
         return pending_item(
