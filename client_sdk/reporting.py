@@ -86,6 +86,7 @@ class Reporter:
         ephemeral: the pool of ephemeral X25519 keys (one per report).
         held: the key objects of queued reports, kept for the sender.
         irr: the IRR pools, by the IRR's probabilities and size.
+        plans: each metric's :class:`Reporting`, by name (the client checks it is still current).
     """
 
     def __init__(self, rng: RandomSource) -> None:
