@@ -6,6 +6,7 @@ The host app embeds :class:`Client`; see ``docs/client.md``.
 from .client import AlreadyReported, Client, FlushResult, ReportsDropped
 from .ledger import Ceiling, Ledger, LedgerEntry, LedgerEvent
 from .lock import StateLocked
+from .options import ClientOptions
 from .state import StateCorrupted
 from .transport import RetryPolicy, Transport, TransportError
 
@@ -13,6 +14,7 @@ __all__ = [
     "AlreadyReported",
     "Ceiling",
     "Client",
+    "ClientOptions",
     "FlushResult",
     "Ledger",
     "LedgerEntry",

@@ -425,13 +425,15 @@ def report_mask(
 class ReportPlan:
     """A client's reports of one metric in its cohort at one level: everything that does not depend on the value.
 
-    Made once (per metric, cohort and level) and reused by every report:
-    the encoding's indexer, the HMAC key schedule of the secret with the
+    The one report pipeline of the client (``client_sdk.reporting``):
+    encode, permanent (memoized) noise, fresh IRR, packed payload. Made once
+    (per metric, cohort and level) and reused by every report: the
+    encoding's indexer, the HMAC key schedule of the secret with the
     metric's part of the noise seed's message already hashed
     (:class:`~protocol.rng.KeyedHmac`: the same HMAC), the level's cut
-    tables and the payload header. :meth:`payload` is
-    :func:`report_mask` of a window's first report, packed: the same
-    functions (:func:`fresh_mask`, :func:`apply_irr`), bit for bit.
+    tables and the payload header. :meth:`payload` is :func:`report_mask`,
+    packed: the same functions (:func:`fresh_mask`, :func:`permanent_mask`,
+    :func:`apply_irr`), bit for bit.
     """
 
     def __init__(self, secret: bytes, params: MetricParams, cohort: int, level: float) -> None:
@@ -441,6 +443,7 @@ class ReportPlan:
         self.level = level
         self.num_bits = params.num_bits
         self.randomizer = params.randomizer(level)
+        self._secret = secret
         self._indices = params.encoding.indexer(cohort)
         self._noise = KeyedHmac(secret, noise_prefix(params.name))
         self._tables = fresh_tables(self.randomizer) if self.randomizer.mechanism.randomized else None
@@ -451,20 +454,35 @@ class ReportPlan:
         """:func:`encoded_mask` in the plan's cohort."""
         return _members_mask(self.params, self._indices, value_or_set)
 
-    def permanent(self, mask: int, key: bytes) -> int:
-        """:func:`permanent_mask` of a window's first draw (``key`` is :func:`noise_key`)."""
+    def permanent(self, mask: int, key: bytes, chain: Sequence[float] | None = None) -> int:
+        """:func:`permanent_mask` of ``mask`` (``key`` is :func:`noise_key`).
+
+        ``chain``: the window's levels, oldest first, when rounds relaxed
+        its first draw (the lazy steps of :func:`memoized_noise`); its last
+        level is the plan's. ``None`` or one level: the window's first draw,
+        through the plan's cut tables.
+        """
+        if chain is not None and len(chain) > 1:
+            if chain[-1] != self.level:
+                raise ValueError(f"a chain must end at the plan's level {self.level}, got {chain[-1]}")
+            return permanent_mask(self._secret, self.params, mask, key, chain)
         if self._tables is None:
             return mask
         stream = keyed_stream(self._noise.digest(noise_suffix(key, 0)), self.num_bits)
         return fresh_mask(stream, mask, *self._tables)
 
-    def payload(self, value_or_set: Value | Iterable[Value], key: bytes, irr: IrrMasks) -> bytes:
-        """The packed payload of a window's first report of ``value_or_set`` with the IRR drawn as ``irr``.
+    def payload(
+        self, value_or_set: Value | Iterable[Value], key: bytes, irr: IrrMasks, *,
+        chain: Sequence[float] | None = None,
+    ) -> bytes:
+        """The packed payload of ``value_or_set`` with the IRR drawn as ``irr``.
 
-        ``apply_irr(permanent(encode(value_or_set), key), irr)`` after the header.
+        ``apply_irr(permanent(encode(value_or_set), key, chain), irr)`` after the header.
         """
         bits = _members_mask(self.params, self._indices, value_or_set)
-        if self._tables is not None:
+        if chain is not None and len(chain) > 1:
+            bits = self.permanent(bits, key, chain)
+        elif self._tables is not None:  # a window's first draw, inline: the client's hot path
             stream = keyed_stream(self._noise.digest(noise_suffix(key, 0)), self.num_bits)
             bits = fresh_mask(stream, bits, *self._tables)
         return self._header + apply_irr(self.randomizer, bits, irr).to_bytes(self._payload_bytes, "little")

@@ -102,9 +102,11 @@ class HeldKeysLike(Protocol):
 class SenderHost(Protocol):
     """What the sender uses of its client: the queue and its lock, the keys held, the ledger's bookkeeping."""
 
-    _queue: ReportQueue
     _lock: threading.RLock
     _held: HeldKeysLike
+
+    @property
+    def _queue(self) -> ReportQueue: ...
 
     def save(self) -> None: ...
     def _config_outdated(self) -> None: ...

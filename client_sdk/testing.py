@@ -223,7 +223,7 @@ def simulate_crash(client: Any) -> None:
     crashed object must not be used again.
     """
     client._sender.stopping.set()
-    client._unregister_exit()
+    client._background.unregister_exit()
     client._file_lock.abandon()  # close the descriptor: the lock goes with it
 
 

@@ -350,6 +350,26 @@ def test_the_report_plan_equals_the_vectorized_path_bit_for_bit() -> None:
         assert payload == pack_payload(ReportPayload(cohort=cohort, level=params.level, bits=expected)), (case, params)
 
 
+def test_the_report_plan_along_a_relaxed_chain_equals_the_vectorized_path() -> None:
+    # A round's re-send takes the same plan as a window's first report, given the window's chain of levels
+    # (its last the plan's level): 600 random chains of 2 or 3 levels against the definition, bit for bit.
+    rs = random.Random(17)
+    for case in range(600):
+        params = random_params(rs, rs.choice([1, 16, 64, 200]))
+        chain = sorted({params.level, *(rs.uniform(params.level, MAX_LEVEL) for _ in range(rs.randint(1, 2)))})
+        value: object = f"v{rs.randint(0, 99)}" if params.value_kind == "categorical" else {"a", f"v{case}"}
+        cohort = rs.randrange(params.num_cohorts)
+        secret = rs.randbytes(32)
+        expected = vectorized_report(secret, params, value, cohort, chain, case)
+        plan = ReportPlan(secret, params, cohort, chain[-1])
+        masks = irr_masks(params.randomizer(), SeededRandom(case).uniform((1, params.num_bits)))[0]
+        key = noise_key(WINDOW, canonical_value(value))  # type: ignore[arg-type]
+        payload = plan.payload(value, key, masks, chain=chain)  # type: ignore[arg-type]
+        assert payload == pack_payload(ReportPayload(cohort=cohort, level=chain[-1], bits=expected)), (case, chain)
+    with pytest.raises(ValueError, match="plan's level"):
+        plan.payload(value, key, masks, chain=[chain[-1], chain[-1] + 1.0])  # type: ignore[arg-type]
+
+
 def test_cut_tables_decide_ties_on_the_whole_word() -> None:
     # Words built around each cut: the top byte ties with the cut's (decided by the whole word), one above,
     # one below, and the extremes; the table's mask equals FreshCut.bit word by word.

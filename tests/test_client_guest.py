@@ -376,12 +376,12 @@ def test_exit_flush_sends_within_its_deadline(fake: FakeAggregator, tmp_path: Pa
     clock = Clock()
     client = make_client(fake, tmp_path / "s", clock, flush_at_exit=True, exit_deadline=3.0)
     queue_reports(client, 2)
-    client._flush_at_exit()
+    client._background.flush_at_exit()
     assert len(fake.stored) == 2
     queue_reports(client, 1)
     client.transport.session = Hanging(clock)
     began = clock.mono
-    client._flush_at_exit()  # never raises, never passes its deadline
+    client._background.flush_at_exit()  # never raises, never passes its deadline
     assert clock.mono - began <= 3.0
     client.close(deadline=0)  # unregisters the hook
     assert make_client(fake, tmp_path / "s").ledger().queued_reports == 1

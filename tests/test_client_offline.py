@@ -137,19 +137,19 @@ def test_the_client_follows_the_server_schedule_and_its_rounds(tmp_path: Path) -
     fake, clock = FakeAggregator([PLACES]), Clock(T0 + 60.0)
     fake.sync_interval = 600
     client = make_client(fake, fake, tmp_path / "s", clock)
-    client._background_start()  # the sender's first turn: the first sync
+    client._background.first()  # the sender's first turn: the first sync
     client.report("places", {"home"})
     configs = lambda: sum(1 for m, p in fake.requests if p == "/v1/config")  # noqa: E731
     assert configs() == 1
     clock.advance(599)
-    client._background_tick()
+    client._background.tick()
     assert configs() == 1  # not due yet: the config said 600 s
     fake.open_round(RoundAnnouncement(
         round_id=1, metric="places", params_digest=fake.entries["places"].digest, level_from=1.0, level_to=2.0,
         cohorts=None, opened_at=int(clock.now), expires_at=int(clock.now) + DAY,
     ))
     clock.advance(1)
-    client._background_tick()
+    client._background.tick()
     assert configs() == 2
     assert client.ledger()["places"].levels == (1.0, 2.0)  # joined without the app calling sync()
     assert [p.level for p in fake.payloads("places")] == [1.0, 2.0]
@@ -158,7 +158,7 @@ def test_the_client_follows_the_server_schedule_and_its_rounds(tmp_path: Path) -
 def test_an_outdated_config_answer_makes_the_sender_sync_at_its_next_turn(tmp_path: Path) -> None:
     fake, clock = FakeAggregator([PLACES]), Clock(T0 + 60.0)
     client = make_client(fake, fake, tmp_path / "s", clock, sync_interval=DAY)
-    client._background_start()
+    client._background.first()
     client.report("places", {"home"})
     fake.entries["places"] = type(fake.entries["places"]).of(
         MetricParams(name="places", encoding=PLACES.encoding, mode="asymmetric", level=2.0))
@@ -167,7 +167,7 @@ def test_an_outdated_config_answer_makes_the_sender_sync_at_its_next_turn(tmp_pa
     client.flush()
     assert isinstance(errors[0], ReportRejected) and errors[0].code == "outdated_config"
     before = len(fake.requests)
-    client._background_tick()
+    client._background.tick()
     assert ("GET", "/v1/config") in fake.requests[before:]  # synced long before sync_interval
 
 

@@ -62,7 +62,7 @@ def test_a_year_in_the_field(tmp_path: Path) -> None:
                       retry=RetryPolicy(max_attempts=1), on_error=errors.append)
 
     client = launch(Offline())
-    client._background_start()
+    client._background.first()
     stats: dict[str, int] = defaultdict(int)
     for day in range(365):
         clock.now = T0 + day * DAY + 9 * 3600.0
@@ -84,7 +84,7 @@ def test_a_year_in_the_field(tmp_path: Path) -> None:
             simulate_crash(client)
             client = launch(fake)
         clock.now += 12 * 3600.0  # evening: the sender's turn (sync when due, send)
-        client._background_tick()
+        client._background.tick()
     result = client.close()
 
     # days 0-2 offline, and day 3 until the evening turn synced: those values waited for a config

@@ -1,0 +1,113 @@
+"""The background sender's schedule: when a client syncs, sends and makes work ahead, and its flush at exit.
+
+:class:`Background` drives the client's :class:`~client_sdk.sender.Sender`
+thread: at its first turn it syncs (when due) and makes keys and IRR ahead;
+then, every ``interval`` seconds, it syncs when the
+:class:`~client_sdk.sender.SyncSchedule` says so, sends what is queued and
+makes work ahead again. It also registers the flush at interpreter exit
+(``atexit``), within the client's ``exit_deadline``. Nothing here raises
+into the host app.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Protocol, cast
+
+from protocol.rng import RandomSource
+
+from .sender import Sender, SyncSchedule
+
+log = logging.getLogger("onesided.client")
+
+
+class BackgroundHost(Protocol):
+    """What the schedule uses of the client."""
+
+    def sync(self) -> object: ...
+    def close(self) -> object: ...
+    def _prepare(self) -> None: ...
+    def _notify(self, error: Exception) -> None: ...
+
+
+def _close_quietly(host: BackgroundHost) -> None:
+    """At interpreter exit: stop the sender, flush, save, all within ``exit_deadline``; never raises."""
+    try:
+        host.close()
+    except Exception as exc:  # the app is exiting: log, never raise
+        host._notify(exc)
+
+
+class Background:
+    """One client's background turns and exit hook.
+
+    Args:
+        host: the client (:class:`BackgroundHost`), held weakly (the exit hook
+            holds it while registered, as the interpreter would).
+        sender: the client's sender (its thread and its flushes).
+        sync_interval: seconds between syncs (the config's own announcement wins).
+        clock, rng: wall time, and the jitter of a failed sync's backoff.
+    """
+
+    def __init__(self, host: BackgroundHost, sender: Sender, *, sync_interval: float,
+                 clock: Callable[[], float], rng: RandomSource) -> None:
+        self._host = cast(BackgroundHost, weakref.proxy(host))
+        self._strong = weakref.ref(host)
+        self._sender = sender
+        self.schedule = SyncSchedule(sync_interval)
+        self._clock = clock
+        self._rng = rng
+        self._guard = threading.Lock()
+        self._exit_hook: Callable[[], None] | None = None
+
+    def start(self, interval: float) -> None:
+        """Start the sender's thread (:meth:`first`, then :meth:`tick` every ``interval``) and the exit hook."""
+        self._sender.start(interval, self.tick, self.first)
+        self.register_exit()
+
+    def first(self) -> None:
+        """The background sender's first turn: the first sync (when due), then keys and IRR ahead."""
+        self.sync_if_due()
+        self._host._prepare()
+
+    def tick(self) -> None:
+        """One turn of the background sender: sync when due, send what is queued, make keys and IRR ahead."""
+        self.sync_if_due()
+        self._sender.flush(None, wait=False)
+        self._host._prepare()
+
+    def sync_if_due(self) -> None:
+        """Sync when the schedule says so; a failure goes to ``on_error`` and is retried with backoff."""
+        if not self.schedule.due(self._clock()):
+            return
+        try:
+            self._host.sync()
+        except Exception as exc:  # background work never raises into the app
+            self.schedule.failed(self._clock(), float(self._rng.uniform(1)[0]))
+            self._host._notify(exc)
+
+    def register_exit(self) -> None:
+        """Flush at interpreter exit (once, however often asked)."""
+        with self._guard:
+            host = self._strong()
+            if self._exit_hook is None and host is not None:
+                self._exit_hook = functools.partial(_close_quietly, host)
+                atexit.register(self._exit_hook)
+
+    def unregister_exit(self) -> None:
+        with self._guard:
+            if self._exit_hook is not None:
+                atexit.unregister(self._exit_hook)
+                self._exit_hook = None
+
+    def flush_at_exit(self) -> None:
+        """What the exit hook runs: :meth:`Client.close`, never raising."""
+        _close_quietly(self._host)
+
+
+__all__ = ["Background", "BackgroundHost"]

@@ -1,0 +1,173 @@
+"""From a value to a queued report: the one pipeline every report of a client takes.
+
+:class:`Reporter` turns a value into a queue item: the metric's
+:class:`~client_sdk.memo.ReportPlan` (encode, memoized noise through the
+window's chain of levels, fresh IRR, packed payload; made once per
+metric, cohort and level and reused), an IRR drawn ahead
+(:class:`~client_sdk.pools.IrrPool`) and an ephemeral X25519 key taken from
+the pool (:class:`~client_sdk.pools.EphemeralPool`), which fixes the
+report's id before it is sealed. A window's first report and a round's
+re-send of it differ only in the chain they pass. The ledger's rules
+(what may be reported, what it costs) are the client's; nothing here
+charges anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from protocol.crypto import b64d
+from protocol.encodings import Value, canonical_value, members_of_canonical
+from protocol.errors import ParameterError, PolicyError
+from protocol.params import MetricParams
+from protocol.rng import RandomSource
+from protocol.wire import ConfigPayload, MetricEntry
+
+from .ledger import MetricRecord
+from .memo import ReportPlan, noise_key, prepare_level
+from .pools import EphemeralPool, HeldKeys, IrrPool
+from .queue import Item, pending_item
+
+log = logging.getLogger("onesided.client")
+
+
+class AlreadyReported(PolicyError):
+    """A metric takes one value per window: another value was already reported in this window."""
+
+    code = "already_reported"
+
+
+def check_kind(params: MetricParams, value_or_set: Value | tuple[Value, ...]) -> None:
+    """A categorical metric takes one value, never a set."""
+    if params.value_kind == "categorical" and not isinstance(value_or_set, str | bytes):
+        raise ParameterError("value", f"{params.name!r} is categorical: report one value, not a set")
+
+
+def repeat(record: MetricRecord, window: int, value: str) -> str:
+    """A second report in the metric's latest window: the same value is a no-op, another is refused.
+
+    ``value`` is the base64url canonical value (:attr:`~client_sdk.ledger.WindowRelease.value`).
+    """
+    current = record.current
+    assert current is not None  # noqa: S101 - the caller checked
+    if window < current.window:
+        raise PolicyError(
+            "window", f"the clock is before the window of this metric's last report ({current.window}); "
+            "a past window cannot be reported again",
+        )
+    if current.value == value:
+        return current.report_id
+    raise AlreadyReported(
+        "value", f"metric {record.params['name']!r} already reported another value in window {window}; "
+        "a metric takes one value per window (the next window starts at "
+        f"{window + int(record.params['time_precision'])})",
+    )
+
+
+class Reporting(NamedTuple):
+    """What a client reuses for a metric until the config, the record or its level changes."""
+
+    entry: MetricEntry
+    record: MetricRecord
+    plan: ReportPlan
+    irr: IrrPool  # the IRR drawn ahead for the metric's probabilities and size
+    seal_public: bytes  # the config's X25519 key the sender seals to
+
+
+class Reporter:
+    """A client's report pipeline, with the randomness it makes ahead of time.
+
+    Args:
+        rng: the source of the IRR (the client's).
+
+    Attributes:
+        ephemeral: the pool of ephemeral X25519 keys (one per report).
+        held: the key objects of queued reports, kept for the sender.
+        irr: the IRR pools, by the IRR's probabilities and size.
+        plans: each metric's :class:`Reporting`, by name (the client checks it is still current).
+    """
+
+    def __init__(self, rng: RandomSource) -> None:
+        self._rng = rng
+        self.ephemeral = EphemeralPool()
+        self.held = HeldKeys()
+        self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
+        self.plans: dict[str, Reporting] = {}  # by metric name
+
+    def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
+        """The metric's plan at the record's level, kept for its next reports."""
+        plan = ReportPlan(secret, entry.params, record.cohort, record.levels[-1])
+        made = Reporting(entry, record, plan, self.irr_pool(entry.params), seal_public)
+        self.plans[entry.params.name] = made
+        return made
+
+    def forget_plans(self) -> None:
+        """The config or the state changed: plans are made again."""
+        self.plans.clear()
+
+    def irr_pool(self, params: MetricParams) -> IrrPool:
+        """The IRR pool of the metric's IRR and size (shared by metrics with the same)."""
+        key = (params.mode, params.irr_p, params.irr_q, params.num_bits)
+        pool = self.irr.get(key)
+        if pool is None:
+            pool = self.irr.setdefault(key, IrrPool(self._rng, params.randomizer(), params.num_bits))
+        return pool
+
+    def resend(self, secret: bytes, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int,
+               seal_public: bytes) -> Item | None:
+        """The current window's value relaxed to ``level_to`` for round ``round_id`` (``None``: no window).
+
+        The same pipeline as the window's first report, through the window's chain of levels and ``level_to``.
+        """
+        current = record.current
+        if current is None:
+            return None
+        members = members_of_canonical(b64d(current.value, "value"))
+        value: Value | tuple[bytes, ...] = members[0] if entry.params.value_kind == "categorical" else tuple(members)
+        relaxed = MetricRecord(
+            params=record.params, digest=record.digest, cohort=record.cohort,
+            levels=[*record.levels, level_to], rounds=[*record.rounds, round_id],
+        )
+        made = Reporting(entry, relaxed, ReportPlan(secret, entry.params, record.cohort, level_to),
+                         self.irr_pool(entry.params), seal_public)
+        chain = tuple(relaxed.levels[current.first_step:])
+        return self.item(made, value, current.window, canonical_value(value), chain)
+
+    def item(self, made: Reporting, value: Value | Iterable[Value], window: int, value_key: bytes,
+             chain: tuple[float, ...] | None = None) -> Item:
+        """The queue item of ``value`` in ``window`` (``value_key``: its canonical encoding).
+
+        ``chain``: ``None`` for the window's first report (a fresh draw at the plan's level), or the
+        window's levels through a round's (the last is the plan's level). The item is pending with its
+        own ephemeral key, sealed by the sender; its id is already the sealed report's.
+        """
+        entry, record, plan, irr, seal_public = made
+        payload = plan.payload(value, noise_key(window, value_key), irr.take(), chain=chain)
+        ephemeral, private, _, report_id = self.ephemeral.take()
+        self.held.put(report_id, ephemeral)
+        return pending_item(
+            report_id=report_id, metric=entry.params.name, round=record.round, window=window,
+            params_digest=entry.digest, payload=payload, ephemeral_private=private, seal_public=seal_public,
+        )
+
+    def prepare(self, config: ConfigPayload | None, records: Mapping[str, MetricRecord]) -> None:
+        """Work done ahead of reports, off their path: ephemeral keys, each metric's cuts at its level.
+
+        Never raises (it runs after a flush and in the sender): a failure only
+        leaves ``report()`` to do the work itself.
+        """
+        try:
+            self.ephemeral.refill()
+            for entry in () if config is None else config.metrics:
+                record = records.get(entry.params.name)
+                if record is None or record.digest == entry.digest:
+                    prepare_level(entry.params, entry.params.level if record is None else record.levels[-1])
+                if record is not None and record.digest == entry.digest:  # metrics this client reports
+                    self.irr_pool(entry.params).refill()
+        except Exception:  # work ahead of time only; report() redoes what is missing
+            log.exception("preparing reports ahead of time failed")
+
+
+__all__ = ["AlreadyReported", "Reporter", "Reporting", "check_kind", "repeat"]

@@ -1,0 +1,162 @@
+"""A client's files, open: the state and its queue, read under the state's lock, recovered, saved in order.
+
+:class:`Storage` opens the encrypted state (:mod:`client_sdk.state`) and
+the queue of reports (:mod:`client_sdk.queue`) under the state file's
+exclusive lock (:mod:`client_sdk.lock`), applies the ``on_corrupt`` policy
+to a state that does not open, counts what of the queue could not be read,
+and saves in the one order that keeps the ledger ahead of what can leave
+the device: the state first, then the queue's changes.
+
+Not thread-safe by itself: the client calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+
+from protocol.errors import OnesidedError
+
+from .ledger import Ceiling, LedgerEvent
+from .lock import StateLock
+from .queue import QueueDamage, ReportQueue
+from .state import ClientState, StateCorrupted, StateStore
+
+log = logging.getLogger("onesided.client")
+
+
+class ReportsDropped(OnesidedError):
+    """Queued reports were discarded (queue full, or a batch the aggregator refuses as a whole)."""
+
+    code = "reports_dropped"
+
+    def __init__(self, count: int, reason: str) -> None:
+        super().__init__(f"{count} queued report(s) dropped: {reason}")
+        self.count = count
+        self.reason = reason
+
+
+def weak_callback(method: Callable[[Exception], None]) -> Callable[[Exception], None]:
+    """A bound method called through a weak reference: no cycle with its object, which the app may drop."""
+    ref = weakref.WeakMethod(method)
+
+    def call(error: Exception) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(error)
+
+    return call
+
+
+class Storage:
+    """The open state and queue of one client.
+
+    Args:
+        store: the state file (:class:`~client_sdk.state.StateStore`).
+        on_corrupt: ``"raise"`` or ``"reset"`` (docs/client.md).
+        ceiling: the budget policy in force (charged in full for a lost state).
+        clock: wall time (events, the period a lost state is charged to).
+        notify: where errors go (the client's ``on_error`` and log).
+
+    Attributes:
+        state, queue: what :meth:`open` read (absent before).
+        dirty: the state changed since it was last written.
+    """
+
+    def __init__(self, store: StateStore, *, on_corrupt: str, ceiling: Ceiling, clock: Callable[[], float],
+                 notify: Callable[[Exception], None]) -> None:
+        self.store = store
+        self.lock = StateLock(store.path)
+        self._on_corrupt = on_corrupt
+        self._ceiling = ceiling
+        self._clock = clock
+        self._notify = notify
+        self.dirty = False
+        self.state: ClientState
+        self.queue: ReportQueue
+
+    def open(self) -> None:
+        """Take the state file's lock, then read the state and its queue.
+
+        Raises:
+            StateLocked: another client holds the state file.
+            StateCorrupted: the state does not open and ``on_corrupt="raise"``.
+        """
+        self.lock.acquire()
+        try:
+            self.queue = ReportQueue(self.store.queue_path, self.store.key)
+            self.state = self._load()
+            now = self._clock()
+            for record in self.state.metrics.values():  # the budget policy may have changed since
+                self.dirty = record.follow_period(self._ceiling.period, now) or self.dirty
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _load(self) -> ClientState:
+        try:
+            state = self.store.load()
+        except StateCorrupted as exc:
+            if self._on_corrupt == "raise":
+                raise
+            return self._reset_after_loss(exc)
+        if state is None:  # first run: written (with its key file) on the first change
+            self.queue.discard()  # a queue without its state is charged by no ledger: never sent
+            state = ClientState.fresh()
+            state.queue = self.queue
+            self.dirty = True
+            return state
+        state.queue = self.queue
+        for damage in self.queue.load(state.generation):
+            self._report_damage(state, damage)
+        return state
+
+    def _report_damage(self, state: ClientState, damage: QueueDamage) -> None:
+        """A part of the queue file that could not be read: counted, in the ledger events, to ``on_error``."""
+        state.dropped += damage.dropped
+        state.record_event(LedgerEvent(at=self._clock(), kind="dropped", metric=None, detail=damage.detail))
+        self.dirty = True
+        self._notify(ReportsDropped(damage.dropped, damage.detail))
+
+    def _reset_after_loss(self, error: StateCorrupted) -> ClientState:
+        """The ``reset`` policy: keep the bad file, start over, charge the lost spend in full.
+
+        The lost state may have spent up to the whole ceiling then in force on
+        every metric, and the new secret's noise is independent of the old
+        one, so every metric starts with ``prior`` = that ceiling.
+        """
+        now = self._clock()
+        moved = self.store.quarantine(f"{int(now)}")
+        self.queue.discard()
+        state = ClientState.fresh()
+        state.queue = self.queue
+        state.lost.append({"at": now, "reason": error.reason, "ceiling": self._ceiling.to_dict()})
+        state.record_event(LedgerEvent(
+            at=now, kind="state_lost", metric=None,
+            detail=f"{error.reason}; {'kept as ' + str(moved) if moved else 'no file kept'}; "
+            "prior spend charged at the ceiling",
+        ))
+        self.store.save(state)
+        log.warning("client state lost (%s); started a new state and charged the ceiling", error.reason)
+        self._notify(error)
+        return state
+
+    def save(self) -> None:
+        """Write the state if it changed (atomic, fsync'ed), then append the queue's changes.
+
+        In this order: a report reaches the queue file only once a state
+        charging it is on disk.
+        """
+        if self.dirty:
+            self.store.save(self.state)
+            self.dirty = False
+        self.queue.persist(self.state.generation)
+
+    def event(self, kind: str, metric: str | None, detail: str) -> None:
+        """Record a ledger event (the state is then to be saved)."""
+        self.state.record_event(LedgerEvent(at=self._clock(), kind=kind, metric=metric, detail=detail))
+        self.dirty = True
+
+
+__all__ = ["ReportsDropped", "Storage", "weak_callback"]
