@@ -30,6 +30,7 @@ from aggregator.server.auth import ANALYST, current_token, require_role
 from aggregator.server.context import app_state
 from aggregator.server.errors import Forbidden
 from aggregator.server.services.releases import (
+    MAX_NUMBER,
     MAX_WINDOW,
     ReleaseRequest,
     ReleaseService,
@@ -256,10 +257,10 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
                        "description": "candidate places (default: the whole domain)"},
             "mechanism": {"enum": list(mechanism_names())},
             "epsilon": {**_EPSILON, "description": "exclusive with analysts"},
-            "threshold": {"type": "number", "description": "t of 'is count <= t?'; alap, ageo, salap: safe means "
+            "threshold": {"type": "number", "minimum": -MAX_NUMBER, "maximum": MAX_NUMBER, "description": "t of 'is count <= t?'; alap, ageo, salap: safe means "
                                                            "answer < floor(t) + 1 (never wrong); laplace, geometric: "
                                                            "answer <= t (an estimate)"},
-            "sensitivity": {"type": "number", "minimum": 1,
+            "sensitivity": {"type": "number", "minimum": 1, "maximum": MAX_NUMBER,
                             "description": "optional, to protect more: at least the metric's max_items "
                                            "(salap: 1), which is the default"},
             "analysts": {"type": "object", "minProperties": 1, "additionalProperties": _EPSILON,
