@@ -26,7 +26,7 @@ from werkzeug.test import Client as WsgiClient
 from aggregator import create_app
 from aggregator.cli.main import main
 from client_sdk.testing import FakeResponse
-from protocol.wire import parse_batch_binary, parse_batch_json
+from protocol.wire import encode_batch_json, parse_batch_binary, parse_batch_json
 
 
 class Aggregator:
@@ -64,6 +64,11 @@ class Aggregator:
             return start_response(status, headers, *rest)
 
         return self.app(environ, recording)
+
+    def upload(self, envelopes: Any) -> list[str]:
+        """``POST /v1/reports`` of ``envelopes`` (JSON form): each report's status."""
+        answer = self.app.test_client().post("/v1/reports", json=encode_batch_json(envelopes)).get_json()
+        return [r["status"] for r in answer["results"]]
 
     @property
     def storage(self) -> Any:
@@ -123,6 +128,11 @@ class AppSession:
 
     def close(self) -> None:
         """Nothing to close (the session interface)."""
+
+
+def simulated_time(clock: Callable[[], float]) -> Any:
+    """A stand-in for the ``time`` module whose ``time()`` reads ``clock`` (for the CLI's key commands)."""
+    return type("SimulatedTime", (), {"time": staticmethod(clock)})
 
 
 def operator(*argv: str) -> tuple[int, str, str]:
