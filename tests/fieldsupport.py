@@ -103,6 +103,7 @@ class AppSession:
     accepted: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     accepted_at: dict[str, float] = field(default_factory=dict)  # report id -> simulated time of the first answer
     answers: list[int] = field(default_factory=list)
+    envelopes: dict[str, Any] = field(default_factory=dict)  # report id -> the envelope as first accepted
 
     def request(self, method: str, url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None,
                 timeout: float | None = None, stream: bool = False, **_: Any) -> FakeResponse:
@@ -124,6 +125,7 @@ class AppSession:
             if result["status"] in ("accepted", "replayed"):
                 rid = envelope.report_id_text
                 self.accepted.setdefault(rid, (envelope.metric, envelope.window, envelope.round))
+                self.envelopes.setdefault(rid, envelope)
                 self.accepted_at.setdefault(rid, self.aggregator.clock())
 
     def close(self) -> None:

@@ -26,12 +26,15 @@ from clocks import Clock
 from fieldsupport import Aggregator, AppSession, http_front, operator, simulated_time
 
 import aggregator.cli.commands.keys as keys_command
+import aggregator.server.keyring as keyring
+from aggregator.server.keyring import load_keyring
 from client_sdk import Client, RetryPolicy
 from client_sdk.ledger import window_cost
 from protocol.crypto import b64e, verify_document
 from protocol.encodings import DirectEncoding
-from protocol.errors import SignatureError
+from protocol.errors import DecryptError, SignatureError
 from protocol.params import MetricParams
+from protocol.wire import open_report
 
 DAY = 86_400
 T0 = 1_790_000_000 // DAY * DAY  # simulated day 0 (UTC midnight)
@@ -74,6 +77,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     backups.mkdir(mode=0o700)
     # the CLI's key commands read the wall clock: give them the simulated one (the server gets it by create_app)
     monkeypatch.setattr(keys_command, "time", simulated_time(clock))
+    monkeypatch.setattr(keyring, "time", simulated_time(clock))
     server = Aggregator(data, clock, sync_interval=DAY // 2)
 
     # --- day 0, the operator: keys, a token, the server, two metrics, a signed config --------------------------
@@ -206,8 +210,21 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                           **{("places", w, 0): CLIENTS for w in days[:ROUND_OPEN + 1]},
                           **{("places", w, round_id): CLIENTS for w in days[ROUND_OPEN:]}}
     # the stuck apps' reports of days 38-44 were sealed to the retired key, and counted after the rotation
-    assert all(sessions[i].accepted_at[rid] >= T0 + 45 * DAY for i in STUCK for rid, (m, w, _) in
-               sessions[i].accepted.items() if w in days[38:41])
+    ring = load_keyring(data / "keys")  # as restored from the key backup
+    (retired,) = ring.retired
+    assert retired.until == T0 + (SEAL_ROTATION + OLD_SEAL_DAYS) * DAY + 8 * 3600
+    sealed_before = [(sessions[i], rid) for i in STUCK for rid, (_, w, _) in sessions[i].accepted.items()
+                     if w in days[STUCK_DAYS[0]:SEAL_ROTATION]]
+    assert len(sealed_before) == len(STUCK) * 2 * (SEAL_ROTATION - STUCK_DAYS[0])
+    for session, rid in sealed_before:
+        assert session.accepted_at[rid] > T0 + STUCK_DAYS[-1] * DAY  # delivered after the rotation
+        kind = params[session.accepted[rid][0]]
+        opened = open_report(session.envelopes[rid], seal_private=retired.private, num_bits=kind.num_bits,
+                             num_cohorts=kind.num_cohorts, allow_plain=False)  # sealed to the retired key
+        assert opened.level == kind.level
+        with pytest.raises(DecryptError):
+            open_report(session.envelopes[rid], seal_private=ring.keys.seal_private, num_bits=kind.num_bits,
+                        num_cohorts=kind.num_cohorts, allow_plain=False)
 
     # every client's ledger is what the aggregator can infer from what it was sent
     level = {0: 1.0, round_id: 1.5}
@@ -375,7 +392,7 @@ def test_a_retired_seal_key_stops_opening_at_its_date_without_a_restart(tmp_path
     old_seal = server.app.extensions["onesided"].keys.seal_public_raw
     server.stop()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(keys_command, "time", simulated_time(clock))
+        patch.setattr(keyring, "time", simulated_time(clock))
         assert operator("keys", "rotate", "--seal", "--data-dir", str(server.data), "--keep-old-days", "1")[0] == 0
     server.start()
     try:
