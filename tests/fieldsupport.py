@@ -56,7 +56,7 @@ class Aggregator:
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         if self.app is None:
-            start_response("503 Service Unavailable", [("Content-Type", "application/json"), ("Retry-After", "60")])
+            start_response("503 Service Unavailable", [("Content-Type", "application/json"), ("Retry-After", "1")])
             return [b'{"error":"unavailable","field":null,"detail":"down"}']
 
         def recording(status: str, headers: Any, *rest: Any) -> Any:

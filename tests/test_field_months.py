@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -404,3 +405,53 @@ def test_a_retired_seal_key_stops_opening_at_its_date_without_a_restart(tmp_path
         assert upload(3, 2) == ["decrypt_error"] * 2  # two days past it, the server never restarted
     finally:
         server.stop()
+
+
+def test_background_senders_ride_out_a_restart(tmp_path: Path) -> None:
+    """The sender threads as an app runs them (wall clock): the first sync, sends and retries happen without the
+    app calling ``sync()`` or ``flush()``; a restart with a down time in between loses and repeats nothing."""
+    import time
+
+    os_metric = MetricParams(name="os", encoding=DirectEncoding(domain=OS_DOMAIN), mode="symmetric", level=0.5,
+                             value_kind="categorical", time_precision=DAY, min_batch_size=20)
+    data = tmp_path / "srv"
+    assert operator("keys", "init", "--data-dir", str(data))[0] == 0
+    server = Aggregator(data, time.time)
+    server.start()
+    server.storage.put_metric(PLACES)
+    server.storage.put_metric(os_metric)
+    pinned = b64e(server.app.extensions["onesided"].keys.sign_public_raw)
+    sessions = [AppSession(server) for _ in range(8)]
+    errors: list[Exception] = []
+    clients = [Client("http://telemetry.test", tmp_path / f"app{i}.state", server_public_keys=pinned,
+                      session=sessions[i], max_epsilon=1.0, budget_period="day", send_interval=0.05,
+                      retry=RetryPolicy(max_attempts=1), on_error=errors.append) for i in range(8)]
+
+    def within_30s(condition: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def delivered(count: int) -> bool:
+        return within_30s(lambda: sum(len(s.accepted) for s in sessions) >= count)
+
+    try:
+        for i, client in enumerate(clients):
+            client.report("places", places_of(i, 0))  # before any config: waits, then goes out
+        assert delivered(8)
+        server.stop()  # down: the senders' uploads get 503 and keep the reports queued
+        for i, client in enumerate(clients):
+            client.report("os", os_of(i))
+        assert within_30s(lambda: all(503 in s.answers for s in sessions))  # every app's sender met the outage
+        server.start()
+        assert delivered(16)
+    finally:
+        results = [client.close() for client in clients]
+        server.stop()
+    stored = _stored_reports(data, server)
+    assert all(r.remaining == 0 and r.error is None for r in results)
+    assert set(stored) == {rid for s in sessions for rid in s.accepted} and len(stored) == 16
+    assert {type(e).__name__ for e in errors} <= {"TransportError"}
