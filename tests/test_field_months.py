@@ -117,7 +117,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         # --- the apps' first launch is offline ------------------------------------------------------------------
         clients = [launch(i, pinned) for i in range(CLIENTS)]
         for client in clients:
-            client._background_start()  # the sender's first turn: the first sync fails, nothing raises
+            client._background.first()  # the sender's first turn: the first sync fails, nothing raises
         waited = 0
         round_window = T0 + ROUND_OPEN * DAY
         backup_at = loss_at = 0.0
@@ -149,7 +149,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                 assert code == 0, err
                 round_id = json.loads(out)["id"]
             if day == BACKUP:
-                code, out, err = operator("backup", "--data-dir", str(data), str(backups / "onesided.db"))
+                code, out, err = operator("backup", "--data-dir", str(data), str(backups / "onesided.db"), "--json")
                 assert code == 0 and json.loads(out)["integrity_check"] == "ok", err
                 (backups / "pass").write_text(PASSPHRASE)
                 assert operator("keys", "backup", str(backups / "keys.backup"), "--data-dir", str(data),
@@ -170,7 +170,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                 waited += rid is None
             clock.now = T0 + day * DAY + 20 * 3600.0  # evening: the sender's turn (sync when due, send)
             for client in clients:
-                client._background_tick()
+                client._background.tick()
             if day == ROUND_CLOSE:  # late in the evening: a report of this window tagged with the round, delivered
                 clock.now += 3 * 3600.0  # after the close, would be refused (test_a_round_closing_window_...)
                 assert operator("round", "close", str(round_id))[0] == 0
