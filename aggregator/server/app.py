@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ def create_app(
     *,
     storage: Storage | None = None,
     keys: AggregatorKeys | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Flask:
     """Build the aggregator's flask app.
 
@@ -62,6 +63,8 @@ def create_app(
             ``settings.database_url`` and migrate it.
         keys: the aggregator's keys (tests); default: load them from
             ``settings.key_path``.
+        clock: the server's clock in Unix seconds (tests inject simulated
+            time: report windows, rounds, retired sealing keys' dates).
 
     Raises:
         ParameterError: the data directory is open to group or others (field
@@ -87,12 +90,12 @@ def create_app(
         storage = Storage.open(settings.database_url, attempts=settings.db_retries, wait_seconds=settings.db_wait_seconds)
     app = Flask("aggregator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes, retired=keyring.open_until(time.time()))
+    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes, retired=keyring.open_until(clock()))
     offloader = Offloader(processes=settings.decode_processes)
     sqlite_dir = Path(storage.engine.url.database or ".").parent if storage.dialect == "sqlite" else None
     app.extensions[EXTENSION_KEY] = AppState(
         settings=settings, storage=storage, keys=keys, opener=opener, offloader=offloader,
-        faults=Faults(data_dir=sqlite_dir), keyring=keyring,
+        faults=Faults(data_dir=sqlite_dir), keyring=keyring, clock=clock,
     )
     register_error_handlers(app)
     instrument(app)

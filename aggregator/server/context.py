@@ -8,6 +8,7 @@ read it with :func:`app_state` instead of importing globals.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flask import current_app
@@ -34,10 +35,11 @@ class AppState:
     offloader: Offloader
     faults: Faults = field(default_factory=Faults)
     keyring: KeyRing | None = None  # retired sealing keys and the announced next signing key
+    clock: Callable[[], float] = time.time  # injectable (create_app's ``clock``: simulated time in tests)
 
     def now(self) -> float:
         """The server's clock (Unix seconds); one place to read it."""
-        return time.time()
+        return self.clock()
 
 
 def app_state() -> AppState:
