@@ -450,6 +450,21 @@ class ReportPlan:
         self._header = payload_header(cohort, level)
         self._payload_bytes = (self.num_bits + 7) // 8
 
+    def for_secret(self, secret: bytes) -> ReportPlan:
+        """The same metric, cohort and level for another client's ``secret``.
+
+        Shares what does not depend on the secret (the indexer, the cut
+        tables, the header); only the HMAC key schedule is made again. For
+        code that sends the reports of many clients (the demo's simulated
+        clients), so that each still takes this one pipeline.
+        """
+        check_secret(secret)
+        plan = object.__new__(ReportPlan)
+        plan.__dict__.update(self.__dict__)
+        plan._secret = secret
+        plan._noise = KeyedHmac(secret, noise_prefix(self.params.name))
+        return plan
+
     def encode(self, value_or_set: Value | Iterable[Value]) -> int:
         """:func:`encoded_mask` in the plan's cohort."""
         return _members_mask(self.params, self._indices, value_or_set)
