@@ -425,7 +425,8 @@ def report_mask(
 class ReportPlan:
     """A client's reports of one metric in its cohort at one level: everything that does not depend on the value.
 
-    The one report pipeline of the client (``client_sdk.reporting``):
+    The one report pipeline of the client (``client_sdk.reporting``) and of
+    simulated clients, one plan per secret (:meth:`for_secret`):
     encode, permanent (memoized) noise, fresh IRR, packed payload. Made once
     (per metric, cohort and level) and reused by every report: the
     encoding's indexer, the HMAC key schedule of the secret with the
