@@ -54,6 +54,7 @@ Nothing in this module leaves the device; none of it is logged.
 from __future__ import annotations
 
 import functools
+import hmac
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -422,10 +423,24 @@ def report_mask(
     return instantaneous_mask(params.randomizer(levels[-1]), permanent, params.num_bits, rng)
 
 
+class _PrefixedHmac:
+    """``KeyedHmac(key, prefix).digest`` in one call, without keeping a key schedule (a key used once or twice)."""
+
+    __slots__ = ("_key", "_prefix")
+
+    def __init__(self, key: bytes, prefix: bytes) -> None:
+        self._key = key
+        self._prefix = prefix
+
+    def digest(self, message: bytes) -> bytes:
+        return hmac.digest(self._key, self._prefix + message, "sha256")
+
+
 class ReportPlan:
     """A client's reports of one metric in its cohort at one level: everything that does not depend on the value.
 
-    The one report pipeline of the client (``client_sdk.reporting``):
+    The one report pipeline of the client (``client_sdk.reporting``) and of
+    simulated clients, one plan per secret (:meth:`for_secret`):
     encode, permanent (memoized) noise, fresh IRR, packed payload. Made once
     (per metric, cohort and level) and reused by every report: the
     encoding's indexer, the HMAC key schedule of the secret with the
@@ -445,10 +460,27 @@ class ReportPlan:
         self.randomizer = params.randomizer(level)
         self._secret = secret
         self._indices = params.encoding.indexer(cohort)
-        self._noise = KeyedHmac(secret, noise_prefix(params.name))
+        self._noise: KeyedHmac | _PrefixedHmac = KeyedHmac(secret, noise_prefix(params.name))
         self._tables = fresh_tables(self.randomizer) if self.randomizer.mechanism.randomized else None
         self._header = payload_header(cohort, level)
         self._payload_bytes = (self.num_bits + 7) // 8
+
+    def for_secret(self, secret: bytes) -> ReportPlan:
+        """The same metric, cohort and level for another client's ``secret``.
+
+        Shares what does not depend on the secret (the indexer, the cut
+        tables, the header). For code that sends the reports of many clients
+        (simulated clients, a report or two each), so that each still takes
+        this one pipeline: the noise seed is the same HMAC, computed in one
+        call instead of through a kept key schedule, which pays off only
+        over many reports of one secret.
+        """
+        check_secret(secret)
+        plan = object.__new__(ReportPlan)
+        plan.__dict__.update(self.__dict__)
+        plan._secret = secret
+        plan._noise = _PrefixedHmac(secret, noise_prefix(self.params.name))
+        return plan
 
     def encode(self, value_or_set: Value | Iterable[Value]) -> int:
         """:func:`encoded_mask` in the plan's cohort."""

@@ -3,10 +3,10 @@
 * :func:`local_aggregator`: the aggregator app on SQLite in a data folder, on
   a free loopback port in a background thread, with an admin and an analyst
   :class:`ApiClient`.
-* :class:`SimulatedClients`: clients that run the client SDK's functions
-  (memoized noise from their own secret, sealed reports) without a state
-  file, so that tens of thousands fit in a minute; :func:`upload` posts their
-  reports in binary batches.
+* :class:`SimulatedClients`: clients that run the client SDK's report
+  pipeline (:class:`~client_sdk.memo.ReportPlan`: memoized noise from their
+  own secret, then sealed) without a state file, so that tens of thousands
+  fit in a minute; :func:`upload` posts their reports in binary batches.
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ from aggregator.research.populations import Population
 from aggregator.server.app import create_app
 from aggregator.server.settings import Settings
 from aggregator.server.storage import Storage
-from client_sdk.memo import noise_key, permanent_bits
+from client_sdk.memo import ReportPlan, noise_key
+from client_sdk.pools import IrrPool
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import canonical_value
 from protocol.params import MetricParams
 from protocol.rng import SecureRandom
-from protocol.wire import CONTENT_TYPE_BINARY, build_report, encode_batch_binary
+from protocol.wire import CONTENT_TYPE_BINARY, encode_batch_binary, seal_report
 
 BATCH = 1000  # reports per upload request
 
@@ -100,20 +101,28 @@ class SimulatedClients:
 
     def reports(self, *, levels: list[float], round_id: int, seal_public: bytes, window: int,
                 who: np.ndarray) -> Iterator[Any]:
-        """Sealed reports of the clients in ``who`` at the end of the level chain ``levels``."""
-        irr = SecureRandom()
-        randomizer = self.params.randomizer(levels[-1])
+        """Sealed reports of the clients in ``who`` at the end of the level chain ``levels``.
+
+        Every report takes the client's own pipeline, :class:`~client_sdk.memo.ReportPlan`
+        (encode, memoized noise through ``levels``, fresh IRR, packed payload), with
+        the IRR drawn ahead in blocks as the client does (:class:`~client_sdk.pools.IrrPool`):
+        a window's first report passes one level, a round's re-send the window's chain.
+        """
+        level = levels[-1]
+        chain = tuple(levels)
+        irr = IrrPool(SecureRandom(), self.params.randomizer(level), self.params.num_bits)
+        cohort_plans: dict[int, ReportPlan] = {}
         for i in who:
+            secret = self.secrets[i - self.first]
+            cohort = int(self.population.cohorts[i])
+            template = cohort_plans.get(cohort)
+            if template is None:
+                template = cohort_plans[cohort] = ReportPlan(secret, self.params, cohort, level)
             members = self.population.member_sets(int(i))
-            value_key = noise_key(window, canonical_value(members))
-            permanent = permanent_bits(
-                self.secrets[i - self.first], self.params, self.population.bits[i], value_key, levels
-            )
-            yield build_report(
-                params_digest=self.digest, metric=self.params.name, round=round_id, window=window,
-                cohort=int(self.population.cohorts[i]), level=levels[-1],
-                bits=randomizer.instantaneous(permanent, irr), seal_public=seal_public,
-            )
+            key = noise_key(window, canonical_value(members))
+            payload = template.for_secret(secret).payload(members, key, irr.take(), chain=chain)
+            yield seal_report(payload=payload, metric=self.params.name, round=round_id, window=window,
+                              params_digest=self.digest, seal_public=seal_public)
 
 
 def client_secrets(count: int, seed: int | None) -> list[bytes]:

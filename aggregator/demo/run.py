@@ -6,9 +6,10 @@
 3. Clients report the set of places they visited at a strict level. A few
    hundred are full :class:`client_sdk.Client` instances (encrypted state
    file, pinned key, signed config, ledger); the rest are simulated clients
-   that run the same client functions (memoized noise from their own secret,
-   sealed reports) without a state file, so that 20,000 of them fit in a
-   minute.
+   that make every report with the client's own pipeline
+   (:class:`client_sdk.memo.ReportPlan`: memoized noise from their own
+   secret, then sealed) without a state file, so that 20,000 of them fit in
+   a minute.
 4. The operator opens a relaxation round to a looser level. Clients verify
    the signed announcement, check their ceiling (a few refuse: their
    ceiling is lower), relax their memoized noise with the lazy step and
