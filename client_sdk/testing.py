@@ -199,6 +199,19 @@ class FakeAggregator:
         self.stored[(report.metric, rid)] = (report, payload)
         return ReportResult(report_id=rid, status=STATUS_ACCEPTED)
 
+    def reset(self) -> None:
+        """Forget every client and round (stored reports, requests, scripted failures): a fresh server.
+
+        The keys and metrics stay, so one aggregator can serve many clients
+        in turn (the auditor runs each of its clients against a reset one).
+        """
+        self.rounds.clear()
+        self.stored.clear()
+        self.requests.clear()
+        self.timeouts.clear()
+        self._failures.clear()
+        self.replayed = 0
+
     # --- what a test checks --------------------------------------------------------
 
     def payloads(self, metric: str) -> list[ReportPayload]:

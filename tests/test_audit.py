@@ -309,3 +309,12 @@ def test_cli_exits_1_when_a_shipped_claim_is_exceeded(
 def test_cli_unknown_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "no-such-target"]) == 2
     assert "target" in capsys.readouterr().err
+
+
+def test_cli_jobs_spread_the_device_clients(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["audit", "device-asymmetric-set", "--samples", "200", "--device-samples", "200", "--json"]
+    assert main([*argv, "--jobs", "2"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["verdict"] == "ok" and row["samples"] == 200
+    assert main([*argv, "--jobs", "0"]) == 2
+    assert "jobs" in capsys.readouterr().err

@@ -16,14 +16,18 @@ import pytest
 
 from aggregator.research.audit import audit, find_target, planted_targets, shipped_targets
 from aggregator.research.audit_device import (
+    DEVICE_CHUNK,
     DEVICE_TARGETS,
     PLANTED_DEVICE,
+    DeviceSampler,
     DeviceScenario,
     Window,
     _run_client,
     device_reports,
     irr_switched_off,
     ledger_charge,
+    permanent_noise_skipped,
+    with_jobs,
 )
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import DirectEncoding
@@ -109,3 +113,47 @@ def test_planting_is_undone_after_sampling() -> None:
     scenario = DeviceScenario(_asym(irr_q=0.5), (Window(H),), (Window(frozenset()),))
     rows = device_reports(scenario, scenario.history_b, 60, SeededRandom(8))
     assert 0 < rows[:, 1:].sum() < rows[:, 1:].size and np.all(rows[:, 0])
+
+
+# --------------------------------------------------------------------------
+# Worker processes (--jobs): seeded substreams per chunk, the same IRR draws for every number of jobs
+# --------------------------------------------------------------------------
+
+
+def test_jobs_give_the_same_irr_draws() -> None:
+    # With the memoized noise skipped (a planted patch, applied inside each worker) a client's reports depend
+    # on the seeded IRR stream only, not on its OS-drawn secret: the runs must be identical for 1 and 2 jobs.
+    scenario = DeviceScenario(_asym(irr_q=0.5), (Window(HC), Window(HC)), (Window(H), Window(H)))
+    n = 2 * DEVICE_CHUNK + 3  # three chunks, the last one short
+    one = DeviceSampler(scenario, scenario.history_b, permanent_noise_skipped, jobs=1)(n, SeededRandom(21))
+    two = DeviceSampler(scenario, scenario.history_b, permanent_noise_skipped, jobs=2)(n, SeededRandom(21))
+    assert one.shape == (n, 2 * 4) and np.array_equal(one, two)
+    assert one[:, [0, 1, 4, 5]].all()  # both windows sent, home's bit 1 (asymmetric: a 1 stays 1)
+    assert 0 < one[:, [2, 3, 6, 7]].sum() < 4 * n  # clinic's and work's zeros go through the IRR (q 0.5)
+    other = DeviceSampler(scenario, scenario.history_b, permanent_noise_skipped, jobs=2)(n, SeededRandom(22))
+    assert not np.array_equal(one, other)
+
+
+def test_jobs_give_outcomes_of_the_same_law() -> None:
+    # The shipped path (secrets from the OS, so not seedable): for {home} every client sends, home's bit is
+    # always 1, and work's bit (a zero raised by the noise) is 1 with one probability whatever the number of
+    # jobs. A two-proportion z-test at |z| < 5.3: false-failure rate about 1e-7.
+    scenario = DeviceScenario(_asym(), (Window(HC),), (Window(H),))
+    n = 3 * DEVICE_CHUNK
+    rows = {jobs: DeviceSampler(scenario, scenario.history_b, jobs=jobs)(n, SeededRandom(30 + jobs))
+            for jobs in (1, 2)}
+    for row in rows.values():
+        assert row[:, 0].all() and row[:, 1].all()  # sent; home's bit
+    p1, p2 = (rows[j][:, 3].mean() for j in (1, 2))
+    pooled = (p1 + p2) / 2
+    assert abs(p1 - p2) < 5.3 * math.sqrt(2 * pooled * (1 - pooled) / n) + 1e-12
+
+
+def test_planted_regression_is_caught_across_worker_processes() -> None:
+    # the patch is applied in each worker (not inherited from the parent): caught as with one process
+    target = with_jobs(PLANTED_DEVICE["planted-device-irr-off"], 2)
+    result = audit(target, 400, seed=5)
+    assert not result.passed and result.lower_bound > target.claimed
+    assert with_jobs(find_target("central-alap"), 2) is find_target("central-alap")  # other targets: unchanged
+    with pytest.raises(ParameterError, match="jobs"):
+        with_jobs(target, 0)

@@ -54,13 +54,16 @@ from protocol.rng import RandomSource, SeededRandom
 from .audit_targets import AuditEvent, AuditTarget, Outcomes, TargetRegistry
 
 __all__ = [
+    "DEVICE_CHUNK",
     "DEVICE_TARGETS",
     "PLANTED_DEVICE",
     "DeviceHistory",
+    "DeviceSampler",
     "DeviceScenario",
     "Window",
     "device_reports",
     "device_target",
+    "with_jobs",
 ]
 
 # A day's windows from a fixed Monday (the clock the clients are given).
@@ -140,14 +143,53 @@ def _announcement(params: MetricParams, round_id: int, level_from: float, level_
     )
 
 
-def _run_client(scenario: DeviceScenario, history: DeviceHistory, keys: AggregatorKeys, folder: Path,
-                rng: RandomSource) -> tuple[Any, float]:
-    """One client over ``history``: returns the in-memory aggregator holding what it received, and the ledger's charge."""
-    from client_sdk import Client
+class _SigningOnce:
+    """Signatures of the audit's server, made once per document for every client of a run.
+
+    Ed25519 signatures are deterministic, so serving a signed document again
+    is what signing it again gives; the clients still verify every one.
+    """
+
+    def __init__(self) -> None:
+        self.configs: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.rounds: dict[Any, dict[str, Any]] = {}
+
+
+def _aggregator(params: MetricParams, keys: AggregatorKeys) -> Any:
+    """The in-memory server of a run: one per run, :meth:`~FakeAggregator.reset` before each client."""
     from client_sdk.testing import FakeAggregator
 
+    class AuditAggregator(FakeAggregator):
+        signed = _SigningOnce()
+
+        def open_round(self, announcement: Any) -> None:
+            doc = self.signed.rounds.get(announcement)
+            if doc is None:
+                doc = self.signed.rounds[announcement] = self.keys.sign(announcement.to_payload())
+            self.rounds.append(doc)
+
+        def config_document(self) -> dict[str, Any]:
+            key = (self.issued_at, self.sync_interval, *map(id, self.rounds))
+            doc = self.signed.configs.get(key)
+            if doc is None:
+                doc = self.signed.configs[key] = super().config_document()
+            return doc
+
+    return AuditAggregator([params], keys=keys)
+
+
+def _run_client(scenario: DeviceScenario, history: DeviceHistory, keys: AggregatorKeys, folder: Path,
+                rng: RandomSource, fake: Any = None) -> tuple[Any, float]:
+    """One client over ``history``: returns the in-memory aggregator holding what it received, and the ledger's charge.
+
+    ``fake``: the run's aggregator (reset here); a new one when ``None``.
+    """
+    from client_sdk import Client
+
     params = scenario.params
-    fake = FakeAggregator([params], keys=keys)
+    if fake is None:
+        fake = _aggregator(params, keys)
+    fake.reset()
     now = [float(T0)]
     client = Client(SERVER_URL, folder, server_public_keys=fake.sign_public, session=fake,
                     max_epsilon=scenario.max_epsilon, clock=lambda: now[0], rng=rng, insecure_rng_for_testing=True,
@@ -204,17 +246,91 @@ def _scratch() -> tempfile.TemporaryDirectory[str]:
 
 
 def device_reports(scenario: DeviceScenario, history: DeviceHistory, n: int, rng: RandomSource) -> Outcomes:
-    """``n`` fresh clients over ``history``; one row per client: every report it sent, opened by the aggregator."""
+    """``n`` fresh clients over ``history``; one row per client: every report it sent, opened by the aggregator.
+
+    The audit's own fixtures are made once for the ``n`` clients (one key
+    pair, one scratch folder); each client is still the product's whole path.
+    """
     keys = AggregatorKeys.generate()
+    fake = _aggregator(scenario.params, keys)
     rows = np.empty((n, len(scenario.slots) * (scenario.params.num_bits + 1)), dtype=bool)
     with _scratch() as tmp:
         for i in range(n):
             folder = Path(tmp) / f"c{i}"
             folder.mkdir()
-            fake, _ = _run_client(scenario, history, keys, folder / "state", rng)
+            _run_client(scenario, history, keys, folder / "state", rng, fake)
             rows[i] = _outcome_row(scenario, fake)
             shutil.rmtree(folder)
     return rows
+
+
+# Clients per seeded substream. A run is cut into chunks of this many clients whatever the number of
+# worker processes, chunk k's IRR stream being child k of one seed drawn from the audit's stream: the
+# IRR draws of a run are the same for every --jobs (the secrets come from the OS, as on a device).
+DEVICE_CHUNK = 64
+
+
+def _chunk(scenario: DeviceScenario, history: DeviceHistory, patch: Patch | None, size: int,
+           entropy: int, index: int) -> Outcomes:
+    """Chunk ``index`` of a run: ``size`` clients on substream ``index`` of ``entropy`` (a worker's task)."""
+    with (patch or contextlib.nullcontext)():
+        stream = SeededRandom(np.random.SeedSequence(entropy, spawn_key=(index,)))
+        return device_reports(scenario, history, size, stream)
+
+
+def _pool_context() -> Any:
+    """``fork`` where the system has it (workers start in milliseconds, nothing to re-import), else ``spawn``."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+@dataclass(frozen=True)
+class DeviceSampler:
+    """The sampler of one history: ``(n, rng) -> n`` client rows, over ``jobs`` worker processes.
+
+    One 128-bit seed is drawn from ``rng``; the ``n`` clients are cut into
+    chunks of :data:`DEVICE_CHUNK`, chunk ``k`` running on the ``k``-th child
+    stream of that seed, in this process (``jobs == 1``) or in a pool of
+    ``jobs`` processes. Rows come back in chunk order, so the outcome array
+    has the same law for every ``jobs`` (and the same IRR draws). A planted
+    ``patch`` is applied inside each chunk, in the process that runs it.
+    """
+
+    scenario: DeviceScenario
+    history: DeviceHistory
+    patch: Patch | None = None
+    jobs: int = 1
+
+    def __call__(self, n: int, rng: RandomSource) -> Outcomes:
+        entropy = int.from_bytes(rng.random_bytes(16).tobytes(), "big")
+        sizes = [min(DEVICE_CHUNK, n - start) for start in range(0, n, DEVICE_CHUNK)]
+        tasks = [(self.scenario, self.history, self.patch, size, entropy, k) for k, size in enumerate(sizes)]
+        width = len(self.scenario.slots) * (self.scenario.params.num_bits + 1)
+        if not tasks:
+            return np.empty((0, width), dtype=bool)
+        if self.jobs <= 1 or len(tasks) == 1:
+            parts = [_chunk(*task) for task in tasks]
+        else:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)), mp_context=_pool_context()) as pool:
+                parts = list(pool.map(_chunk, *zip(*tasks, strict=True)))
+        return np.concatenate(parts)
+
+
+def with_jobs(target: AuditTarget, jobs: int) -> AuditTarget:
+    """``target`` with its device samplers spread over ``jobs`` worker processes (others unchanged)."""
+    import dataclasses
+
+    from protocol.validation import check_int
+
+    check_int("jobs", jobs, low=1)
+    if not isinstance(target.sample_a, DeviceSampler) or not isinstance(target.sample_b, DeviceSampler):
+        return target
+    return dataclasses.replace(target, sample_a=dataclasses.replace(target.sample_a, jobs=jobs),
+                               sample_b=dataclasses.replace(target.sample_b, jobs=jobs))
 
 
 def ledger_charge(scenario: DeviceScenario) -> float:
@@ -262,18 +378,12 @@ def device_target(name: str, scenario: DeviceScenario, *, patch: Patch | None = 
     with active():
         claimed = ledger_charge(scenario)
 
-    def sampler(history: DeviceHistory) -> Callable[[int, RandomSource], Outcomes]:
-        def sample(n: int, rng: RandomSource) -> Outcomes:
-            with active():
-                return device_reports(scenario, history, n, rng)
-        return sample
-
     relation = neighbour_relation(scenario.params.mode, scenario.params.value_kind)
     return AuditTarget(
         name=name,
         claimed=claimed,
-        sample_a=sampler(scenario.history_a),
-        sample_b=sampler(scenario.history_b),
+        sample_a=DeviceSampler(scenario, scenario.history_a, patch),
+        sample_b=DeviceSampler(scenario, scenario.history_b, patch),
         direction="a_over_b" if relation.one_way else "both",
         focus=_focus(scenario),
         events=events,

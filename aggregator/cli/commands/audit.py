@@ -32,6 +32,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--device-samples", type=int, default=None,
                         help="clients per input for the device-path targets (default 4000: each sample is a whole "
                         "client run, sealed and opened, ~10-25 ms)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="worker processes for the device-path targets (default: the CPUs this process may "
+                        "use); the IRR draws of a run are the same for every N")
     parser.add_argument("--json", action="store_true", help="JSON output")
     parser.add_argument("--list", action="store_true", help="list the targets and their claims, audit nothing")
     parser.set_defaults(func=run_audit)
@@ -52,17 +55,31 @@ def _selected(args: argparse.Namespace) -> list[tuple[str, bool]]:
     return [(name, name in planted) for name in names]
 
 
-def _target(name: str, device_samples: int | None) -> Any:
-    """The target, its sample cap set by ``--device-samples`` when it has one (the device-path targets)."""
+def _jobs(jobs: int | None) -> int:
+    """``--jobs``, checked; by default the CPUs this process may run on."""
+    import os
+
+    from protocol.validation import check_int
+
+    if jobs is not None:
+        return check_int("jobs", jobs, low=1)
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def _target(name: str, device_samples: int | None, jobs: int) -> Any:
+    """The target, its sample cap set by ``--device-samples`` when it has one (the device-path targets),
+    its device samplers spread over ``jobs`` processes."""
     import dataclasses
 
     from aggregator.research.audit import find_target
+    from aggregator.research.audit_device import with_jobs
     from protocol.validation import check_int
 
     target = find_target(name)
     if device_samples is not None and target.max_samples is not None:
         target = dataclasses.replace(target, max_samples=check_int("device_samples", device_samples, low=4))
-    return target
+    return with_jobs(target, jobs)
 
 
 def _verdict(passed: bool, planted: bool) -> str:
@@ -106,9 +123,10 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.list:
         return _list(selected, args.json)
     confidence = DEFAULT_CONFIDENCE if args.confidence is None else args.confidence
+    jobs = _jobs(args.jobs)
     rows: list[dict[str, Any]] = []
     for name, planted in selected:
-        result = audit(_target(name, args.device_samples), args.samples, seed=args.seed, confidence=confidence)
+        result = audit(_target(name, args.device_samples, jobs), args.samples, seed=args.seed, confidence=confidence)
         rows.append({**result.to_dict(), "planted": planted, "verdict": _verdict(result.passed, planted)})
     if args.json:
         print_json(rows)
