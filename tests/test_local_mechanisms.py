@@ -372,3 +372,26 @@ def test_no_product_code_compares_a_mode_with_a_literal() -> None:
             sites += [f"{rel}:{line} (central mechanism)" for line in mechanism_comparisons(source)]
     assert not sites, ("ask the mechanism (protocol.local.local_mechanism(mode), protocol.mechanisms.mechanism_class"
                        "(name)), not its name: " + ", ".join(sites))
+
+
+@pytest.mark.parametrize("mode", ["symmetric", "asymmetric"])
+def test_the_relaxed_bit_table_is_the_law_relax_permanent_samples(mode: str) -> None:
+    # 200,000 bits per (true bit) through the product's relax_permanent (seeded); each of the four
+    # P(relaxed = 1 | permanent p, true b) within 6 sd of the table: false-failure rate below 1e-7 in all
+    mechanism = local_mechanism(mode)
+    table = mechanism.relaxed_bit_table(1.0, 2.5)
+    assert all(isinstance(p, Fraction) and 0 <= p <= 1 for p in table)
+    rng = SeededRandom(31)
+    n = 200_000
+    for b in (0, 1):
+        bits = np.full(n, bool(b))
+        permanent = Randomizer(mode=mode, level=1.0).sample_permanent(bits, rng)
+        relaxed = mechanism.relax_permanent(bits, permanent, 1.0, 2.5, rng)
+        for p in (0, 1):
+            where = permanent == bool(p)
+            if where.sum() < 1_000:
+                continue  # asymmetric: a true 1 is never a permanent 0
+            freq, want = relaxed[where].mean(), float(table[p + 2 * b])
+            assert abs(freq - want) <= 6 * math.sqrt(max(want * (1 - want), 1e-12) / where.sum()), (b, p)
+    with pytest.raises(ParameterError):
+        local_mechanism("trusted").relaxed_bit_table(1.0, 2.0)

@@ -104,6 +104,11 @@ class AsymmetricMechanism(StatesNeighbours):
         """The exponential chain's bits are a Markov chain of their own: steps compose."""
         return relax_exponential_bits(bits, permanent, level_from, level_to, rng)
 
+    def relaxed_bit_table(self, level_from: float, level_to: float) -> tuple[Fraction, ...]:
+        """A 0 stays 0 (it is true); a noise 1 is kept w.p. ``q_to / q_from``; a true 1 stays 1."""
+        keep = Fraction(exp_half(level_to)) / Fraction(exp_half(level_from))
+        return (Fraction(0), keep, Fraction(0), Fraction(1))
+
     def permanent_from_uniforms(
         self, bits: BoolArray, u: FloatArray, probabilities: tuple[float, float]
     ) -> BoolArray:

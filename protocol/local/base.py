@@ -13,6 +13,7 @@ decided by comparing the mode's name. The mode string exists on the wire and in 
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, ClassVar, Protocol
 
 import numpy.typing as npt
@@ -77,6 +78,11 @@ class LocalMechanism(Protocol):
         self, bits: npt.ArrayLike, permanent: npt.ArrayLike, level_from: float, level_to: float,
         rng: RandomSource | None,
     ) -> BoolArray: ...
+
+    def relaxed_bit_table(self, level_from: float, level_to: float) -> tuple[Fraction, ...]:
+        """``P(relaxed bit = 1 | permanent bit p, true bit b)`` at index ``p + 2 b``, exact rationals: the law
+        :meth:`relax_permanent` samples for one step, as a table a vectorized engine draws from."""
+        ...
 
     def permanent_from_uniforms(
         self, bits: BoolArray, u: FloatArray, probabilities: tuple[float, float]

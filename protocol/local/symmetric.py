@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy.typing as npt
@@ -17,7 +18,12 @@ import numpy.typing as npt
 from ..errors import ParameterError
 from ..laplace_chain import laplace_permanent_probabilities
 from ..laplace_chain_rigorous import MAX_ENCLOSED_LAPLACE_LEVELS, enclosed_charge
-from ..relaxation import laplace_bit_law, relax_laplace, relax_laplace_bits
+from ..relaxation import (
+    laplace_bit_conditionals,
+    laplace_bit_law,
+    relax_laplace,
+    relax_laplace_bits,
+)
 from ..rng import FloatArray, RandomSource
 from ..rounding import round_up
 from .common import (
@@ -87,6 +93,11 @@ class SymmetricMechanism(StatesNeighbours):
     ) -> BoolArray:
         """One step of the Laplace chain's bits, the permanent bits as the history."""
         return relax_laplace_bits(bits, permanent, (level_from,), level_to, rng)
+
+    def relaxed_bit_table(self, level_from: float, level_to: float) -> tuple[Fraction, ...]:
+        """:func:`~protocol.relaxation.laplace_bit_conditionals` of the two-level chain, ``cond[b][p]``."""
+        cond = laplace_bit_conditionals((level_from, level_to))
+        return cond[0] + cond[1]
 
     def permanent_from_uniforms(
         self, bits: BoolArray, u: FloatArray, probabilities: tuple[float, float]

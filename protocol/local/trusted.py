@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
@@ -77,6 +78,9 @@ class TrustedMechanism(StatesNeighbours):
         self, bits: npt.ArrayLike, permanent: npt.ArrayLike, level_from: float, level_to: float,
         rng: RandomSource | None,
     ) -> BoolArray:
+        raise _nothing_to_relax()
+
+    def relaxed_bit_table(self, level_from: float, level_to: float) -> tuple[Fraction, ...]:
         raise _nothing_to_relax()
 
     def permanent_from_uniforms(

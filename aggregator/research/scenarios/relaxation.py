@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,6 @@ from aggregator.research.scenarios.registry import ScenarioParts, register
 from protocol.accounting import bit_epsilon
 from protocol.encodings import BloomEncoding
 from protocol.randomizers import Mode, Randomizer
-from protocol.relaxation import laplace_bit_conditionals
 from protocol.rng import RandomSource, SeededRandom
 
 # ==========================================================================
@@ -149,8 +147,8 @@ def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np
     one multinomial (clients are exchangeable; the CPU block sorts them by
     cohort too), every bit exactly at its probability
     (:func:`~aggregator.research.arrays.exact_bits`): the permanent bits,
-    the round's relaxation (asymmetric: keep a noise 1 w.p. ``q_to/q_from``;
-    symmetric: :func:`~protocol.relaxation.laplace_bit_conditionals`), the
+    the round's relaxation (the mechanism's ``relaxed_bit_table``, the law its
+    ``relax_permanent`` samples), the
     one-shot and extra collections. Another stream than the CPU block's.
     """
     from aggregator.research.arrays import cohort_sums, exact_bits  # noqa: PLC0415 (beside register_array_block)
@@ -179,12 +177,8 @@ def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np
             extra = base.with_level(pair[1] - pair[0])
             for rep in range(setup.repetitions):
                 perm = draw(list(base.permanent_probabilities()), b8)
-                if base.mechanism.one_sided:
-                    keep = draw([Fraction(to.f) / Fraction(base.f)], xp.zeros_like(b8))
-                    relaxed = perm & (bits | keep)
-                else:
-                    cond = laplace_bit_conditionals(pair)
-                    relaxed = draw(list(cond[0] + cond[1]), perm.astype(xp.uint8) + 2 * b8)
+                table = base.mechanism.relaxed_bit_table(*pair)
+                relaxed = draw(list(table), perm.astype(xp.uint8) + 2 * b8)
                 key = _draw_key(mode, pair, rep)
                 for part, reports in (("first", perm), ("relaxed", relaxed),
                                       ("one_shot", draw(list(to.permanent_probabilities()), b8)),
