@@ -53,7 +53,6 @@ __all__ = [
     "certified_pattern_probabilities",
     "certified_sequence_epsilon",
     "MAX_ENCLOSED_LAPLACE_LEVELS",
-    "charge_check",
     "enclosed_charge",
     "enclosed_sequence_epsilon",
 ]
@@ -378,17 +377,3 @@ def certified_sequence_epsilon(levels: tuple[float, ...] | list[float], width: f
         if hi - lo <= width or prec >= _MAX_PREC:
             return CertifiedEpsilon(levels=seq, lo=lo, hi=hi, prec=prec)
         prec *= 2
-
-
-def charge_check(levels: tuple[float, ...] | list[float]) -> tuple[float, bool, CertifiedEpsilon]:
-    """The product's charge for a symmetric chain next to its certified enclosure.
-
-    Returns ``(charge, exact, certified)`` with ``charge, exact = sequence_bit_epsilon("symmetric",
-    levels)``: the charge is a proven bound when ``charge >= certified.hi``, and tight (an exact
-    charge) when it is also below ``certified.lo`` plus the rounding step 1e-6.
-    """
-    from .accounting import sequence_bit_epsilon  # accounting may import this module
-
-    seq = _check_levels(levels)
-    charge, exact = sequence_bit_epsilon("symmetric", seq)
-    return charge, exact, certified_sequence_epsilon(seq)

@@ -15,14 +15,22 @@ mpmath = pytest.importorskip("mpmath")
 from protocol import accounting, laplace_chain  # noqa: E402
 from protocol.errors import ParameterError  # noqa: E402
 from protocol.laplace_chain_rigorous import (  # noqa: E402
+    CertifiedEpsilon,
     _exp_enclosure,
     certified_pattern_probabilities,
     certified_sequence_epsilon,
-    charge_check,
     enclosed_sequence_epsilon,
 )
 
-# What a charge may exceed the exact epsilon by: the 1e-6 rounding step plus the quadrature slack.
+
+def charge_check(levels: tuple[float, ...]) -> tuple[float, bool, CertifiedEpsilon]:
+    """The product's charge for a symmetric chain next to its certified enclosure: a proven bound
+    when ``charge >= certified.hi``, tight when also below ``certified.lo`` plus the rounding step."""
+    charge, exact = accounting.sequence_bit_epsilon("symmetric", levels)
+    return charge, exact, certified_sequence_epsilon(levels)
+
+
+# What a charge may exceed the exact epsilon by: the 1e-6 rounding step (plus the old quadrature slack).
 STEP = 1e-6 + laplace_chain.QUAD_SLACK
 
 RAPPOR = 2.0 * math.log(2.0)  # f = 1/2
