@@ -1,7 +1,9 @@
 """Following the server: its signed config verified against the pinned keys, its rounds joined within the ceiling.
 
 :class:`Following` holds a client's pinned Ed25519 keys and the app's
-consent to rounds. It verifies a config document, decides whether a
+consent to rounds. It verifies a config document (with a pinned key or one
+learned from a signing-key rotation announced in a verified config,
+docs/client.md, keys), decides whether a
 fetched config replaces the kept one (``issued_at`` is the serial: an
 older one is refused), records a metric whose parameters changed, and
 applies the latest open round of each metric the client reports
@@ -16,6 +18,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
+from protocol.crypto import key_id
 from protocol.errors import OnesidedError, ParameterError, ReportRejected, SignatureError
 from protocol.params import MetricParams
 from protocol.wire import ConfigPayload, MetricEntry, RoundAnnouncement, verify_config
@@ -49,15 +52,22 @@ class Following:
                  accept_round: Callable[[RoundAnnouncement], bool] | None, *, disk: Storage, spending: Spending,
                  clock: Callable[[], float]) -> None:
         self._host = cast(FollowingHost, weakref.proxy(host))
-        self._keys = keys
+        self._keys = dict(keys)  # the app's pins: always trusted
         self._accept_round = accept_round
         self._disk = disk
         self._spending = spending
         self._clock = clock
         self.config: ConfigPayload | None = None  # the last verified config
 
+    def trusted_keys(self) -> dict[str, bytes]:
+        """The keys a config may be signed with, by key id: the app's pins and the learned keys."""
+        return {**self._disk.state.learned_sign_keys, **self._keys}
+
     def verify(self, document: Any) -> ConfigPayload:
-        """The config of a signed document, if one of the pinned keys signed it.
+        """The config of a signed document, if a trusted key (pinned, or learned) signed it.
+
+        Nothing is learned here: an announced next key is trusted only when
+        the verified config is kept (:meth:`adopt`).
 
         Raises:
             SignatureError: unsigned, signed by another key, or tampered.
@@ -66,14 +76,22 @@ class Following:
         if not isinstance(document, dict) or "signature" not in document or "key_id" not in document:
             raise SignatureError("signature", "the config is not a signed document")
         seen = document["key_id"]
-        public = self._keys.get(seen) if isinstance(seen, str) else None
+        trusted = self.trusted_keys()
+        public = trusted.get(seen) if isinstance(seen, str) else None
         if public is None:
-            raise SignatureError(
-                "key_id", f"the config is signed by key id {str(seen)[:64]!r}, not by a pinned key "
-                f"(pinned key ids: {', '.join(sorted(self._keys))}); pin the aggregator's sign_public, "
-                "printed by `onesided keys show` on the aggregator",
-            )
+            raise SignatureError("key_id", self._untrusted(str(seen)[:64], trusted))
         return verify_config(document, sign_public=public)
+
+    def _untrusted(self, seen: str, trusted: dict[str, bytes]) -> str:
+        """Why a config signed by key id ``seen`` is refused, and what to do about it."""
+        ids = ", ".join(sorted(trusted))
+        if self.config is None:
+            return (f"the config is signed by key id {seen!r}, not by a pinned key (pinned key ids: {ids}); pin "
+                    "the aggregator's sign_public, printed by `onesided keys show` on the aggregator")
+        return (f"the config is signed by key id {seen!r}, which this client does not trust (trusted key ids: "
+                f"{ids}); if the aggregator switched signing keys (`onesided keys rotate --sign`) while this client "
+                "did not sync, it missed the announcement of the new key: update the app to pin the aggregator's "
+                "current sign_public, printed by `onesided keys show` on the aggregator")
 
     def load(self) -> None:
         """Take the config kept in the (just opened) state, if it still verifies."""
@@ -127,6 +145,7 @@ class Following:
             return False
         self._disk.state.config = document
         self.config = config
+        self._follow_rotation(config)
         for name, record in self._disk.state.metrics.items():
             entry = config.metric(name)
             if entry is not None and entry.digest != record.digest:
@@ -134,6 +153,30 @@ class Following:
                 if not any(e.metric == name and e.detail == detail for e in self._disk.state.events):
                     self._disk.event("params_changed", name, detail)
         return True
+
+    def _follow_rotation(self, config: ConfigPayload) -> None:
+        """Trust the signing key a kept config announces; forget learned keys it no longer names.
+
+        ``config`` verified with a trusted key and is the newest seen, so its
+        ``aggregator.next_sign_public`` is the operator's word. Learned keys
+        other than the config's signer and its announced next key are dropped
+        (a finished or withdrawn rotation); the app's pins are never dropped.
+        """
+        learned = self._disk.state.learned_sign_keys
+        signer = key_id(config.aggregator.sign_public)
+        announced = config.aggregator.next_sign_public
+        kept = {kid: raw for kid, raw in learned.items() if kid == signer}
+        if announced is not None and key_id(announced) not in self._keys:
+            kept[key_id(announced)] = announced
+        if kept == learned:
+            return
+        for kid in sorted(kept.keys() - learned.keys()):
+            self._disk.event("sign_key_learned", None, f"trusting signing key id {kid}, announced by key id {signer}")
+            log.info("trusting signing key id %s, announced in a config signed by key id %s", kid, signer)
+        for kid in sorted(learned.keys() - kept.keys()):
+            self._disk.event("sign_key_dropped", None, f"signing key id {kid} no longer announced by key id {signer}")
+            log.info("no longer trusting learned signing key id %s", kid)
+        self._disk.state.learned_sign_keys = kept
 
     def apply_rounds(self, config: ConfigPayload) -> int:
         """Apply the latest open round of each metric this client reports (docs/client.md, rounds).

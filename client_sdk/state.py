@@ -3,7 +3,7 @@
 What it holds (never sent anywhere): the 32-byte secret behind every
 memoized noise, one :class:`~client_sdk.ledger.MetricRecord` per metric
 (cohort, levels, the current window's value), the last verified signed config, the
-ledger events, any lost-state record and a generation counter. The outgoing
+signing keys learned from announcements in verified configs, the ledger events, any lost-state record and a generation counter. The outgoing
 queue of sealed reports lives in its own file (:mod:`client_sdk.queue`).
 
 File layout: ``"ONSC" || u8 version (2) || nonce (12) || AES-GCM(key, nonce,
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from protocol.crypto import b64d, b64e, decrypt_blob, encrypt_blob, write_private_file
+from protocol.crypto import b64d, b64e, decrypt_blob, encrypt_blob, key_id, write_private_file
 from protocol.errors import DecryptError, OnesidedError, ParameterError, ReportRejected
 
 from .ledger import LedgerEvent, MetricRecord
@@ -83,6 +83,9 @@ class ClientState:
     arrives. ``queue`` is a read-only view of the outgoing queue, which is stored in
     its own file (:class:`client_sdk.queue.ReportQueue`, attached by the
     client); it is not part of the state file. ``generation`` counts saves.
+    ``learned_sign_keys`` maps key id to raw Ed25519 public key: signing keys
+    announced (``aggregator.next_sign_public``) in configs that verified with a
+    key this client already trusted (:class:`client_sdk.following.Following`).
     """
 
     secret: bytes
@@ -94,6 +97,7 @@ class ClientState:
     config: dict[str, Any] | None = None
     dropped: int = 0
     waiting: list[dict[str, Any]] = field(default_factory=list)
+    learned_sign_keys: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_secret(self.secret)
@@ -119,6 +123,7 @@ class ClientState:
             "config": self.config,
             "dropped": self.dropped,
             "waiting": self.waiting,
+            "learned_sign_keys": {kid: b64e(raw) for kid, raw in sorted(self.learned_sign_keys.items())},
         }
         return json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
@@ -137,7 +142,21 @@ class ClientState:
             config=data["config"],
             dropped=int(data["dropped"]),
             waiting=[dict(w) for w in data.get("waiting", [])],
+            learned_sign_keys=_sign_keys(data.get("learned_sign_keys", {})),
         )
+
+
+def _sign_keys(data: Any) -> dict[str, bytes]:
+    """The learned signing keys of a state's JSON, each checked against its key id (``ValueError`` if not)."""
+    if not isinstance(data, dict):
+        raise ValueError("learned_sign_keys is not an object")
+    keys = {}
+    for kid, text in data.items():
+        raw = b64d(text, "learned_sign_keys")
+        if len(raw) != 32 or kid != key_id(raw):
+            raise ValueError("learned_sign_keys holds a key that is not 32 bytes under its key id")
+        keys[kid] = raw
+    return keys
 
 
 # Temp file in the same folder (0600), fsync, rename over the target, fsync the folder.
