@@ -153,7 +153,7 @@ class Client:
     # --- config -----------------------------------------------------------------
 
     def sync(self) -> ConfigPayload:
-        """Fetch ``GET /v1/config``, verify it against the pinned key(s), keep it.
+        """Fetch ``GET /v1/config``, verify it against the trusted (pinned or learned) keys, keep it.
 
         Open round announcements come verified with it (``config.rounds``);
         the latest one of each metric this client reports is then applied
