@@ -134,11 +134,14 @@ def test_changes_during_a_batch_are_caught_in_its_transaction(storage: Storage) 
     stale = {record.id: MetricBinding(metric_id=record.id, digest="0" * 64, num_bits=params.num_bits)}
     rows = rows_of(make_reports(params, None, 4, seed=6, window=T0), record.id, params.num_bits)
     assert storage.store_reports(rows, stale, now=T0) == ["outdated_config"] * 4
-    storage.close_round(round_.id, now=T0 + 1)
-    late = make_reports(params, None, 3, seed=7, window=T0, round=round_.id, level=3.0)
-    assert storage.store_reports(rows_of(late, record.id, 20), binding(storage), now=T0) == ["expired"] * 3
+    no_round = make_reports(params, None, 3, seed=7, window=T0, round=round_.id + 1, level=3.0)
+    assert storage.store_reports(rows_of(no_round, record.id, 20), binding(storage), now=T0) == ["expired"] * 3
     counts = storage.table_counts()
     assert counts["reports"] == counts["aggregates"] == counts["cohort_totals"] == 0
+    storage.close_round(round_.id, now=T0 + 1)  # closing refuses nothing: its late reports are counted
+    late = make_reports(params, None, 3, seed=8, window=T0, round=round_.id, level=3.0)
+    assert storage.store_reports(rows_of(late, record.id, 20), binding(storage), now=T0 + 2) == ["accepted"] * 3
+    assert storage.table_counts()["reports"] == 3
 
 
 def test_tokens_are_stored_hashed_and_checked(storage: Storage) -> None:

@@ -340,10 +340,6 @@ def test_clients_follow_a_signing_key_rotation(tmp_path: Path) -> None:
         server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "aggregator/server/ingest.py continues_after(): a report of the window in which a round was closed, tagged "
-    "with the round (built while it was open, delivered after the close), is refused `expired` and lost, although "
-    "the client was charged for it; reports of later windows tagged with the round are accepted"))
 def test_a_report_of_the_window_a_round_closed_in_is_counted(tmp_path: Path) -> None:
     server, clock, token = _small_deployment(tmp_path)
     try:

@@ -92,7 +92,7 @@ def assert_exact(storage: Storage, params: MetricParams, windows: list[int], rou
 
 def test_mixed_batches_match_a_recount_of_the_stored_reports(storage: Storage) -> None:
     """Random batches over two windows and two rounds, with retries, replays, a stale digest and
-    reports of a round closed meanwhile: the aggregates equal a report-by-report recount."""
+    late reports of a round closed meanwhile: the aggregates equal a report-by-report recount."""
     params = make_params(num_bits=20, num_cohorts=5)
     metric_id, good = register(storage, params)
     keys = AggregatorKeys.generate()
@@ -126,7 +126,10 @@ def test_mixed_batches_match_a_recount_of_the_stored_reports(storage: Storage) -
         assert storage.table_counts()["reports"] == len(stored)
     storage.close_round(open_round.id, now=T0 + 1)
     late = [r for r in pool if r.round == open_round.id][:5]
-    assert storage.store_reports(late, good, now=T0 + 2) == ["expired"] * 5
+    assert storage.store_reports(late, good, now=T0 + 2) == ["accepted"] * 5  # closing a round refuses nothing
+    stored.update(r.report_id for r in late)
+    no_round = report_rows(params, metric_id, 3, seed=4, round=open_round.id + 1, level=3.0)
+    assert storage.store_reports(no_round, good, now=T0 + 2) == ["expired"] * 3  # a round that does not exist
     assert storage.table_counts()["reports"] == len(stored)
     assert_exact(storage, params, [T0, T0 + 3600], [0, open_round.id])
     assert storage.bit_counts("places")[1].sum() == len(stored)

@@ -153,9 +153,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert len(list((cfg.data_dir / "clients").glob("client-*.state"))) == cfg.sdk_clients
 
 
-def test_after_a_round_closes_its_level_continues_in_later_windows(tmp_path: Path) -> None:
-    """A closed round's windows are final; its clients keep reporting at its level later."""
-    from protocol.wire import build_report
+def test_a_closed_rounds_reports_are_counted_in_its_windows_and_later_ones(tmp_path: Path) -> None:
+    """Closing a round refuses none of its reports: those of the windows it was open in (built then,
+    delivered late) and those of later windows (its clients stay at its level) are all counted."""
+    from protocol.wire import build_report, encode_batch_json
 
     params = MetricParams(name="places", encoding=DirectEncoding(domain=("a", "b", "c")), mode="asymmetric",
                           level=1.0, time_precision=60, min_batch_size=1)
@@ -163,28 +164,22 @@ def test_after_a_round_closes_its_level_continues_in_later_windows(tmp_path: Pat
         digest = agg.admin.post("/v1/metrics", params.to_dict())["digest"]
         opened = agg.admin.post("/v1/metrics/places/rounds", {"level_to": 4.0})
         closed = agg.admin.post(f"/v1/rounds/{opened['id']}/close")
-        now_window = window_start(closed["closed_at"], 60)
+        close_window = window_start(closed["closed_at"], 60)
+        assert agg.admin.get(f"/v1/rounds/{opened['id']}")["open"] is False
+        config = requests.get(agg.url + "/v1/config", timeout=30).json()["payload"]
+        assert config["rounds"] == []  # closing withdraws the announcement: no client joins any more
 
-        def send(window: int) -> str:
+        def send(window: int, bits: list[bool]) -> str:
             env = build_report(params_digest=digest, metric="places", round=opened["id"], window=window, cohort=0,
-                               level=4.0, bits=np.array([True, False, False]), seal_public=agg.keys.seal_public_raw)
-            from protocol.wire import encode_batch_json
-
+                               level=4.0, bits=np.array(bits), seal_public=agg.keys.seal_public_raw)
             r = requests.post(agg.url + "/v1/reports", json=encode_batch_json([env]), timeout=30)
             return str(r.json()["results"][0]["status"])
 
-        assert send(now_window) == "expired"  # the round's own window is final
-        # the next window (within the server's 300 s clock skew) continues at the round's level
-        assert send(now_window + 60) == "accepted"
-        ones, totals = agg.storage.bit_counts("places", window=now_window + 60, round=opened["id"])
-        assert totals.tolist() == [1] and ones[0].tolist() == [1, 0, 0]
-    from aggregator.server.ingest import continues_after
-    from aggregator.server.storage import RoundRecord
-
-    record = RoundRecord(id=1, metric="places", level_from=1.0, level_to=4.0, cohorts=None, opened_at=0,
-                         expires_at=10**9, closed_at=7200 + 5, announcement={})
-    assert not continues_after(record, 7200)
-    assert continues_after(record, 10800)
-    expired = RoundRecord(id=1, metric="places", level_from=1.0, level_to=4.0, cohorts=None, opened_at=0,
-                          expires_at=3600 * 5, closed_at=None, announcement={})
-    assert not continues_after(expired, 3600 * 4) and continues_after(expired, 3600 * 6)
+        assert send(close_window, [True, False, False]) == "accepted"  # the window it closed in
+        assert send(close_window - 60, [False, True, False]) == "accepted"  # an earlier window, delivered late
+        assert send(close_window + 60, [False, False, True]) == "accepted"  # the next window: its level continues
+        for window, bit in ((close_window - 60, 1), (close_window, 0), (close_window + 60, 2)):
+            ones, totals = agg.storage.bit_counts("places", window=window, round=opened["id"])
+            assert totals.tolist() == [1] and ones[0].tolist() == [int(i == bit) for i in range(3)]
+        # the lateness bound is round 0's: a window past retention is refused as any other report
+        assert send(close_window - 100 * 86400, [True, False, False]) == "expired"

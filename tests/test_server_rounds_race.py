@@ -1,4 +1,4 @@
-"""Racing round openings keep the round invariants on SQLite and PostgreSQL.
+"""Racing round openings keep the round invariants on SQLite and PostgreSQL; reports racing a close all count.
 
 Four admins open rounds to levels 5, 4, 3 and 2 on the same metric at the
 same instant (a barrier), 100 times, each time on a fresh metric at base
@@ -21,7 +21,16 @@ from pathlib import Path
 import pytest
 import requests
 import sqlalchemy as sa
-from aggsupport import BACKENDS, LiveServer, bearer, database_url, live_server, make_params
+from aggsupport import (
+    BACKENDS,
+    LiveServer,
+    bearer,
+    database_url,
+    live_server,
+    make_params,
+    make_reports,
+    post_reports,
+)
 
 from aggregator.server.storage import schema
 
@@ -84,3 +93,40 @@ def test_racing_round_openings_only_climb_and_leave_one_open(server: LiveServer)
             opened += statuses.count(201)
     _check_invariants(server, base.level)
     assert opened >= TRIALS
+
+
+def test_reports_racing_a_round_close_are_each_counted_once(server: LiveServer) -> None:
+    """Uploads tagged with a round race its close and the opening of the next round (one barrier): every
+    report is accepted whatever the order (closing refuses none of a round's reports), and a retry of all of
+    them changes nothing (exactly once)."""
+    token = server.admin_token()
+    params = make_params("closing", level=1.0)
+    assert server.register(params, token).status_code == 201
+    first = requests.post(f"{server.url}/v1/metrics/closing/rounds", json={"level_to": 2.0}, headers=bearer(token),
+                          timeout=30).json()
+    batches = [make_reports(params, server.keys.seal_public_raw, 5, seed=40 + i, round=first["id"], level=2.0)
+               .envelopes for i in range(12)]
+    barrier = threading.Barrier(4)
+
+    def upload(part: int) -> list[str]:
+        barrier.wait(timeout=10)
+        return [r["status"] for b in batches[part::3] for r in post_reports(server.url, b).json()["results"]]
+
+    def close_and_reopen() -> list[int]:
+        barrier.wait(timeout=10)
+        closed = requests.post(f"{server.url}/v1/rounds/{first['id']}/close", headers=bearer(token), timeout=30)
+        reopened = requests.post(f"{server.url}/v1/metrics/closing/rounds", json={"level_to": 3.0},
+                                 headers=bearer(token), timeout=30)
+        return [closed.status_code, reopened.status_code]
+
+    with ThreadPoolExecutor(4) as pool:
+        uploads = [pool.submit(upload, part) for part in range(3)]
+        admin = pool.submit(close_and_reopen)
+        assert admin.result() == [200, 201]
+        statuses = [s for u in uploads for s in u.result()]
+    assert statuses == ["accepted"] * 60
+    assert server.storage.bit_counts("closing", round=first["id"])[1].sum() == 60
+    retried = [r["status"] for b in batches for r in post_reports(server.url, b).json()["results"]]
+    assert retried == ["accepted"] * 60  # identical retries: counted once
+    assert server.storage.bit_counts("closing", round=first["id"])[1].sum() == 60
+    assert server.storage.table_counts()["reports"] == 60

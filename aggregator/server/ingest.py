@@ -10,7 +10,15 @@ For each report, in this order (cheap checks before decryption):
    expired iff ``window + time_precision <= now - retention``, the same rule
    as ``Storage.purge_expired``, so a purged report id can never be replayed;
 4. round ``r > 0`` is a round of this metric (``invalid_message``, field
-   ``round``) that is open (``expired``, field ``round``);
+   ``round``), open, closed or expired alike: a round's reports are accepted
+   for every window step 3 accepts, the same lateness bounds as round 0's.
+   Closing a round withdraws its announcement (no client joins it any more)
+   and refuses nothing, since every report tagged with it comes from a client
+   that joined while it was open and was charged for it: a window that
+   started before the close was built while the round was open and may be
+   delivered later (queues, retries, devices offline); in the windows after
+   it the clients that joined keep reporting at its ``level_to``, tagged
+   with it (a level never goes back down), until a later round;
 5. the envelope opens with the aggregator's X25519 key, its metadata bound
    as AAD (``decrypt_error``); plaintext only if the operator allows it;
 6. the payload is well formed (``invalid_message``, ``payload.*``), its
@@ -99,21 +107,7 @@ def check_metadata(env: ReportEnvelope, ctx: BatchContext, settings: Settings) -
     round_ = ctx.rounds.get(env.round)
     if round_ is None or round_.metric != metric.name:
         raise _reject("round", f"no round {env.round} for metric {metric.name!r}", STATUS_INVALID_MESSAGE)
-    if not round_.is_open(ctx.now) and not continues_after(round_, env.window):
-        raise _reject("round", f"round {env.round} is closed or expired", STATUS_EXPIRED)
     return metric, round_
-
-
-def continues_after(round_: RoundRecord, window: int) -> bool:
-    """A finished round's level stays in force for later windows.
-
-    Once a round is closed (or expired) its windows are final, but the clients
-    that relaxed for it keep reporting at its ``level_to``, tagged with it, in
-    the windows that start after it finished; those reports are accepted and
-    decoded per (window, round) like any other.
-    """
-    finished = round_.closed_at if round_.closed_at is not None else round_.expires_at
-    return window > finished  # windows are multiples of time_precision: the first window after it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,6 +347,6 @@ class Ingestor:
 _STORE_DETAILS = {
     STATUS_REPLAYED: "a different report with this report_id was stored before",
     STATUS_OUTDATED_CONFIG: "the metric's parameters changed while this batch was processed",
-    STATUS_EXPIRED: "the round was closed while this batch was processed",
+    STATUS_EXPIRED: "the report's round no longer exists",
 }
 _STORE_STATUSES = frozenset((STATUS_ACCEPTED, *_STORE_DETAILS))

@@ -193,7 +193,7 @@ OPENAPI_PATHS: dict[str, Any] = {
     },
     "/v1/rounds/{round_id}/close": {
         "post": {
-            "summary": "Close a round: its later reports are expired",
+            "summary": "Close a round: no client joins it any more; its reports are still counted",
             "operationId": "closeRound",
             "x-roles": list(ADMIN),
             "parameters": [_ROUND_ID],

@@ -9,6 +9,10 @@
 * **One open round**: opening a round closes the metric's earlier ones
   (clients jump straight to the latest level: one lazy step is valid by the
   Markov property).
+* **Closing** (or expiry) withdraws the announcement, so no client joins any
+  more, and refuses nothing: the clients that joined were charged for their
+  reports, delivered late or made at the round's level in later windows
+  (``aggregator.server.ingest``, step 4), and all of them are counted.
 * **Participation**: per cohort, a round's reports against the base collection's.
 
 The level check, the closing of earlier rounds and the insert run in one

@@ -43,7 +43,7 @@ class RoundRecord:
     announcement: dict[str, Any]
 
     def is_open(self, now: float) -> bool:
-        """Not closed and not expired at ``now``: reports for it are accepted."""
+        """Not closed and not expired at ``now``: its announcement is served and clients may join it."""
         return self.closed_at is None and now < self.expires_at
 
     def to_dict(self, now: float) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 
 1. lock the batch's metrics (and rounds) against change (``FOR SHARE``) and
    re-check what validation assumed: a metric whose digest changed makes its
-   reports ``outdated_config``; a round closed meanwhile makes them ``expired``;
+   reports ``outdated_config``; a round that no longer exists makes them ``expired``;
 2. per metric, insert the reports whose id is new (the replay set, primary
    key ``(metric, report_id)``) and find those already stored: an identical
    body (same SHA-256) is this request's retry and counts as ``accepted``
@@ -124,13 +124,8 @@ def _lock_state(conn: Connection, rows: Sequence[ReportRow]) -> tuple[dict[int, 
 
 
 def _round_accepts(closed: dict[int, int | None], row: ReportRow) -> bool:
-    """Round 0, an open round, or a closed round's later window (its level continues; see ingest)."""
-    if row.round == 0:
-        return True
-    if row.round not in closed:
-        return False
-    closed_at = closed[row.round]
-    return closed_at is None or row.window > closed_at
+    """Round 0, or a round that exists: open or closed, a round's reports are accepted (see ingest, step 4)."""
+    return row.round == 0 or row.round in closed
 
 
 SQLITE_IDS_PER_STATEMENT = 10_000  # bound parameters, under SQLite's 32,766
@@ -275,7 +270,7 @@ class ReportStore:
             ``accepted`` (stored now, or identical to a stored report),
             ``replayed`` (another report with this id is stored),
             ``outdated_config`` (the metric's parameters changed meanwhile) or
-            ``expired`` (the round was closed meanwhile).
+            ``expired`` (the round no longer exists; closing it refuses nothing).
         """
         if not rows:
             return []

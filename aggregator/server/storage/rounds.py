@@ -174,7 +174,11 @@ class RoundStore:
         return [round_from_row(r) for r in rows]
 
     def close_round(self, round_id: int, *, now: int | None = None) -> RoundRecord:
-        """Close a round: later reports for it are ``expired``.
+        """Close a round: its announcement is withdrawn (no client joins it any more).
+
+        Its reports are still accepted (those built while it was open and
+        delivered late, and its clients' reports at its level in later
+        windows); see ``aggregator.server.ingest``, step 4.
 
         Raises:
             NotFound: no such round.
