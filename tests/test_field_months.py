@@ -364,9 +364,6 @@ def test_a_report_of_the_window_a_round_closed_in_is_counted(tmp_path: Path) -> 
         server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "aggregator/cli/commands/keys.py (rotate, backup, restore) and aggregator/cli/commands/backup.py record "
-    "nothing in the audit log; `token create` does (operator_entry), so 'who rotated the seal key' has no answer"))
 def test_key_and_backup_commands_are_audited(tmp_path: Path) -> None:
     server, _, _ = _small_deployment(tmp_path)
     server.stop()
@@ -384,10 +381,6 @@ def test_key_and_backup_commands_are_audited(tmp_path: Path) -> None:
         assert any(wanted in a for a in actions[1:]), actions
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "aggregator/server/app.py builds the EnvelopeOpener with the retired sealing keys honoured at start-up "
-    "(keyring.open_until(now) once; aggregator/server/opener.py keeps that list): a server running past a retired "
-    "key's date keeps opening reports sealed to it until it is restarted"))
 def test_a_retired_seal_key_stops_opening_at_its_date_without_a_restart(tmp_path: Path) -> None:
     server, clock, _ = _small_deployment(tmp_path)
     old_seal = server.app.extensions["onesided"].keys.seal_public_raw

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aggregator.cli.api_client import ApiClient
     from aggregator.server.settings import Settings
+    from aggregator.server.storage import Storage
 
 Subparsers = Any  # argparse._SubParsersAction, which is private
 
@@ -173,3 +174,64 @@ def post_fields(args: argparse.Namespace, path: str, fields: dict[str, Any]) -> 
     """POST the given fields (those not ``None``) as a JSON body with the client of ``--server``/``--token``."""
     return client_from_args(args).post(path, {k: v for k, v in fields.items() if v is not None})
 
+
+
+def open_audit_log(args: argparse.Namespace, *, migrate: bool = True) -> Storage:
+    """The database of the storage options, opened before an administrative command changes anything.
+
+    A command that must be audited opens it first, so a database that cannot
+    be opened stops it before it touches a key file. ``migrate=False`` leaves
+    the schema as it is (``backup`` never changes the database it copies).
+
+    A SQLite file that does not exist is refused rather than created: an
+    entry in a stray new database (``./onesided-data`` when only
+    ``--key-dir`` was given) would be an audit log nobody reads.
+
+    Raises:
+        ParameterError: no SQLite database at the path (field ``data_dir``,
+            or ``db_url`` when ``--db`` named it).
+        DatabaseUnavailable: it cannot be opened (one line naming it).
+    """
+    settings = settings_from_args(args)
+    from aggregator.server.storage import Storage
+
+    if settings.dialect == "sqlite":
+        from pathlib import Path
+
+        from sqlalchemy.engine import make_url
+
+        from protocol.errors import ParameterError
+
+        database = make_url(settings.database_url).database or ""
+        if not Path(database).is_file():
+            raise ParameterError("db_url" if settings.db_url else "data_dir",
+                                 f"no database at {database or settings.database_url}: this command records itself "
+                                 "in the server's audit log; give the server's --data-dir or --db (nothing was "
+                                 "changed)")
+
+    return Storage.open(settings.database_url, migrate=migrate, attempts=settings.db_retries)
+
+
+def record_operator(storage: Storage, action: str, target: str | None, detail: dict[str, Any], *,
+                    done: str) -> int:
+    """Append the audit entry of a command that has just done ``done`` (actor ``cli:USER``); close ``storage``.
+
+    Returns the exit status: 0, or 1 with a line on stderr when the row could
+    not be written (what was done stays done, and the line says so, so that
+    nobody runs the command a second time to "retry" it).
+    """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from aggregator.server.storage.audit import operator_entry
+    from protocol.errors import OnesidedError
+
+    try:
+        storage.record_audit(operator_entry(action, target, detail))
+    except (OnesidedError, SQLAlchemyError, OSError) as exc:
+        print(f"error: audit_log: {done}, but its audit entry could not be written ({type(exc).__name__}: "
+              f"{(str(exc).splitlines() or ['no detail'])[0][:200]}); do not run the command again: "
+              f"note it by hand ({action}: {json.dumps(detail, sort_keys=True)})", file=sys.stderr)
+        return 1
+    finally:
+        storage.close()
+    return 0
