@@ -101,19 +101,29 @@ def test_a_database_that_cannot_be_opened_stops_the_command_with_the_keys_untouc
     assert _entries(data) == []
 
 
-def test_a_restore_checks_the_passphrase_and_the_database_before_writing_a_key(
+def test_a_restore_checks_the_passphrase_first_and_replaces_keys_only_with_a_database(
         data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["keys", "backup", str(tmp_path / "k.backup"), "--data-dir", str(data), "--passphrase-file",
                  str(tmp_path / "pw")]) == 0
     (tmp_path / "wrong").write_text("not the passphrase at all")
-    target = ["--key-dir", str(tmp_path / "copy"), "--data-dir", str(tmp_path / "elsewhere")]
-    assert main(["keys", "restore", str(tmp_path / "k.backup"), *target, "--passphrase-file",
-                 str(tmp_path / "wrong")]) == 2
-    assert "passphrase: does not open" in capsys.readouterr().err  # the passphrase first: no database needed
-    assert main(["keys", "restore", str(tmp_path / "k.backup"), *target, "--passphrase-file",
-                 str(tmp_path / "pw")]) == 2
+    restore = ["keys", "restore", str(tmp_path / "k.backup"), "--passphrase-file"]
+    new_disk = ["--data-dir", str(tmp_path / "new")]
+    assert main([*restore, str(tmp_path / "wrong"), *new_disk]) == 2
+    assert "passphrase: does not open" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    # a new disk: no key to replace and no database yet (its backup is restored next); the keys go back, and it
+    # says the restore could not be recorded; no empty database is made for it
+    assert main([*restore, str(tmp_path / "pw"), *new_disk]) == 0
+    assert "not in the audit log" in capsys.readouterr().err
+    assert (tmp_path / "new" / "keys").is_dir() and not (tmp_path / "new" / "onesided.db").exists()
+    # replacing keys needs the database: without one, nothing is written
+    files = {p: p.read_bytes() for p in (data / "keys").rglob("*") if p.is_file()}
+    assert main([*restore, str(tmp_path / "pw"), "--key-dir", str(data / "keys"), "--data-dir",
+                 str(tmp_path / "elsewhere"), "--force"]) == 2
     assert "no database at" in capsys.readouterr().err
-    assert not (tmp_path / "copy").exists() and not (tmp_path / "elsewhere").exists()
+    assert {p: p.read_bytes() for p in (data / "keys").rglob("*") if p.is_file()} == files
+    assert main([*restore, str(tmp_path / "pw"), "--data-dir", str(data), "--force"]) == 0
+    (entry,) = [e for e in _entries(data) if e["action"] == "keys restore"]
+    assert entry["detail"]["replaced_seal_key_id"] == entry["detail"]["seal_key_id"]  # the same keys went back
 
 
 def test_an_entry_that_cannot_be_written_after_the_rotation_says_so_and_exits_1(

@@ -192,24 +192,38 @@ def open_audit_log(args: argparse.Namespace, *, migrate: bool = True) -> Storage
             or ``db_url`` when ``--db`` named it).
         DatabaseUnavailable: it cannot be opened (one line naming it).
     """
-    settings = settings_from_args(args)
-    from aggregator.server.storage import Storage
-
-    if settings.dialect == "sqlite":
-        from pathlib import Path
-
-        from sqlalchemy.engine import make_url
-
+    storage = open_audit_log_if_any(args, migrate=migrate)
+    if storage is None:
         from protocol.errors import ParameterError
 
-        database = make_url(settings.database_url).database or ""
-        if not Path(database).is_file():
-            raise ParameterError("db_url" if settings.db_url else "data_dir",
-                                 f"no database at {database or settings.database_url}: this command records itself "
-                                 "in the server's audit log; give the server's --data-dir or --db (nothing was "
-                                 "changed)")
+        settings = settings_from_args(args)
+        raise ParameterError("db_url" if settings.db_url else "data_dir",
+                             f"no database at {_sqlite_file(settings) or settings.database_url}: this command records "
+                             "itself in the server's audit log; give the server's --data-dir or --db (nothing was "
+                             "changed)")
+    return storage
 
+
+def open_audit_log_if_any(args: argparse.Namespace, *, migrate: bool = True) -> Storage | None:
+    """Like :func:`open_audit_log`, but ``None`` where the SQLite file does not exist (yet)."""
+    settings = settings_from_args(args)
+    from pathlib import Path
+
+    from aggregator.server.storage import Storage
+
+    database = _sqlite_file(settings)
+    if database is not None and not Path(database).is_file():
+        return None
     return Storage.open(settings.database_url, migrate=migrate, attempts=settings.db_retries)
+
+
+def _sqlite_file(settings: Settings) -> str | None:
+    """The SQLite database's file name; ``None`` for another database."""
+    if settings.dialect != "sqlite":
+        return None
+    from sqlalchemy.engine import make_url
+
+    return make_url(settings.database_url).database or ""
 
 
 def record_operator(storage: Storage, action: str, target: str | None, detail: dict[str, Any], *,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ from aggregator.cli.options import (
     command_group,
     emit,
     open_audit_log,
+    open_audit_log_if_any,
     record_operator,
     settings_from_args,
 )
@@ -209,7 +211,12 @@ def run_restore(args: argparse.Namespace) -> int:
     from aggregator.server.keyring import load_keyring, open_backup, write_backup_files
 
     files = open_backup(args.file, _passphrase(args, confirm=False))  # a wrong passphrase: one line, nothing opened
-    storage = open_audit_log(args)  # before any folder or key file is written
+    # before any folder or key file is written; only a restore that replaces no key (a new disk, whose database is
+    # restored after) may go on without a database to record it in
+    from protocol.crypto import SEAL_KEY_FILE
+
+    replaces = (settings_from_args(args).key_path / SEAL_KEY_FILE).exists()
+    storage = open_audit_log(args) if replaces else open_audit_log_if_any(args)
     try:
         path = _key_path(args)
         replaced: dict[str, Any] = {}
@@ -220,11 +227,17 @@ def run_restore(args: argparse.Namespace) -> int:
                 replaced = {}
         ring = write_backup_files(files, path, overwrite=args.force)
     except BaseException:
-        storage.close()
+        if storage is not None:
+            storage.close()
         raise
-    code = record_operator(storage, "keys restore", str(args.file),
-                           _ids(ring.public_info(), key_dir=path, **replaced),
-                           done=f"the keys of {args.file} were restored into {path}")
+    detail = _ids(ring.public_info(), key_dir=path, **replaced)
+    if storage is None:
+        code = 0
+        print(f"note: no database yet, so this restore is not in the audit log ({json.dumps(detail, sort_keys=True)});"
+              " restore the database's backup next", file=sys.stderr)
+    else:
+        code = record_operator(storage, "keys restore", str(args.file), detail,
+                               done=f"the keys of {args.file} were restored into {path}")
     print("keys restored; send a running server's master SIGHUP to load them", file=sys.stderr)
     emit(args, {"key_dir": path, **ring.summary(time.time())}, keys_text)
     return code
