@@ -18,6 +18,7 @@ from test_aggregator_releases import make_world
 
 from aggregator.cli.main import main
 from aggregator.cli.render import iso_time
+from aggregator.server.storage import Storage
 from protocol.crypto import SEAL_KEY_FILE, SIGN_KEY_FILE, b64e
 
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -53,7 +54,8 @@ def test_token_list_and_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_keys_show_rotate_backup_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    keys = ["--key-dir", str(tmp_path / "keys")]
+    keys = ["--key-dir", str(tmp_path / "keys"), "--data-dir", str(tmp_path)]  # the database holds the audit log
+    Storage.open(f"sqlite:///{tmp_path / 'onesided.db'}").close()
     assert main(["keys", "init", *keys]) == 0
     text, shown = text_and_json(capsys, "keys", "show", *keys)
     assert text.splitlines()[0] == f"key directory {tmp_path / 'keys'}"
@@ -74,7 +76,7 @@ def test_keys_show_rotate_backup_restore(tmp_path: Path, capsys: pytest.CaptureF
     backup = ["keys", "backup", str(tmp_path / "k.backup"), *keys, "--passphrase-file", str(secret)]
     assert main(backup) == 0
     assert capsys.readouterr().out.startswith(f"wrote 5 key files, encrypted with the passphrase, to {tmp_path}")
-    restore = ["keys", "restore", str(tmp_path / "k.backup"), "--key-dir", str(tmp_path / "copy"),
+    restore = ["keys", "restore", str(tmp_path / "k.backup"), "--key-dir", str(tmp_path / "copy"), *keys[2:],
                "--passphrase-file", str(secret)]
     assert main(restore) == 0
     assert f"key directory {tmp_path / 'copy'}" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from flask import Flask
 from aggregator import create_app
 from aggregator.cli.main import main
 from aggregator.server.keyring import load_keyring
+from aggregator.server.storage import Storage
 from protocol.crypto import AggregatorKeys, verify_document
 from protocol.wire import AggregatorInfo
 
@@ -47,25 +48,27 @@ def test_backup_and_restore_with_a_passphrase(tmp_path: Path, capsys: pytest.Cap
     secret = tmp_path / "passphrase"
     secret.write_text(PASSPHRASE + "\n")
     AggregatorKeys.generate().save(keys)
-    assert main(["keys", "rotate", "--seal", "--key-dir", str(keys), "--json"]) == 0  # a retired key travels too
+    Storage.open(f"sqlite:///{tmp_path / 'onesided.db'}").close()  # the audit log the key commands write to
+    db = ["--data-dir", str(tmp_path)]
+    assert main(["keys", "rotate", "--seal", "--key-dir", str(keys), *db, "--json"]) == 0  # a retired key travels too
     before = _json_out(capsys)
-    assert main(["keys", "backup", str(backup), "--key-dir", str(keys), "--passphrase-file", str(secret)]) == 0
+    assert main(["keys", "backup", str(backup), "--key-dir", str(keys), *db, "--passphrase-file", str(secret)]) == 0
     capsys.readouterr()
     assert _mode(backup) == 0o600
     assert AggregatorKeys.load(keys).seal_private.private_bytes_raw().hex() not in backup.read_text()
     wrong = tmp_path / "wrong"
     wrong.write_text("not the passphrase at all")
-    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), "--passphrase-file", str(wrong)]) == 2
+    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), *db, "--passphrase-file", str(wrong)]) == 2
     assert "passphrase" in capsys.readouterr().err and not (copy / "seal_x25519.key").exists()
-    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), "--passphrase-file", str(secret), "--json"]) == 0
+    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), *db, "--passphrase-file", str(secret), "--json"]) == 0
     after = _json_out(capsys)
     assert {k: v for k, v in after.items() if k != "key_dir"} == {k: v for k, v in before.items() if k != "key_dir"}
     assert _mode(copy) == 0o700 and all(_mode(f) == 0o600 for f in copy.rglob("*") if f.is_file())
-    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), "--passphrase-file", str(secret)]) == 2
+    assert main(["keys", "restore", str(backup), "--key-dir", str(copy), *db, "--passphrase-file", str(secret)]) == 2
     assert "--force" in capsys.readouterr().err  # keys are never replaced silently
     short = tmp_path / "short"
     short.write_text("short")
-    assert main(["keys", "backup", str(tmp_path / "b2"), "--key-dir", str(keys), "--passphrase-file", str(short)]) == 2
+    assert main(["keys", "backup", str(tmp_path / "b2"), "--key-dir", str(keys), *db, "--passphrase-file", str(short)]) == 2
     assert not (tmp_path / "b2").exists()
 
 
@@ -105,7 +108,7 @@ def _upload(app: Flask, seal_public: bytes, seed: int) -> list[str]:
 def test_a_rotated_seal_key_opens_old_reports_until_its_date(served: tuple[Path, str]) -> None:
     folder, token = served
     old_public = AggregatorKeys.load(folder / "keys").seal_public_raw
-    assert main(["keys", "rotate", "--seal", "--key-dir", str(folder / "keys"), "--keep-old-days", "7"]) == 0
+    assert main(["keys", "rotate", "--seal", "--key-dir", str(folder / "keys"), "--data-dir", str(folder / "data"), "--keep-old-days", "7"]) == 0
     new_public = AggregatorKeys.load(folder / "keys").seal_public_raw
     assert new_public != old_public
     app = _app(folder)
@@ -117,7 +120,7 @@ def test_a_rotated_seal_key_opens_old_reports_until_its_date(served: tuple[Path,
         assert _upload(app, AggregatorKeys.generate().seal_public_raw, seed=3) == ["decrypt_error"] * 3
     finally:
         _close(app)
-    assert main(["keys", "rotate", "--seal", "--key-dir", str(folder / "keys"), "--keep-old-days", "0"]) == 0
+    assert main(["keys", "rotate", "--seal", "--key-dir", str(folder / "keys"), "--data-dir", str(folder / "data"), "--keep-old-days", "0"]) == 0
     app = _app(folder)
     try:  # the first old key's date is 7 days away, the second's has passed
         assert _upload(app, old_public, seed=4) == ["accepted"] * 3
@@ -131,7 +134,7 @@ def test_a_rotated_seal_key_opens_old_reports_until_its_date(served: tuple[Path,
 def test_signing_key_rotation_is_announced_in_the_config_then_switched(served: tuple[Path, str]) -> None:
     folder, _ = served
     pinned = AggregatorKeys.load(folder / "keys").sign_public_raw
-    assert main(["keys", "rotate", "--sign", "--key-dir", str(folder / "keys")]) == 0
+    assert main(["keys", "rotate", "--sign", "--key-dir", str(folder / "keys"), "--data-dir", str(folder / "data")]) == 0
     app = _app(folder)
     try:
         document = app.test_client().get("/v1/config").get_json()
@@ -140,7 +143,7 @@ def test_signing_key_rotation_is_announced_in_the_config_then_switched(served: t
         assert info.next_sign_public is not None and info.sign_public == pinned
     finally:
         _close(app)
-    assert main(["keys", "rotate", "--sign", "--key-dir", str(folder / "keys")]) == 0
+    assert main(["keys", "rotate", "--sign", "--key-dir", str(folder / "keys"), "--data-dir", str(folder / "data")]) == 0
     app = _app(folder)
     try:
         document = app.test_client().get("/v1/config").get_json()

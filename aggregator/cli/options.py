@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aggregator.cli.api_client import ApiClient
     from aggregator.server.settings import Settings
+    from aggregator.server.storage import Storage
 
 Subparsers = Any  # argparse._SubParsersAction, which is private
 
@@ -173,3 +174,78 @@ def post_fields(args: argparse.Namespace, path: str, fields: dict[str, Any]) -> 
     """POST the given fields (those not ``None``) as a JSON body with the client of ``--server``/``--token``."""
     return client_from_args(args).post(path, {k: v for k, v in fields.items() if v is not None})
 
+
+
+def open_audit_log(args: argparse.Namespace, *, migrate: bool = True) -> Storage:
+    """The database of the storage options, opened before an administrative command changes anything.
+
+    A command that must be audited opens it first, so a database that cannot
+    be opened stops it before it touches a key file. ``migrate=False`` leaves
+    the schema as it is (``backup`` never changes the database it copies).
+
+    A SQLite file that does not exist is refused rather than created: an
+    entry in a stray new database (``./onesided-data`` when only
+    ``--key-dir`` was given) would be an audit log nobody reads.
+
+    Raises:
+        ParameterError: no SQLite database at the path (field ``data_dir``,
+            or ``db_url`` when ``--db`` named it).
+        DatabaseUnavailable: it cannot be opened (one line naming it).
+    """
+    storage = open_audit_log_if_any(args, migrate=migrate)
+    if storage is None:
+        from protocol.errors import ParameterError
+
+        settings = settings_from_args(args)
+        raise ParameterError("db_url" if settings.db_url else "data_dir",
+                             f"no database at {_sqlite_file(settings) or settings.database_url}: this command records "
+                             "itself in the server's audit log; give the server's --data-dir or --db (nothing was "
+                             "changed)")
+    return storage
+
+
+def open_audit_log_if_any(args: argparse.Namespace, *, migrate: bool = True) -> Storage | None:
+    """Like :func:`open_audit_log`, but ``None`` where the SQLite file does not exist (yet)."""
+    settings = settings_from_args(args)
+    from pathlib import Path
+
+    from aggregator.server.storage import Storage
+
+    database = _sqlite_file(settings)
+    if database is not None and not Path(database).is_file():
+        return None
+    return Storage.open(settings.database_url, migrate=migrate, attempts=settings.db_retries)
+
+
+def _sqlite_file(settings: Settings) -> str | None:
+    """The SQLite database's file name; ``None`` for another database."""
+    if settings.dialect != "sqlite":
+        return None
+    from sqlalchemy.engine import make_url
+
+    return make_url(settings.database_url).database or ""
+
+
+def record_operator(storage: Storage, action: str, target: str | None, detail: dict[str, Any], *,
+                    done: str) -> int:
+    """Append the audit entry of a command that has just done ``done`` (actor ``cli:USER``); close ``storage``.
+
+    Returns the exit status: 0, or 1 with a line on stderr when the row could
+    not be written (what was done stays done, and the line says so, so that
+    nobody runs the command a second time to "retry" it).
+    """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from aggregator.server.storage.audit import operator_entry
+    from protocol.errors import OnesidedError
+
+    try:
+        storage.record_audit(operator_entry(action, target, detail))
+    except (OnesidedError, SQLAlchemyError, OSError) as exc:
+        print(f"error: audit_log: {done}, but its audit entry could not be written ({type(exc).__name__}: "
+              f"{(str(exc).splitlines() or ['no detail'])[0][:200]}); do not run the command again: "
+              f"note it by hand ({action}: {json.dumps(detail, sort_keys=True)})", file=sys.stderr)
+        return 1
+    finally:
+        storage.close()
+    return 0

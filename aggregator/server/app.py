@@ -90,7 +90,8 @@ def create_app(
         storage = Storage.open(settings.database_url, attempts=settings.db_retries, wait_seconds=settings.db_wait_seconds)
     app = Flask("aggregator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes, retired=keyring.open_until(clock()))
+    opener = EnvelopeOpener(keys, processes=settings.decrypt_processes, retired=keyring.retired,
+                            clock=clock)
     offloader = Offloader(processes=settings.decode_processes)
     sqlite_dir = Path(storage.engine.url.database or ".").parent if storage.dialect == "sqlite" else None
     app.extensions[EXTENSION_KEY] = AppState(

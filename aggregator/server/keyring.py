@@ -230,6 +230,16 @@ def restore_keys(source: str | os.PathLike[str], folder: str | os.PathLike[str],
             damaged file (``passphrase``), or keys exist and ``overwrite`` is
             false (``key_dir``).
     """
+    return write_backup_files(open_backup(source, passphrase), folder, overwrite=overwrite)
+
+
+def open_backup(source: str | os.PathLike[str], passphrase: str) -> dict[str, str]:
+    """The files of a backup (name: base64url), decrypted; nothing is written.
+
+    Raises:
+        ParameterError: not a backup (``backup``), or a wrong passphrase or a
+            damaged file (``passphrase``).
+    """
     document = _read_backup(Path(source))
     try:
         key = _derive(passphrase, b64d(document["salt"], "salt"))
@@ -239,14 +249,26 @@ def restore_keys(source: str | os.PathLike[str], folder: str | os.PathLike[str],
         raise ParameterError("passphrase", "does not open this backup (wrong passphrase, or a damaged file)") \
             from exc
     files: dict[str, str] = json.loads(plain)["files"]
+    return files
+
+
+def write_backup_files(files: dict[str, str], folder: str | os.PathLike[str], *, overwrite: bool = False) -> KeyRing:
+    """Write the files of :func:`open_backup` into the key directory (0700, files 0600) and load them.
+
+    Raises:
+        ParameterError: keys exist and ``overwrite`` is false (``key_dir``),
+            or a name points outside the directory (``backup``).
+    """
     path = Path(folder)
     if (path / SEAL_KEY_FILE).exists() and not overwrite:
         raise ParameterError("key_dir", f"{path} already holds keys; restore into an empty folder or use --force")
-    _private_dir(path)
-    for name, text in files.items():
+    for name in files:  # every name is checked before the first file is written
         relative = Path(name)
         if relative.is_absolute() or ".." in relative.parts:
             raise ParameterError("backup", f"names a file outside the key directory: {name!r}")
+    _private_dir(path)
+    for name, text in files.items():
+        relative = Path(name)
         if len(relative.parts) > 1:
             _private_dir(path / relative.parent)
         write_private_file(path / relative, b64d(text, name))

@@ -17,8 +17,11 @@ b'payload'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -26,21 +29,33 @@ from aggregator.server.helper_pool import HelperPool
 from protocol.crypto import AggregatorKeys, open_sealed
 from protocol.errors import DecryptError
 
+if TYPE_CHECKING:
+    from aggregator.server.keyring import RetiredSealKey
+
 MIN_POOLED_BATCH = 64  # smaller batches are opened in place: the round trip to a helper costs more
 Sealed = tuple[bytes, bytes]  # (envelope, associated data)
 Opened = bytes | DecryptError
 
-_helper_keys: list[X25519PrivateKey] = []
+# A helper's keys: (private key, honoured while now < until); the current key's until is infinite.
+_helper_keys: list[tuple[X25519PrivateKey, float]] = []
 
 
-def _start_helper(raw_privates: list[bytes]) -> None:
-    _helper_keys[:] = [X25519PrivateKey.from_private_bytes(raw) for raw in raw_privates]
+def _start_helper(raw_privates: list[tuple[bytes, float]]) -> None:
+    _helper_keys[:] = [(X25519PrivateKey.from_private_bytes(raw), until) for raw, until in raw_privates]
 
 
-def _open_in_helper(chunk: list[Sealed]) -> list[bytes | tuple[str, str]]:
-    """Runs in a helper process: plaintexts, or ``(field, reason)`` of a ``DecryptError``."""
+def _honoured(keys: Sequence[tuple[X25519PrivateKey, float]], now: float) -> list[X25519PrivateKey]:
+    """The keys whose date has not passed at ``now``, in order (the current key never expires)."""
+    return [private for private, until in keys if now < until]
+
+
+def _open_in_helper(chunk: list[Sealed], now: float) -> list[bytes | tuple[str, str]]:
+    """Runs in a helper process: plaintexts, or ``(field, reason)`` of a ``DecryptError``.
+
+    ``now`` is the server's clock when the batch arrived: a retired key past its date opens nothing here either.
+    """
     return [item if isinstance(item, bytes) else (item.field, item.reason)
-            for item in open_in_place(_helper_keys, chunk)]
+            for item in open_in_place(_honoured(_helper_keys, now), chunk)]
 
 
 def _open_one(privates: Sequence[X25519PrivateKey], envelope: bytes, aad: bytes) -> Opened:
@@ -65,32 +80,42 @@ class EnvelopeOpener:
     Args:
         keys: the aggregator's keys.
         processes: helper processes for large batches (0: open in place).
-        retired: sealing keys replaced by a rotation whose date has not passed
+        retired: sealing keys replaced by a rotation, each with its date
             (``aggregator.server.keyring``): an envelope the current key does
-            not open is tried with each.
+            not open is tried with each whose date has not passed.
+        clock: Unix seconds; read once per batch, so a retired key stops
+            opening at its date while the server runs (in the helper
+            processes too, which are told the batch's time with its chunk).
     """
 
-    def __init__(self, keys: AggregatorKeys, *, processes: int = 0,
-                 retired: Sequence[X25519PrivateKey] = ()) -> None:
-        self.privates = [keys.seal_private, *retired]
-        raw = [private.private_bytes_raw() for private in self.privates] if processes else []  # helpers only
+    def __init__(self, keys: AggregatorKeys, *, processes: int = 0, retired: Sequence[RetiredSealKey] = (),
+                 clock: Callable[[], float] = time.time) -> None:
+        self.keys: list[tuple[X25519PrivateKey, float]] = [
+            (keys.seal_private, float("inf")), *((r.private, float(r.until)) for r in retired)]
+        self.clock = clock
+        raw = [(private.private_bytes_raw(), until) for private, until in self.keys] if processes else []
         self.pool = HelperPool("decrypt_processes", processes, initializer=_start_helper, initargs=(raw,))
         self.processes = self.pool.processes
 
+    def privates(self, now: float) -> list[X25519PrivateKey]:
+        """The current key, then the retired keys still honoured at ``now``."""
+        return _honoured(self.keys, now)
+
     def open_all(self, items: Sequence[Sealed]) -> list[Opened]:
         """Plaintexts in order; an envelope that does not open gives its ``DecryptError``."""
+        now = self.clock()
         if not self.pool.enabled or len(items) < MIN_POOLED_BATCH:
-            return open_in_place(self.privates, items)
+            return open_in_place(self.privates(now), items)
         size = -(-len(items) // self.processes)
         chunks = [list(items[i : i + size]) for i in range(0, len(items), size)]
 
         def in_helpers(executor: ProcessPoolExecutor) -> list[Opened]:
             out: list[Opened] = []
-            for result in executor.map(_open_in_helper, chunks):
+            for result in executor.map(_open_in_helper, chunks, repeat(now)):
                 out.extend(item if isinstance(item, bytes) else DecryptError(*item) for item in result)
             return out
 
-        return self.pool.run(in_helpers, lambda: open_in_place(self.privates, items),
+        return self.pool.run(in_helpers, lambda: open_in_place(self.privates(now), items),
                              lost="this batch of envelopes is opened in place")
 
     def close(self) -> None:

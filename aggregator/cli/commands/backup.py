@@ -1,7 +1,9 @@
 """``onesided backup``: a consistent copy of the SQLite database while the server runs.
 
 Prints what was copied for people (size, schema version, integrity check),
-or the summary as JSON with ``--json``.
+or the summary as JSON with ``--json``. Each copy is recorded in the audit
+log (actor ``cli:USER``, the destination file) once it is written; the entry
+is therefore in the live database, not in the copy.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from aggregator.cli.options import (
     add_json_option,
     add_storage_options,
     emit,
+    open_audit_log,
+    record_operator,
     settings_from_args,
 )
 
@@ -31,8 +35,13 @@ def register(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from aggregator.server.backup import backup_sqlite
 
-    emit(args, backup_sqlite(settings_from_args(args), args.destination), backup_text)
-    return 0
+    copied = backup_sqlite(settings_from_args(args), args.destination)  # refuses PostgreSQL and a missing file
+    storage = open_audit_log(args, migrate=False)  # the copy is made; the live schema stays as it is
+    code = record_operator(storage, "backup", copied["destination"],
+                           {"bytes": copied["bytes"], "schema_version": copied["schema_version"]},
+                           done=f"the database was copied to {copied['destination']}")
+    emit(args, copied, backup_text)
+    return code
 
 
 def backup_text(data: dict[str, Any]) -> str:

@@ -9,6 +9,11 @@ signing key in the signed config, and run again switches to it.
 ``backup`` writes every key file encrypted with a passphrase (scrypt and
 AES-256-GCM); ``restore`` writes them back. A running server reads its keys
 when its workers start: after a rotation or restore, send its master SIGHUP.
+``rotate``, ``backup`` and ``restore`` are recorded in the audit log (actor
+``cli:USER``; key ids and file names, never a key or the passphrase): they
+open the database (``--db``) before touching any file, so one that cannot be
+opened stops them with nothing changed, and write the entry once the files
+are written.
 Each action prints the keys for people (times in ISO-8601 UTC), or JSON with
 ``--json``; no action ever prints a private key.
 The layout and the cryptography: ``aggregator.server.keyring``.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 import sys
 import time
@@ -27,11 +33,15 @@ from aggregator.cli.options import (
     Subparsers,
     add_json_option,
     add_key_options,
+    add_storage_options,
     command_group,
     emit,
+    open_audit_log,
+    open_audit_log_if_any,
+    record_operator,
     settings_from_args,
 )
-from protocol.errors import ParameterError
+from protocol.errors import OnesidedError, ParameterError
 
 DAY = 86400
 PASSPHRASE_ENV = "ONESIDED_KEY_PASSPHRASE"
@@ -49,7 +59,7 @@ def register(subparsers: Subparsers) -> None:
     add_json_option(show)
     show.set_defaults(func=run_show)
     rotate = actions.add_parser("rotate", help="replace the sealing key, or announce and then switch the signing key")
-    add_key_options(rotate)
+    add_storage_options(rotate)  # the database holds the audit log
     add_json_option(rotate)
     which = rotate.add_mutually_exclusive_group(required=True)
     which.add_argument("--seal", action="store_true", help="a new sealing key; the old one keeps opening reports")
@@ -61,7 +71,7 @@ def register(subparsers: Subparsers) -> None:
     for name, help_text, func in (("backup", "write the key files, encrypted with a passphrase", run_backup),
                                   ("restore", "write the key files back from a backup", run_restore)):
         action = actions.add_parser(name, help=help_text)
-        add_key_options(action)
+        add_storage_options(action)  # the database holds the audit log
         add_json_option(action)
         action.add_argument("file", help="the backup file (written with mode 0600)" if name == "backup"
                             else "a file written by `onesided keys backup`")
@@ -104,18 +114,33 @@ def run_rotate(args: argparse.Namespace) -> int:
     path = str(settings_from_args(args).key_path)
     from aggregator.server.keyring import load_keyring, rotate_seal, rotate_sign
 
-    load_keyring(path)  # a missing or damaged directory is one line before anything changes
-    if args.seal:
-        if not 0 <= args.keep_old_days <= 3650:
-            raise ParameterError("keep_old_days", f"must be in [0, 3650], got {args.keep_old_days}")
-        ring, step = rotate_seal(path, int(args.keep_old_days * DAY)), "seal key replaced"
-    else:
-        ring, step = rotate_sign(path)
-        step = {"announced": "next signing key announced in the config; run `keys rotate --sign` again once "
-                             "devices have fetched it", "switched": "signing key switched"}[step]
+    before = load_keyring(path).public_info()  # a missing or damaged directory is one line before anything changes
+    if args.seal and not 0 <= args.keep_old_days <= 3650:
+        raise ParameterError("keep_old_days", f"must be in [0, 3650], got {args.keep_old_days}")
+    storage = open_audit_log(args)  # a database that cannot be opened stops it here, keys untouched
+    detail: dict[str, Any]
+    try:
+        if args.seal:
+            ring, step = rotate_seal(path, int(args.keep_old_days * DAY)), "seal key replaced"
+            action, detail = "keys rotate --seal", {
+                "old_seal_key_id": before["seal_key_id"], "new_seal_key_id": ring.public_info()["seal_key_id"],
+                "old_opens_until": next(r.until for r in ring.retired if r.key_id == before["seal_key_id"])}
+        else:
+            ring, state = rotate_sign(path)
+            after = ring.public_info()
+            action = f"keys rotate --sign ({state})"
+            detail = ({"sign_key_id": after["sign_key_id"], "next_sign_key_id": after["next_sign_key_id"]}
+                      if state == "announced" else
+                      {"old_sign_key_id": before["sign_key_id"], "new_sign_key_id": after["sign_key_id"]})
+            step = {"announced": "next signing key announced in the config; run `keys rotate --sign` again once "
+                                 "devices have fetched it", "switched": "signing key switched"}[state]
+    except BaseException:
+        storage.close()
+        raise
+    code = record_operator(storage, action, path, detail, done=step)
     print(f"{step}; send the server's master SIGHUP to load the keys", file=sys.stderr)
     emit(args, {"key_dir": path, **ring.summary(time.time())}, keys_text)
-    return 0
+    return code
 
 
 def keys_text(data: dict[str, Any]) -> str:
@@ -165,15 +190,54 @@ def run_backup(args: argparse.Namespace) -> int:
 
     passphrase = _passphrase(args, confirm=True)
     check_passphrase(passphrase)
-    emit(args, backup_keys(path, args.file, passphrase), backup_text)
-    return 0
+    storage = open_audit_log(args)  # before the backup is written
+    try:
+        written = backup_keys(path, args.file, passphrase)
+    except BaseException:
+        storage.close()
+        raise
+    code = record_operator(storage, "keys backup", written["destination"], _ids(written, files=len(written["files"])),
+                           done=f"the key backup {written['destination']} was written")
+    emit(args, written, backup_text)
+    return code
+
+
+def _ids(info: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """What an audit entry keeps of a key directory: its key ids (public), never a key."""
+    return {name: info[name] for name in ("seal_key_id", "sign_key_id", "next_sign_key_id") if name in info} | extra
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    path = _key_path(args)
-    from aggregator.server.keyring import restore_keys
+    from aggregator.server.keyring import load_keyring, open_backup, write_backup_files
 
-    ring = restore_keys(args.file, path, _passphrase(args, confirm=False), overwrite=args.force)
+    files = open_backup(args.file, _passphrase(args, confirm=False))  # a wrong passphrase: one line, nothing opened
+    # before any folder or key file is written; only a restore that replaces no key (a new disk, whose database is
+    # restored after) may go on without a database to record it in
+    from protocol.crypto import SEAL_KEY_FILE
+
+    replaces = (settings_from_args(args).key_path / SEAL_KEY_FILE).exists()
+    storage = open_audit_log(args) if replaces else open_audit_log_if_any(args)
+    try:
+        path = _key_path(args)
+        replaced: dict[str, Any] = {}
+        if args.force and os.path.isdir(path):
+            try:
+                replaced = {f"replaced_{k}": v for k, v in _ids(load_keyring(path).public_info()).items()}
+            except OnesidedError:  # a damaged directory is what a restore repairs; nothing to name
+                replaced = {}
+        ring = write_backup_files(files, path, overwrite=args.force)
+    except BaseException:
+        if storage is not None:
+            storage.close()
+        raise
+    detail = _ids(ring.public_info(), key_dir=path, **replaced)
+    if storage is None:
+        code = 0
+        print(f"note: no database yet, so this restore is not in the audit log ({json.dumps(detail, sort_keys=True)});"
+              " restore the database's backup next", file=sys.stderr)
+    else:
+        code = record_operator(storage, "keys restore", str(args.file), detail,
+                               done=f"the keys of {args.file} were restored into {path}")
     print("keys restored; send a running server's master SIGHUP to load them", file=sys.stderr)
     emit(args, {"key_dir": path, **ring.summary(time.time())}, keys_text)
-    return 0
+    return code
