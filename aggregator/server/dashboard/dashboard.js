@@ -229,6 +229,15 @@
     return response;
   }
 
+  // A number field as JSON wants it: a number when the text is one, left out when empty (the API's
+  // default, or its "required" error), else the text itself so the API refuses it naming the field.
+  function typedNumber(text) {
+    const t = String(text).trim();
+    if (t === "") return undefined;
+    const n = Number(t);
+    return Number.isFinite(n) && /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t) ? n : t;
+  }
+
   async function api(method, path, options) {
     const response = await request(method, path, options);
     try {
@@ -759,7 +768,7 @@
     $("estimates-summary").textContent = "";
     renderEstimates();
     const fields = collectionFields();
-    fields.alpha = $("est-alpha").value.trim();  // sent as typed: the API validates and names the field
+    fields.alpha = typedNumber($("est-alpha").value);  // the API validates and names the field
     const body = await api("POST", metricPath(state.metric.name, "/estimates"), { body: fields });
     if (!isLatest("estimates", n)) return;
     const summary = $("estimates-summary");
@@ -946,8 +955,8 @@
     state.certificates = null;
     clear($("safe-list"));
     const fields = collectionFields();
-    fields.threshold = $("threshold").value.trim();  // as typed: the API validates
-    fields.alpha = $("cert-alpha").value.trim();
+    fields.threshold = typedNumber($("threshold").value);  // the API validates and names the field
+    fields.alpha = typedNumber($("cert-alpha").value);
     const body = await api("POST", metricPath(state.metric.name, "/certificates"), { body: fields });
     if (!isLatest("certificates", n)) return;
     if (body.reason) {
