@@ -20,13 +20,13 @@ def test_round_open_states_the_clients_level_cap() -> None:
     assert f"at most {MAX_LEVEL:g} (the cap every client enforces)" in _help("round", "open")
 
 
-@pytest.mark.parametrize("action", ["init", "show"])
+@pytest.mark.parametrize("action", ["show"])
 def test_key_commands_that_record_nothing_offer_no_database_option(action: str) -> None:
     text = _help("keys", action)
     assert "--key-dir" in text and "--db" not in text
 
 
-@pytest.mark.parametrize("action", ["rotate", "backup", "restore"])
+@pytest.mark.parametrize("action", ["init", "rotate", "backup", "restore"])
 def test_audited_key_commands_offer_the_database_option(action: str) -> None:
     text = _help("keys", action)  # they record themselves in the audit log, which is in the database
     assert "--key-dir" in text and "--db URL" in text

@@ -1,4 +1,4 @@
-"""``keys rotate|backup|restore`` and ``backup`` leave an audit entry (actor ``cli:USER``), never a secret.
+"""``keys init|rotate|backup|restore`` and ``backup`` leave an audit entry (actor ``cli:USER``), never a secret.
 
 Before, none of them recorded anything, so "who rotated the seal key, and when" had no answer. The order is: open
 the database, change the files, write the entry; a database that cannot be opened changes nothing.
@@ -126,17 +126,79 @@ def test_a_restore_checks_the_passphrase_first_and_replaces_keys_only_with_a_dat
     assert entry["detail"]["replaced_seal_key_id"] == entry["detail"]["seal_key_id"]  # the same keys went back
 
 
-def test_an_entry_that_cannot_be_written_after_the_rotation_says_so_and_exits_1(
-        data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("command", [["rotate", "--seal"], ["init", "--force"]])
+def test_an_entry_that_cannot_be_written_after_the_keys_changed_says_so_and_exits_1(
+        command: list[str], data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     before = AggregatorKeys.load(data / "keys").public_info()["seal_key_id"]
 
     def refuse(self: Storage, entry: object) -> None:
         raise OperationalError("INSERT INTO audit_log", {}, Exception("database is locked"))
 
     monkeypatch.setattr(Storage, "record_audit", refuse)
-    assert main(["keys", "rotate", "--seal", "--data-dir", str(data), "--json"]) == 1
+    assert main(["keys", *command, "--data-dir", str(data), "--json"]) == 1
     out, err = capsys.readouterr()
     after = AggregatorKeys.load(data / "keys").public_info()["seal_key_id"]
-    assert after != before and json.loads(out)["seal_key_id"] == after  # the rotation is done and shown
+    assert after != before and json.loads(out)["seal_key_id"] == after  # the change is done and shown
     line = [x for x in err.splitlines() if x.startswith("error: audit_log:")]
     assert len(line) == 1 and "do not run the command again" in line[0] and before in line[0] and after in line[0]
+
+
+def _files(keys: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in keys.rglob("*") if p.is_file()}
+
+
+def test_a_first_init_goes_on_without_a_database_and_is_recorded_where_one_exists(
+        data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a new install: `keys init` comes before the first `serve` makes the database; no empty database is made
+    fresh = tmp_path / "fresh"
+    assert main(["keys", "init", "--data-dir", str(fresh), "--json"]) == 0
+    out, err = capsys.readouterr()
+    made = json.loads(out)
+    (note,) = [x for x in err.splitlines() if x.startswith("note:")]
+    assert "this init is not in the audit log" in note and made["seal_key_id"] in note and made["sign_key_id"] in note
+    assert (fresh / "keys").is_dir() and not (fresh / "onesided.db").exists()
+    # keys made for a server whose database exists (here into a new key directory): one row, nothing replaced
+    assert main(["keys", "init", "--data-dir", str(data), "--key-dir", str(tmp_path / "second")]) == 0
+    assert "not in the audit log" not in capsys.readouterr().err
+    (entry,) = _entries(data)
+    new = AggregatorKeys.load(tmp_path / "second").public_info()
+    assert entry["action"] == "keys init" and entry["target"] == str(tmp_path / "second")
+    assert entry["actor"].startswith("cli:") and entry["role"] == "operator" and entry["status"] == 0
+    assert entry["detail"] == {"seal_key_id": new["seal_key_id"], "sign_key_id": new["sign_key_id"]}
+    assert not [s for s in _secrets(tmp_path / "second") if s in json.dumps(entry)]
+
+
+def test_init_force_needs_the_database_and_records_the_replaced_key_ids(
+        data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keys = data / "keys"
+    files, old = _files(keys), AggregatorKeys.load(keys).public_info()
+    missing = ["--data-dir", str(tmp_path / "elsewhere"), "--key-dir", str(keys)]
+    assert main(["keys", "init", "--force", *missing]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: data_dir: no database at") and "nothing was changed" in err
+    assert not (tmp_path / "elsewhere").exists()
+    unreachable = ["--db", f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}", "--key-dir", str(keys)]
+    assert main(["keys", "init", "--force", *unreachable]) == 2
+    assert "db_url" in capsys.readouterr().err
+    # without --force existing keys are refused before the database is even opened
+    assert main(["keys", "init", *unreachable]) == 2
+    assert "refusing to replace keys" in capsys.readouterr().err
+    assert _files(keys) == files and _entries(data) == []
+    assert main(["keys", "init", "--force", "--data-dir", str(data)]) == 0
+    assert "every client must pin the new signing key" in capsys.readouterr().err
+    new = AggregatorKeys.load(keys).public_info()
+    assert new["sign_key_id"] != old["sign_key_id"] and new["seal_key_id"] != old["seal_key_id"]
+    (entry,) = _entries(data)
+    assert entry["action"] == "keys init --force" and entry["target"] == str(keys)
+    assert entry["detail"] == {"seal_key_id": new["seal_key_id"], "sign_key_id": new["sign_key_id"],
+                               "replaced_seal_key_id": old["seal_key_id"], "replaced_sign_key_id": old["sign_key_id"]}
+    assert not [s for s in _secrets(keys) if s in json.dumps(entry)]
+
+
+def test_init_force_over_a_damaged_directory_is_recorded_without_replaced_ids(
+        data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (data / "keys" / "seal_x25519.key").write_text("not a key\n")
+    assert main(["keys", "init", "--force", "--data-dir", str(data)]) == 0
+    (entry,) = _entries(data)
+    assert entry["action"] == "keys init --force" and set(entry["detail"]) == {"seal_key_id", "sign_key_id"}
+

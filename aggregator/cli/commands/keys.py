@@ -9,11 +9,14 @@ signing key in the signed config, and run again switches to it.
 ``backup`` writes every key file encrypted with a passphrase (scrypt and
 AES-256-GCM); ``restore`` writes them back. A running server reads its keys
 when its workers start: after a rotation or restore, send its master SIGHUP.
-``rotate``, ``backup`` and ``restore`` are recorded in the audit log (actor
-``cli:USER``; key ids and file names, never a key or the passphrase): they
-open the database (``--db``) before touching any file, so one that cannot be
-opened stops them with nothing changed, and write the entry once the files
-are written.
+``init``, ``rotate``, ``backup`` and ``restore`` are recorded in the audit
+log (actor ``cli:USER``; key ids and file names, never a key or the
+passphrase): they open the database (``--db``) before touching any file, so
+one that cannot be opened stops them with nothing changed, and write the
+entry once the files are written. Only an ``init`` or ``restore`` that
+replaces no key, on a machine with no SQLite database yet (a new install,
+before the first ``serve`` makes it; a new disk), goes on without one and
+says on stderr that it is not in the audit log.
 Each action prints the keys for people (times in ISO-8601 UTC), or JSON with
 ``--json``; no action ever prints a private key.
 The layout and the cryptography: ``aggregator.server.keyring``.
@@ -50,7 +53,7 @@ PASSPHRASE_ENV = "ONESIDED_KEY_PASSPHRASE"
 def register(subparsers: Subparsers) -> None:
     actions = command_group(subparsers, "keys", "create, show, rotate, back up or restore the aggregator's keys")
     init = actions.add_parser("init", help="create the sealing (X25519) and signing (Ed25519) keys")
-    add_key_options(init)
+    add_storage_options(init)  # the database holds the audit log (a new install has none yet: init goes on)
     add_json_option(init)
     init.add_argument("--force", action="store_true", help="replace existing keys (clients must re-pin!)")
     init.set_defaults(func=run_init)
@@ -93,13 +96,56 @@ def _key_path(args: argparse.Namespace) -> str:
 
 
 def run_init(args: argparse.Namespace) -> int:
-    path = _key_path(args)
-    from protocol.crypto import AggregatorKeys
+    from protocol.crypto import SEAL_KEY_FILE, SIGN_KEY_FILE
 
-    keys = AggregatorKeys.generate()
-    keys.save(path, overwrite=args.force)
+    key_path = settings_from_args(args).key_path
+    existing = [name for name in (SEAL_KEY_FILE, SIGN_KEY_FILE) if (key_path / name).exists()]
+    if existing and not args.force:  # before the database is opened: the refusal is the whole answer
+        raise ParameterError(existing[0], f"{key_path / existing[0]} exists; refusing to replace keys (--force "
+                                          "replaces them, and every client must then pin the new signing key)")
+    # replacing keys needs the database, opened before any file is written; a first init on a new install (no
+    # SQLite database until the first `serve`) goes on without one
+    storage = open_audit_log(args) if existing else open_audit_log_if_any(args)
+    try:
+        path = _key_path(args)
+        replaced = _replaced_ids(path) if existing else {}
+        from protocol.crypto import AggregatorKeys
+
+        keys = AggregatorKeys.generate()
+        keys.save(path, overwrite=args.force)
+    except BaseException:
+        if storage is not None:
+            storage.close()
+        raise
+    action = "keys init --force" if existing else "keys init"
+    detail = _ids(keys.public_info(), **replaced)
+    if storage is None:
+        code = 0
+        _not_recorded("init", detail, "the audit log starts with the database (the first `serve` or "
+                                      "`token create` makes it)")
+    else:
+        code = record_operator(storage, action, path, detail, done=f"new keys were written into {path}")
+    if existing:
+        print("keys replaced: every client must pin the new signing key; send a running server's master SIGHUP "
+              "to load them", file=sys.stderr)
     emit(args, {"key_dir": path, **keys.public_info()}, keys_text)
-    return 0
+    return code
+
+
+def _replaced_ids(path: str) -> dict[str, Any]:
+    """The key ids of the keys about to be replaced, as ``replaced_*`` entries; none for a damaged directory."""
+    from aggregator.server.keyring import load_keyring
+
+    try:
+        return {f"replaced_{k}": v for k, v in _ids(load_keyring(path).public_info()).items()}
+    except OnesidedError:  # a damaged directory is what --force repairs; nothing to name
+        return {}
+
+
+def _not_recorded(command: str, detail: dict[str, Any], next_step: str) -> None:
+    """The one stderr line of a command that ran with no database yet to record it in."""
+    print(f"note: no database yet, so this {command} is not in the audit log ({json.dumps(detail, sort_keys=True)});"
+          f" {next_step}", file=sys.stderr)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -208,7 +254,7 @@ def _ids(info: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    from aggregator.server.keyring import load_keyring, open_backup, write_backup_files
+    from aggregator.server.keyring import open_backup, write_backup_files
 
     files = open_backup(args.file, _passphrase(args, confirm=False))  # a wrong passphrase: one line, nothing opened
     # before any folder or key file is written; only a restore that replaces no key (a new disk, whose database is
@@ -219,12 +265,7 @@ def run_restore(args: argparse.Namespace) -> int:
     storage = open_audit_log(args) if replaces else open_audit_log_if_any(args)
     try:
         path = _key_path(args)
-        replaced: dict[str, Any] = {}
-        if args.force and os.path.isdir(path):
-            try:
-                replaced = {f"replaced_{k}": v for k, v in _ids(load_keyring(path).public_info()).items()}
-            except OnesidedError:  # a damaged directory is what a restore repairs; nothing to name
-                replaced = {}
+        replaced = _replaced_ids(path) if args.force and os.path.isdir(path) else {}
         ring = write_backup_files(files, path, overwrite=args.force)
     except BaseException:
         if storage is not None:
@@ -233,8 +274,7 @@ def run_restore(args: argparse.Namespace) -> int:
     detail = _ids(ring.public_info(), key_dir=path, **replaced)
     if storage is None:
         code = 0
-        print(f"note: no database yet, so this restore is not in the audit log ({json.dumps(detail, sort_keys=True)});"
-              " restore the database's backup next", file=sys.stderr)
+        _not_recorded("restore", detail, "restore the database's backup next")
     else:
         code = record_operator(storage, "keys restore", str(args.file), detail,
                                done=f"the keys of {args.file} were restored into {path}")
