@@ -29,7 +29,6 @@ from typing import Protocol
 # their names stay importable from here (redundant aliases mark the re-exports).
 from .encodings import Encoding
 from .laplace_chain import MAX_EXACT_LAPLACE_LEVELS as MAX_EXACT_LAPLACE_LEVELS
-from .laplace_chain import MAX_FORWARD_WORK as MAX_FORWARD_WORK
 from .laplace_chain import MAX_NESTED_LAPLACE_LEVELS as MAX_NESTED_LAPLACE_LEVELS
 from .laplace_chain import _forward_pattern_probabilities as _forward_pattern_probabilities
 from .laplace_chain import check_sequence, sequence_pattern_probabilities
@@ -209,11 +208,12 @@ def sequence_bit_epsilon(mode: Mode, levels: tuple[float, ...] | list[float]) ->
     Returns:
         ``(epsilon rounded up, exact)``. Asymmetric: exactly ``levels[-1] / 2``
         (the noise only decreases, so a 0 -> 1 bit reads 1...1 0...0 and
-        ``P(all ones | 0) = exp(-L_n / 2)``). Symmetric: exact by quadrature
-        up to 3 levels and by the forward recursion up to
-        :data:`MAX_EXACT_LAPLACE_LEVELS` (rates within the grid's range);
-        beyond that the continuous bound ``levels[-1]`` (the released noise
-        process is ``e_n``-DP for inputs 1 apart), with ``exact = False``.
+        ``P(all ones | 0) = exp(-L_n / 2)``). Symmetric: the upper end of a
+        proven enclosure of the exact epsilon, rounded up, up to
+        :data:`~protocol.laplace_chain_rigorous.MAX_ENCLOSED_LAPLACE_LEVELS`
+        levels (``exact`` when the enclosure is narrower than 1e-9); beyond
+        that the continuous bound ``levels[-1]`` (the released noise process
+        is ``e_n``-DP for inputs 1 apart), with ``exact = False``.
     """
     seq = tuple(float(v) for v in levels)
     check_sequence(seq)

@@ -3,7 +3,9 @@
 A bit ``b`` whose memoized Laplace noise is relaxed lazily (:func:`protocol.relaxation.relax_laplace`)
 and released at rates ``e_1 < ... < e_n`` reads the pattern ``y_i = [b + V_i > 1/2]``. This module
 integrates the joint law of those patterns (nested quadrature up to 3 levels, a forward recursion
-beyond) and the exact epsilon of the whole chain. It depends on nothing but numpy and the
+beyond) in floating point: the law the bit-level relaxation samples. The chain's epsilon is charged
+from the proven enclosure of :mod:`protocol.laplace_chain_rigorous`; :func:`laplace_sequence_epsilon`
+here is the floating-point value, a reference for tests and research. It depends on nothing but numpy and the
 validation helpers, so the accounting, the randomizers and the bit-level relaxation can all use it
 without importing one another.
 """
@@ -24,27 +26,19 @@ from .validation import check_number
 
 __all__ = [
     "MAX_EXACT_LAPLACE_LEVELS",
-    "MAX_FORWARD_WORK",
     "MAX_NESTED_LAPLACE_LEVELS",
     "check_sequence",
-    "exact_feasible",
     "laplace_permanent_probabilities",
     "laplace_sequence_epsilon",
     "sequence_pattern_probabilities",
 ]
 
-# Exact sequence accounting: up to 3 levels by nested quadrature, 4 to this many by the forward
-# recursion (:func:`_forward_pattern_probabilities`); beyond, the continuous-process bound (the
-# last Laplace rate) is used and marked as a bound.
+# The floating-point pattern law: up to 3 levels by nested quadrature, 4 to this many by the forward
+# recursion (:func:`_forward_pattern_probabilities`), whose grid grows with the ratio of the rates
+# (pieces times the 2^(n+1) steps of the pattern tree, about 30 us each on a loaded 2-core machine).
 MAX_EXACT_LAPLACE_LEVELS = 6
 MAX_NESTED_LAPLACE_LEVELS = 3
-# The forward recursion's work: pieces of its grid times the 2^(n+1) steps of the pattern tree, at
-# most this many (about 30 us each on a loaded 2-core machine: a second at most, once per chain, in
-# the client's sync() when it joins a round). Wider or longer chains keep the continuous bound.
-MAX_FORWARD_WORK = 40_000
 _THRESHOLD = 0.5
-# Bound on the quadrature error of an epsilon (errors ~1e-15 on probabilities >= 1e-3; pinned in tests).
-QUAD_SLACK = 1e-8
 
 
 def laplace_permanent_probabilities(level: float) -> tuple[float, float]:
@@ -199,12 +193,6 @@ class _Grid:
     w: FloatArray
     above: FloatArray  # 1.0 on the pieces above the threshold 1/2, else 0.0 (per node)
 
-    @staticmethod
-    def work(levels: tuple[float, ...]) -> float:
-        """Pieces times the ``2^(n+1)`` steps of the pattern tree (compared with :data:`MAX_FORWARD_WORK`)."""
-        span = _TAIL_RATE_SPAN / min(levels) + 1.0
-        return 2.0 * span / min(1.0, 4.0 / max(levels)) * 2 ** (len(levels) + 1)
-
     @classmethod
     def of(cls, levels: tuple[float, ...]) -> _Grid:
         span = _TAIL_RATE_SPAN / min(levels) + 1.0
@@ -283,8 +271,7 @@ def sequence_pattern_probabilities(levels: tuple[float, ...]) -> dict[tuple[int,
     """``P0(y)`` for every pattern of a Laplace-thresholded bit (b = 0) released at ``levels``.
 
     Up to :data:`MAX_NESTED_LAPLACE_LEVELS` levels by nested quadrature; more by the forward
-    recursion, whatever its work (research tools may wait; the accounting checks
-    :data:`MAX_FORWARD_WORK` before asking).
+    recursion, whatever its work.
     """
     check_sequence(levels)
     if len(levels) > MAX_NESTED_LAPLACE_LEVELS:
@@ -312,8 +299,3 @@ def laplace_sequence_epsilon(levels: tuple[float, ...]) -> float:
         p1 = probs[tuple(1 - b for b in pattern)]
         worst = max(worst, abs(math.log(p1) - math.log(p0)))
     return worst
-
-
-def exact_feasible(levels: tuple[float, ...]) -> bool:
-    """Whether :func:`sequence_pattern_probabilities` computes ``levels`` exactly (not too wide a grid)."""
-    return len(levels) <= MAX_NESTED_LAPLACE_LEVELS or _Grid.work(levels) <= MAX_FORWARD_WORK

@@ -12,9 +12,10 @@ import pytest
 
 mpmath = pytest.importorskip("mpmath")
 
-from protocol import accounting, laplace_chain  # noqa: E402
+from protocol import accounting  # noqa: E402
 from protocol.errors import ParameterError  # noqa: E402
 from protocol.laplace_chain_rigorous import (  # noqa: E402
+    EXACT_WIDTH,
     CertifiedEpsilon,
     _exp_enclosure,
     certified_pattern_probabilities,
@@ -30,8 +31,8 @@ def charge_check(levels: tuple[float, ...]) -> tuple[float, bool, CertifiedEpsil
     return charge, exact, certified_sequence_epsilon(levels)
 
 
-# What a charge may exceed the exact epsilon by: the 1e-6 rounding step (plus the old quadrature slack).
-STEP = 1e-6 + laplace_chain.QUAD_SLACK
+# What a charge may exceed the exact epsilon by: the 1e-6 rounding step plus the widest enclosure called exact.
+STEP = 1e-6 + EXACT_WIDTH
 
 RAPPOR = 2.0 * math.log(2.0)  # f = 1/2
 # 2-6 levels in [0.1, 8]: narrow, RAPPOR-like (relaxing f = 1/2 towards f = 1/4), near-coincident, wide.

@@ -2,8 +2,8 @@
 
 ``V ~ Laplace(1/level)``: a bit flips with probability ``f/2 = exp(-level/2) / 2``, either way.
 Both presence and absence are protected. Relaxing a level draws the new noise conditionally on
-the old (:func:`protocol.relaxation.relax_laplace`); the chain of released bits is accounted by
-:mod:`protocol.laplace_chain`.
+the old (:func:`protocol.relaxation.relax_laplace`); the chain of released bits is charged the
+proven enclosure of :mod:`protocol.laplace_chain_rigorous` (its law is in :mod:`protocol.laplace_chain`).
 """
 
 from __future__ import annotations
