@@ -136,6 +136,14 @@ def relax_exponential(
     return np.minimum(x, fresh, out=fresh)
 
 
+def exponential_keep_probability(level_from: float, level_to: float) -> Fraction:
+    """``q_to / q_from``, ``q = exp(-level/2)`` as the doubles the randomizer states (0 at ``inf``): the exact
+    chance that a permanent 1 which came from the asymmetric noise survives the lazy step."""
+    q_from = Fraction(math.exp(-level_from / 2.0))
+    q_to = Fraction(0) if math.isinf(level_to) else Fraction(math.exp(-level_to / 2.0))
+    return q_to / q_from
+
+
 def relax_exponential_bits(
     bits: npt.ArrayLike, permanent: npt.ArrayLike, level_from: float, level_to: float, rng: RandomSource | None = None
 ) -> BoolArray:
@@ -155,9 +163,7 @@ def relax_exponential_bits(
     if b.shape != perm.shape:
         raise ParameterError("permanent", f"must have the shape of bits {b.shape}, got {perm.shape}")
     _check_levels(level_from, level_to, "level_from", "level_to")
-    q_from = Fraction(math.exp(-level_from / 2.0))
-    q_to = Fraction(0) if math.isinf(level_to) else Fraction(math.exp(-level_to / 2.0))
-    keep = bernoulli_exact(rng, q_to / q_from, b.shape)  # drawn for every bit: cheaper than a scatter
+    keep = bernoulli_exact(rng, exponential_keep_probability(level_from, level_to), b.shape)  # every bit: no scatter
     out: BoolArray = perm & (b | keep)
     return out
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy.typing as npt
 
 from ..errors import ParameterError, PolicyError
-from ..relaxation import relax_exponential, relax_exponential_bits
+from ..relaxation import exponential_keep_probability, relax_exponential, relax_exponential_bits
 from ..rng import FloatArray, RandomSource
 from ..rounding import round_up
 from .common import (
@@ -106,8 +106,7 @@ class AsymmetricMechanism(StatesNeighbours):
 
     def relaxed_bit_table(self, level_from: float, level_to: float) -> tuple[Fraction, ...]:
         """A 0 stays 0 (it is true); a noise 1 is kept w.p. ``q_to / q_from``; a true 1 stays 1."""
-        keep = Fraction(exp_half(level_to)) / Fraction(exp_half(level_from))
-        return (Fraction(0), keep, Fraction(0), Fraction(1))
+        return (Fraction(0), exponential_keep_probability(level_from, level_to), Fraction(0), Fraction(1))
 
     def permanent_from_uniforms(
         self, bits: BoolArray, u: FloatArray, probabilities: tuple[float, float]
