@@ -79,14 +79,22 @@ def _words(xp: Any, gen: Any, shape: tuple[int, ...]) -> Any:
     return gen.integers(0, _WORD, size=shape, dtype=xp.int64)
 
 
-def _cut(p: float | Fraction) -> tuple[int, Fraction]:
-    """``(T, remainder)`` with ``T = min(floor(p 2^32), 2^32 - 1)`` and ``remainder = p 2^32 - T`` in [0, 1]."""
+def word_cut(p: float | Fraction, width: int = 32) -> tuple[int, Fraction]:
+    """``(T, remainder)`` with ``T = min(floor(p 2^W), 2^W - 1)`` and ``remainder = p 2^W - T`` in [0, 1].
+
+    A uniform ``W``-bit word below ``T`` gives 1, a tie gives 1 with the remainder: ``P(1) = p`` exactly.
+    """
     exact = Fraction(p)
     if not 0 <= exact <= 1:
         raise ParameterError("probabilities", f"must be in [0, 1], got {float(exact)!r}")
-    scaled = exact * _WORD
-    cut = min(math.floor(scaled), _WORD - 1)
+    scaled = exact * (1 << width)
+    cut = min(math.floor(scaled), (1 << width) - 1)
     return cut, scaled - cut
+
+
+def _cut(p: float | Fraction) -> tuple[int, Fraction]:
+    """:func:`word_cut` at 32 bits."""
+    return word_cut(p, 32)
 
 
 def cohort_sums(xp: Any, reports: Any, edges: Sequence[int]) -> np.ndarray:
