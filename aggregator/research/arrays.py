@@ -44,6 +44,7 @@ _WORD = 1 << 32
 # fn(xp, setup, block index, block seed) -> counts (host integers)
 ArrayBlockFunction = Callable[[Any, Any, int, np.random.SeedSequence], BlockCounts]
 _ARRAY_BLOCKS: dict[BlockFunction, ArrayBlockFunction] = {}
+_FUSED_BLOCKS: dict[BlockFunction, ArrayBlockFunction] = {}
 
 
 def namespace(name: str) -> Any:
@@ -133,22 +134,33 @@ def exact_bits(xp: Any, gen: Any, probabilities: Sequence[float | Fraction], cho
     return out
 
 
-def register_array_block(cpu: BlockFunction, array: ArrayBlockFunction) -> None:
-    """Declare ``array`` the namespace version of the CPU block ``cpu`` (same keys, same laws)."""
+def register_array_block(cpu: BlockFunction, array: ArrayBlockFunction, fused: ArrayBlockFunction | None = None) -> None:
+    """Declare ``array`` the namespace version of the CPU block ``cpu`` (same keys, same laws).
+
+    ``fused``: the same block with its draws in one kernel (:mod:`aggregator.research.fused`), if any.
+    """
     _ARRAY_BLOCKS[cpu] = array
+    if fused is not None:
+        _FUSED_BLOCKS[cpu] = fused
 
 
-def array_block(cpu: BlockFunction) -> ArrayBlockFunction:
-    """The namespace version of ``cpu``.
+def array_block(cpu: BlockFunction, fused: bool | None = False) -> ArrayBlockFunction:
+    """The namespace version of ``cpu``; with ``fused`` its fused-kernel version (``None``: that one if any).
 
     Raises:
-        ParameterError: (field ``engine``) the scenario has none.
+        ParameterError: (field ``engine``) the scenario has none (or no fused one, ``fused=True``).
     """
     found = _ARRAY_BLOCKS.get(cpu)
+    name = cpu.__module__.rsplit(".", 1)[-1]
     if found is None:
         names = ", ".join(sorted(f.__module__.rsplit(".", 1)[-1] for f in _ARRAY_BLOCKS)) or "none"
-        raise ParameterError("engine", f"{cpu.__module__.rsplit('.', 1)[-1]} has no GPU blocks (scenarios with them: {names})")
-    return found
+        raise ParameterError("engine", f"{name} has no GPU blocks (scenarios with them: {names})")
+    if fused is False:
+        return found
+    kernel = _FUSED_BLOCKS.get(cpu)
+    if kernel is None and fused:
+        raise ParameterError("engine", f"{name} has no fused-kernel block")
+    return kernel or found
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,11 @@ class ArrayEngine:
 
     Attributes:
         module: ``"cupy"`` (``--engine gpu``) or ``"numpy"`` (the same code on the CPU: tests).
+        fused: run the scenario's fused-kernel block where it has one
+            (:mod:`aggregator.research.fused`: one pass draws, compares and counts); ``False``
+            keeps the array block (the reference path); ``None`` (default): fused on CuPy, the
+            array block on NumPy. With NumPy the fused block runs the kernel compiled for the
+            host with g++ (slow, for tests).
         block_clients: clients per block for scenarios that take it (``None``: the setup's
             ``chunk``). A device wants large blocks: fewer kernel launches per client. At 128 bits
             a block of 2,000,000 clients holds about 4 GB at its peak (bits, one int64 word per
@@ -165,19 +182,29 @@ class ArrayEngine:
 
     module: str = "cupy"
     block_clients: int | None = None
+    fused: bool | None = None
 
     def __post_init__(self) -> None:
         if self.block_clients is not None:
             check_int("block_clients", self.block_clients, low=1)
 
     @property
+    def uses_fused(self) -> bool | None:
+        """``array_block``'s ``fused``: ``None`` (the fused block where there is one) on CuPy by default."""
+        if self.fused is None:
+            return None if self.module == "cupy" else False
+        return self.fused
+
+    @property
     def name(self) -> str:
-        return "gpu" if self.module == "cupy" else f"array-{self.module}"
+        if self.module == "cupy":
+            return "gpu-array" if self.fused is False else "gpu"
+        return f"fused-{self.module}" if self.fused else f"array-{self.module}"
 
     def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
             progress: Callable[[str], None]) -> BlockCounts:
         xp = namespace(self.module)
-        block = array_block(fn)
+        block = array_block(fn, self.uses_fused)
         total: BlockCounts | None = None
         for index, seed in enumerate(seeds):
             total = add_counts(total, block(xp, setup, index, seed))

@@ -38,13 +38,8 @@ macro (``WORD_BITS``): an 8-bit build ties often and exercises the host path.
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import math
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -53,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from aggregator.research.arrays import word_cut
 from protocol.errors import ParameterError
 from protocol.exact import bernoulli_choose
 from protocol.rng import RandomSource
@@ -213,16 +209,9 @@ class DrawLaw:
         return [*self.first, *self.relaxed, *self.one_shot, *self.extra]
 
 
-def _cut(p: float | Fraction, width: int) -> tuple[int, Fraction]:
-    """``(T, p 2^W - T)``, ``T = min(floor(p 2^W), 2^W - 1)`` (as ``arrays._cut`` at ``W = 32``)."""
-    from aggregator.research.arrays import word_cut  # noqa: PLC0415 (arrays imports this module lazily too)
-
-    return word_cut(p, width)
-
-
 def cut_table(laws: Sequence[DrawLaw], width: int = 32) -> tuple[np.ndarray, list[list[Fraction]]]:
     """The kernel's thresholds (``draws x 10`` uint32) and every entry's exact remainder."""
-    rows = [[_cut(p, width) for p in law.flat()] for law in laws]
+    rows = [[word_cut(p, width) for p in law.flat()] for law in laws]
     table = np.array([[c for c, _ in row] for row in rows], dtype=np.uint32).reshape(len(laws), CUTS)
     return table, [[r for _, r in row] for row in rows]
 
@@ -431,12 +420,18 @@ def relaxation_counts(xp: Any, bits: Any, edges: Sequence[int], laws: Sequence[D
     return counts
 
 
-def host_library(width: int = 32) -> ctypes.CDLL:
-    """:data:`KERNEL_SOURCE` compiled for the host with g++ (cached per source and width).
+def host_library(width: int = 32) -> Any:
+    """:data:`KERNEL_SOURCE` compiled for the host with g++ (a ``ctypes`` library, cached per source and width).
 
     Raises:
         ParameterError: (field ``compiler``) no g++ on the PATH, or the build failed.
     """
+    import ctypes  # noqa: PLC0415 (the host build only: tests and CPU measurements)
+    import hashlib  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
     if not 1 <= width <= 32:
         raise ParameterError("width", f"must be 1 to 32 bits, got {width}")
     gxx = shutil.which("g++")
