@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import types
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -192,3 +193,42 @@ def test_the_engine_picks_the_fused_block_on_cupy_by_default() -> None:
     with pytest.raises(ParameterError) as err:
         DrawLaw(first=(0.1,), relaxed=(0.1,) * 4, one_shot=(0.1, 0.2), extra=(0.1, 0.2))
     assert err.value.field == "first"
+
+
+class FakeKernel:
+    """``RawModule(...).get_function`` of :class:`FakeCuPy`: the host build called as CuPy calls a kernel."""
+
+    def __init__(self, width: int) -> None:
+        self.lib = fused.host_library(width)
+
+    def __call__(self, grid: tuple[int], block: tuple[int], args: tuple[object, ...]) -> None:
+        raw = [a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args]  # type: ignore[call-overload]
+        assert [type(a) for a in args[6:]] == [np.uint32] * 9  # the scalars CuPy passes as unsigned int
+        self.lib.host_launch(grid[0], block[0], *raw)
+
+
+def fake_cupy() -> types.SimpleNamespace:
+    """NumPy dressed as the part of CuPy that ``fused`` uses, the kernel being its host build."""
+
+    def raw_module(code: str, options: tuple[str, ...]) -> types.SimpleNamespace:
+        assert code == fused.KERNEL_SOURCE
+        width = int(options[0].removeprefix("-DWORD_BITS="))
+        return types.SimpleNamespace(get_function=lambda name: FakeKernel(width))
+
+    return types.SimpleNamespace(RawModule=raw_module, zeros=np.zeros, asarray=np.asarray, asnumpy=np.asarray,
+                                 ascontiguousarray=np.ascontiguousarray, uint8=np.uint8, uint32=np.uint32,
+                                 uint64=np.uint64, bool_=np.bool_)
+
+
+@needs_gxx
+@pytest.mark.parametrize("width", [32, 8])
+def test_the_device_launch_passes_what_the_kernel_expects(width: int) -> None:
+    # the CuPy launch code (cannot run here) driving the host build through a CuPy-shaped NumPy
+    bits = _bits(2_000, 24, 3) != 0  # bool, as the block's bits are: viewed as bytes
+    cuts, _ = fused.cut_table(LAWS, width)
+    got = fused.fused_counts(fake_cupy(), bits, EDGES, cuts, (9, 10), width=width, tie_capacity=4)
+    ref = fused.reference_counts(bits.astype(np.uint8), EDGES, cuts, (9, 10), width)
+    assert all(np.array_equal(a, b) for a, b in zip(got, ref, strict=True))
+    on_device = fused.relaxation_counts(fake_cupy(), bits, EDGES, LAWS, (9, 10), SeededRandom(1), width=width)
+    on_host = fused.relaxation_counts(np, bits, EDGES, LAWS, (9, 10), SeededRandom(1), width=width)
+    assert np.array_equal(on_device, on_host)  # ties gathered from the device, finished alike

@@ -347,26 +347,26 @@ def _host_launch(launch: _Launch, bits: np.ndarray, edges: np.ndarray, cuts: np.
     return counts.astype(np.int64), int(tie_count[0]), ties
 
 
-_DEVICE_KERNELS: dict[int, Any] = {}
+_DEVICE_KERNELS: dict[tuple[int, int], Any] = {}  # (id of the namespace, word width) -> kernel
 
 
 def _device_launch(xp: Any, launch: _Launch, bits: Any, edges: np.ndarray, cuts: np.ndarray, capacity: int,
                    width: int) -> tuple[np.ndarray, int, np.ndarray]:
     """The same kernel through ``cupy.RawModule`` (NVRTC), compiled once per word width."""
-    kernel = _DEVICE_KERNELS.get(width)
+    kernel = _DEVICE_KERNELS.get((id(xp), width))
     if kernel is None:
         module = xp.RawModule(code=KERNEL_SOURCE, options=(f"-DWORD_BITS={width}",))
-        kernel = _DEVICE_KERNELS[width] = module.get_function("relax_fused")
+        kernel = _DEVICE_KERNELS[id(xp), width] = module.get_function("relax_fused")
     counts = xp.zeros((launch.draws, PARTS, launch.h, launch.k), dtype=xp.uint64)
     tie_count = xp.zeros(1, dtype=xp.uint32)
     ties = xp.zeros((max(capacity, 1), TIE_FIELDS), dtype=xp.uint32)
     u32 = np.uint32
     kernel((launch.grid,), (BLOCK_THREADS,),
-           (xp.ascontiguousarray(bits.view(xp.uint8) if bits.dtype == xp.bool_ else bits),
+           (xp.ascontiguousarray(bits.view(xp.uint8) if bits.dtype == xp.bool_ else bits.astype(xp.uint8)),
             xp.asarray(edges), xp.asarray(cuts), counts, tie_count, ties,
             u32(launch.n), u32(launch.k), u32(launch.h), u32(launch.draws), u32(launch.per_thread),
             u32(launch.segments), u32(launch.key[0]), u32(launch.key[1]), u32(capacity)))
-    found = int(tie_count.get()[0])
+    found = int(xp.asnumpy(tie_count)[0])
     return xp.asnumpy(counts).astype(np.int64), found, xp.asnumpy(ties[: min(found, capacity)])
 
 
