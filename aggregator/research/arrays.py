@@ -176,8 +176,9 @@ class ArrayEngine:
             host with g++ (slow, for tests).
         block_clients: clients per block for scenarios that take it (``None``: the setup's
             ``chunk``). A device wants large blocks: fewer kernel launches per client. At 128 bits
-            a block of 2,000,000 clients holds about 4 GB at its peak (bits, one int64 word per
-            bit, the int32 scan).
+            a block of 2,000,000 clients holds about 4 GB at its peak on the array block (bits,
+            one int64 word per bit, the int32 scan); the fused block holds the bits and the city's
+            draws (the words never reach memory).
     """
 
     module: str = "cupy"

@@ -216,7 +216,7 @@ def cut_table(laws: Sequence[DrawLaw], width: int = 32) -> tuple[np.ndarray, lis
     return table, [[r for _, r in row] for row in rows]
 
 
-def _mix(c: list[np.ndarray], k0: np.ndarray, k1: np.ndarray) -> list[np.ndarray]:
+def _mix(c: list[np.ndarray], k0: np.uint32, k1: np.uint32) -> list[np.ndarray]:
     p0 = np.uint64(0xD2511F53) * c[0].astype(np.uint64)
     p1 = np.uint64(0xCD9E8D57) * c[2].astype(np.uint64)
     hi0, lo0 = (p0 >> np.uint64(32)).astype(np.uint32), p0.astype(np.uint32)
@@ -224,7 +224,7 @@ def _mix(c: list[np.ndarray], k0: np.ndarray, k1: np.ndarray) -> list[np.ndarray
     return [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
 
 
-def philox4x32(counter: Sequence[Any], key: Sequence[int]) -> np.ndarray:
+def philox4x32(counter: Sequence[Any], key: Sequence[int] | np.ndarray) -> np.ndarray:
     """Philox4x32-10 of the counters ``counter`` (four uint32 arrays, broadcast) under ``key`` (two uint32).
 
     Returns ``(..., 4)`` uint32 words: the kernel's ``philox4x32_10``, vectorized.
@@ -238,7 +238,7 @@ def philox4x32(counter: Sequence[Any], key: Sequence[int]) -> np.ndarray:
     return np.stack(c, axis=-1)
 
 
-def reference_counts(bits: np.ndarray, edges: Sequence[int], cuts: np.ndarray, key: Sequence[int],
+def reference_counts(bits: np.ndarray, edges: Sequence[int], cuts: np.ndarray, key: Sequence[int] | np.ndarray,
                      width: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """What the kernel computes, in NumPy: ``(counts draws x 4 x h x k, ties m x 4 sorted)``.
 
@@ -370,7 +370,7 @@ def _device_launch(xp: Any, launch: _Launch, bits: Any, edges: np.ndarray, cuts:
     return xp.asnumpy(counts).astype(np.int64), found, xp.asnumpy(ties[: min(found, capacity)])
 
 
-def fused_counts(xp: Any, bits: Any, edges: Sequence[int], cuts: np.ndarray, key: Sequence[int], *,
+def fused_counts(xp: Any, bits: Any, edges: Sequence[int], cuts: np.ndarray, key: Sequence[int] | np.ndarray, *,
                  width: int = 32, per_thread: int | None = None, tie_capacity: int | None = None,
                  rerun_on_overflow: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """One launch of the kernel (on CuPy's device, or host-compiled for NumPy): ``(counts, canonical ties)``.
@@ -408,7 +408,7 @@ def fused_counts(xp: Any, bits: Any, edges: Sequence[int], cuts: np.ndarray, key
     return counts, _canonical(np.asarray(ties[:found]))
 
 
-def relaxation_counts(xp: Any, bits: Any, edges: Sequence[int], laws: Sequence[DrawLaw], key: Sequence[int],
+def relaxation_counts(xp: Any, bits: Any, edges: Sequence[int], laws: Sequence[DrawLaw], key: Sequence[int] | np.ndarray,
                       rng: RandomSource, *, width: int = 32, **launch: Any) -> np.ndarray:
     """Every draw's per-(part, cohort, bit) ones, ``draws x 4 x h x k`` int64: the kernel, then the ties."""
     cuts, _ = cut_table(laws, width)

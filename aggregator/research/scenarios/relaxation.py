@@ -189,8 +189,8 @@ def relaxation_block_fused(xp: Any, setup: RelaxationSetup, index: int, seed: np
     device, ties, host, kernel_key = seed.spawn(4)
     totals, edges, bits = _block_population(xp, setup, index, xp.random.default_rng(device), host)
     grid = _grid_laws(setup)
-    counts = relaxation_counts(xp, bits, edges, [law for _, law in grid],
-                                     kernel_key.generate_state(2, dtype=np.uint32), SeededRandom(ties))
+    counts = relaxation_counts(xp, bits, edges, [law for _, law in grid], kernel_key.generate_state(2, dtype=np.uint32),
+                               SeededRandom(ties))
     out: BlockCounts = {"truth": cohort_sums(xp, bits, edges), "totals": totals}
     for d, (key, _) in enumerate(grid):
         for q, part in enumerate(_DRAW_PARTS):
@@ -212,7 +212,7 @@ def _block_population(xp: Any, setup: RelaxationSetup, index: int, gen: Any,
 
 def _grid_laws(setup: RelaxationSetup) -> list[tuple[str, DrawLaw]]:
     """Every (mode, pair, repetition) in order, with its four parts' laws."""
-    out = []
+    out: list[tuple[str, DrawLaw]] = []
     for mode in MODES:
         for pair in setup.pairs():
             base, to = Randomizer(mode=mode, level=pair[0]), Randomizer(mode=mode, level=pair[1])
