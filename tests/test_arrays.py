@@ -115,6 +115,7 @@ def test_cohort_sums_are_the_slices_sums() -> None:
     reports = rng.random((2_000, 7)) < 0.5
     expected = np.stack([reports[a:b].sum(axis=0) for a, b in zip(edges, edges[1:], strict=False)])
     assert np.array_equal(arrays.cohort_sums(np, reports, edges), expected)
+    assert np.array_equal(arrays.scan_sums(np, reports, np.asarray(edges)), expected)  # the device's path
 
 
 def test_the_engine_refuses_scenarios_without_array_blocks() -> None:

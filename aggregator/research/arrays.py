@@ -101,11 +101,20 @@ def _cut(p: float | Fraction) -> tuple[int, Fraction]:
 def cohort_sums(xp: Any, reports: Any, edges: Sequence[int]) -> np.ndarray:
     """Per-cohort column sums of 0/1 ``reports`` whose rows are in cohort order (cohort ``c``: rows ``edges[c]..edges[c+1]``).
 
-    One scan and one gather on the device (``int32``: exact below 2^31 rows), then to the host as ``int64``.
+    On a device, one scan and one gather (``int32``: exact below 2^31 rows), then to the host as
+    ``int64``; on NumPy, one column sum per cohort (NumPy's scan of booleans is ~100x slower).
     """
     ends = np.asarray(edges, dtype=np.int64)
     if int(ends[-1]) >= 1 << 31:
         raise ParameterError("chunk", f"a block must hold fewer than 2^31 clients, got {int(ends[-1])}")
+    if xp is np:
+        rows = np.asarray(reports)
+        return np.stack([rows[a:b].sum(axis=0, dtype=np.int64) for a, b in zip(ends[:-1], ends[1:], strict=True)])
+    return scan_sums(xp, reports, ends)
+
+
+def scan_sums(xp: Any, reports: Any, ends: np.ndarray) -> np.ndarray:
+    """:func:`cohort_sums` by one scan and one gather (the device path)."""
     running = reports.cumsum(axis=0, dtype=xp.int32)
     at = running[xp.asarray(np.maximum(ends - 1, 0))] * xp.asarray(ends > 0)[:, None]
     return to_host(xp, at[1:] - at[:-1]).astype(np.int64)
