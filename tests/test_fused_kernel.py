@@ -145,6 +145,9 @@ def test_a_full_tie_buffer_is_rerun_or_refused_never_lost() -> None:
     with pytest.raises(ParameterError) as err:
         fused.fused_counts(np, bits, EDGES, cuts, (1, 2), width=8, tie_capacity=5, rerun_on_overflow=False)
     assert err.value.field == "tie_capacity" and f"{whole[1].shape[0]:,} ties" in str(err.value)
+    with pytest.raises(ParameterError) as err:
+        fused.fused_counts(np, bits, [0, 1_000, 999, 2_000], cuts, (1, 2))
+    assert err.value.field == "edges"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc here: the CUDA build of the kernel is untested")

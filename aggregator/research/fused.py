@@ -384,21 +384,24 @@ def fused_counts(xp: Any, bits: Any, edges: Sequence[int], cuts: np.ndarray, key
 
     Raises:
         ParameterError: (``tie_capacity``) the buffer overflowed and no rerun was allowed;
-            (``chunk``) a block of ``2^31`` clients or more.
+            (``chunk``) a block of ``2^31`` clients or more; (``edges``) edges not rising from 0 to ``n``.
     """
     n, k = (int(s) for s in bits.shape)
     if n >= 1 << 31:
         raise ParameterError("chunk", f"a block must hold fewer than 2^31 clients, got {n}")
-    draws = int(cuts.shape[0])
+    ends = np.asarray(edges, dtype=np.int64)
+    if ends.size < 2 or ends[0] != 0 or ends[-1] != n or (np.diff(ends) < 0).any():
+        raise ParameterError("edges", f"must rise from 0 to the {n:,} rows, got {len(edges)} values")
+    draws, h = int(cuts.shape[0]), ends.size - 1
+    if n == 0 or k == 0 or draws == 0:
+        return np.zeros((draws, PARTS, h, k), dtype=np.int64), np.zeros((0, TIE_FIELDS), np.uint32)
     per, segments, grid = _geometry(n, k, draws, per_thread)
-    launch = _Launch(n, k, len(edges) - 1, draws, per, segments, grid, (int(key[0]), int(key[1])))
-    ends = np.ascontiguousarray(edges, dtype=np.uint32)
+    launch = _Launch(n, k, h, draws, per, segments, grid, (int(key[0]), int(key[1])))
+    ends32 = ends.astype(np.uint32)
     table = np.ascontiguousarray(cuts, dtype=np.uint32)
     capacity = _tie_capacity(n, k, draws, width) if tie_capacity is None else tie_capacity
-    run = (lambda cap: _host_launch(launch, bits, ends, table, cap, width)) if xp is np else (
-        lambda cap: _device_launch(xp, launch, bits, ends, table, cap, width))
-    if n == 0 or draws == 0:
-        return np.zeros((draws, PARTS, launch.h, k), dtype=np.int64), np.zeros((0, TIE_FIELDS), np.uint32)
+    run = (lambda cap: _host_launch(launch, bits, ends32, table, cap, width)) if xp is np else (
+        lambda cap: _device_launch(xp, launch, bits, ends32, table, cap, width))
     counts, found, ties = run(capacity)
     if found > capacity:
         if not rerun_on_overflow:
