@@ -227,7 +227,8 @@ def _mix(c: list[np.ndarray], k0: np.uint32, k1: np.uint32) -> list[np.ndarray]:
 def philox4x32(counter: Sequence[Any], key: Sequence[int] | np.ndarray) -> np.ndarray:
     """Philox4x32-10 of the counters ``counter`` (four uint32 arrays, broadcast) under ``key`` (two uint32).
 
-    Returns ``(..., 4)`` uint32 words: the kernel's ``philox4x32_10``, vectorized.
+    Returns ``(..., 4)`` uint32 words: the kernel's ``philox4x32_10``, vectorized (NumPy's own
+    ``np.random.Philox`` is the 4x64 variant, hence the rounds written out here).
     """
     shape = np.broadcast_shapes(*(np.shape(c) for c in counter))
     c = [np.broadcast_to(np.asarray(x, dtype=np.uint32), shape).copy() for x in counter]
