@@ -18,6 +18,10 @@ another stream: figures agree in law, not digit by digit
 (tests/test_arrays.py: chi-square against the exact probabilities and
 against the local engine's figures).
 
+Where a scenario also registers a fused block (relaxation: its draws in one
+CUDA kernel, :mod:`aggregator.research.fused`), :class:`ArrayEngine` runs that
+one on CuPy; the array block stays the reference path (``fused=False``).
+
 A GPU run needs CuPy and a CUDA device (extra ``[gpu]``); without them
 ``--engine gpu`` stops with one line saying why.
 """
