@@ -39,6 +39,7 @@ from aggregator.research.scenarios.relaxation import (
     relaxation_block_array,
     relaxation_block_fused,
 )
+from protocol.errors import ParameterError
 from protocol.rng import SeededRandom
 
 P_MIN = 1e-6
@@ -187,7 +188,11 @@ def main() -> int:
     ap.add_argument("--block-clients", type=lambda s: int(float(s)), default=8_000_000)
     ap.add_argument("--budget", type=float, default=420.0, help="seconds the whole-scenario run may take")
     args = ap.parse_args()
-    return cpu(args) if args.cpu else gpu(args)
+    try:
+        return cpu(args) if args.cpu else gpu(args)
+    except ParameterError as exc:  # no CuPy or device, no g++: one line
+        print(f"gpu_relaxation: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
