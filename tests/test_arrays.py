@@ -115,6 +115,7 @@ def test_cohort_sums_are_the_slices_sums() -> None:
     reports = rng.random((2_000, 7)) < 0.5
     expected = np.stack([reports[a:b].sum(axis=0) for a, b in zip(edges, edges[1:], strict=False)])
     assert np.array_equal(arrays.cohort_sums(np, reports, edges), expected)
+    assert np.array_equal(arrays.scan_sums(np, reports, np.asarray(edges)), expected)  # the device's path
 
 
 def test_the_engine_refuses_scenarios_without_array_blocks() -> None:
@@ -157,6 +158,7 @@ def test_gpu_engine_agrees_with_the_numpy_engine_in_law() -> None:
         ones = int(host[host_choice == i].sum())
         assert chisquare_p(np.array([1_000_000 - ones, ones]), np.array([1 - float(p), float(p)])) > P_MIN
     setup = replace(RELAXATION_SETUPS["small"], levels=(1.0, 4.0))
-    gpu = relaxation(setup, SeededRandom(11), engine=ArrayEngine("cupy"))
-    for c in gpu["grid"]:
-        assert 0.9 <= c["ratio"] <= 1.1 and 0.9 <= c["theory_ratio"] <= 1.1, c
+    for engine in (ArrayEngine("cupy"), ArrayEngine("cupy", fused=False)):  # the fused kernel, the array block
+        gpu = relaxation(setup, SeededRandom(11), engine=engine)
+        for c in gpu["grid"]:
+            assert 0.9 <= c["ratio"] <= 1.1 and 0.9 <= c["theory_ratio"] <= 1.1, (engine.name, c)

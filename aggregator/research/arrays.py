@@ -18,6 +18,10 @@ another stream: figures agree in law, not digit by digit
 (tests/test_arrays.py: chi-square against the exact probabilities and
 against the local engine's figures).
 
+Where a scenario also registers a fused block (relaxation: its draws in one
+CUDA kernel, :mod:`aggregator.research.fused`), :class:`ArrayEngine` runs that
+one on CuPy; the array block stays the reference path (``fused=False``).
+
 A GPU run needs CuPy and a CUDA device (extra ``[gpu]``); without them
 ``--engine gpu`` stops with one line saying why.
 """
@@ -44,6 +48,7 @@ _WORD = 1 << 32
 # fn(xp, setup, block index, block seed) -> counts (host integers)
 ArrayBlockFunction = Callable[[Any, Any, int, np.random.SeedSequence], BlockCounts]
 _ARRAY_BLOCKS: dict[BlockFunction, ArrayBlockFunction] = {}
+_FUSED_BLOCKS: dict[BlockFunction, ArrayBlockFunction] = {}
 
 
 def namespace(name: str) -> Any:
@@ -79,24 +84,41 @@ def _words(xp: Any, gen: Any, shape: tuple[int, ...]) -> Any:
     return gen.integers(0, _WORD, size=shape, dtype=xp.int64)
 
 
-def _cut(p: float | Fraction) -> tuple[int, Fraction]:
-    """``(T, remainder)`` with ``T = min(floor(p 2^32), 2^32 - 1)`` and ``remainder = p 2^32 - T`` in [0, 1]."""
+def word_cut(p: float | Fraction, width: int = 32) -> tuple[int, Fraction]:
+    """``(T, remainder)`` with ``T = min(floor(p 2^W), 2^W - 1)`` and ``remainder = p 2^W - T`` in [0, 1].
+
+    A uniform ``W``-bit word below ``T`` gives 1, a tie gives 1 with the remainder: ``P(1) = p`` exactly.
+    """
     exact = Fraction(p)
     if not 0 <= exact <= 1:
         raise ParameterError("probabilities", f"must be in [0, 1], got {float(exact)!r}")
-    scaled = exact * _WORD
-    cut = min(math.floor(scaled), _WORD - 1)
+    scaled = exact * (1 << width)
+    cut = min(math.floor(scaled), (1 << width) - 1)
     return cut, scaled - cut
+
+
+def _cut(p: float | Fraction) -> tuple[int, Fraction]:
+    """:func:`word_cut` at 32 bits."""
+    return word_cut(p, 32)
 
 
 def cohort_sums(xp: Any, reports: Any, edges: Sequence[int]) -> np.ndarray:
     """Per-cohort column sums of 0/1 ``reports`` whose rows are in cohort order (cohort ``c``: rows ``edges[c]..edges[c+1]``).
 
-    One scan and one gather on the device (``int32``: exact below 2^31 rows), then to the host as ``int64``.
+    On a device, one scan and one gather (``int32``: exact below 2^31 rows), then to the host as
+    ``int64``; on NumPy, one column sum per cohort (NumPy's scan of booleans is ~100x slower).
     """
     ends = np.asarray(edges, dtype=np.int64)
     if int(ends[-1]) >= 1 << 31:
         raise ParameterError("chunk", f"a block must hold fewer than 2^31 clients, got {int(ends[-1])}")
+    if xp is np:
+        rows = np.asarray(reports)
+        return np.stack([rows[a:b].sum(axis=0, dtype=np.int64) for a, b in zip(ends[:-1], ends[1:], strict=True)])
+    return scan_sums(xp, reports, ends)
+
+
+def scan_sums(xp: Any, reports: Any, ends: np.ndarray) -> np.ndarray:
+    """:func:`cohort_sums` by one scan and one gather (the device path)."""
     running = reports.cumsum(axis=0, dtype=xp.int32)
     at = running[xp.asarray(np.maximum(ends - 1, 0))] * xp.asarray(ends > 0)[:, None]
     return to_host(xp, at[1:] - at[:-1]).astype(np.int64)
@@ -125,22 +147,33 @@ def exact_bits(xp: Any, gen: Any, probabilities: Sequence[float | Fraction], cho
     return out
 
 
-def register_array_block(cpu: BlockFunction, array: ArrayBlockFunction) -> None:
-    """Declare ``array`` the namespace version of the CPU block ``cpu`` (same keys, same laws)."""
+def register_array_block(cpu: BlockFunction, array: ArrayBlockFunction, fused: ArrayBlockFunction | None = None) -> None:
+    """Declare ``array`` the namespace version of the CPU block ``cpu`` (same keys, same laws).
+
+    ``fused``: the same block with its draws in one kernel (:mod:`aggregator.research.fused`), if any.
+    """
     _ARRAY_BLOCKS[cpu] = array
+    if fused is not None:
+        _FUSED_BLOCKS[cpu] = fused
 
 
-def array_block(cpu: BlockFunction) -> ArrayBlockFunction:
-    """The namespace version of ``cpu``.
+def array_block(cpu: BlockFunction, fused: bool | None = False) -> ArrayBlockFunction:
+    """The namespace version of ``cpu``; with ``fused`` its fused-kernel version (``None``: that one if any).
 
     Raises:
-        ParameterError: (field ``engine``) the scenario has none.
+        ParameterError: (field ``engine``) the scenario has none (or no fused one, ``fused=True``).
     """
     found = _ARRAY_BLOCKS.get(cpu)
+    name = cpu.__module__.rsplit(".", 1)[-1]
     if found is None:
         names = ", ".join(sorted(f.__module__.rsplit(".", 1)[-1] for f in _ARRAY_BLOCKS)) or "none"
-        raise ParameterError("engine", f"{cpu.__module__.rsplit('.', 1)[-1]} has no GPU blocks (scenarios with them: {names})")
-    return found
+        raise ParameterError("engine", f"{name} has no GPU blocks (scenarios with them: {names})")
+    if fused is False:
+        return found
+    kernel = _FUSED_BLOCKS.get(cpu)
+    if kernel is None and fused:
+        raise ParameterError("engine", f"{name} has no fused-kernel block")
+    return kernel or found
 
 
 @dataclass(frozen=True)
@@ -149,27 +182,43 @@ class ArrayEngine:
 
     Attributes:
         module: ``"cupy"`` (``--engine gpu``) or ``"numpy"`` (the same code on the CPU: tests).
+        fused: run the scenario's fused-kernel block where it has one
+            (:mod:`aggregator.research.fused`: one pass draws, compares and counts); ``False``
+            keeps the array block (the reference path); ``None`` (default): fused on CuPy, the
+            array block on NumPy. With NumPy the fused block runs the kernel compiled for the
+            host with g++ (slow, for tests).
         block_clients: clients per block for scenarios that take it (``None``: the setup's
             ``chunk``). A device wants large blocks: fewer kernel launches per client. At 128 bits
-            a block of 2,000,000 clients holds about 4 GB at its peak (bits, one int64 word per
-            bit, the int32 scan).
+            a block of 2,000,000 clients holds about 4 GB at its peak on the array block (bits,
+            one int64 word per bit, the int32 scan); the fused block holds the bits and the city's
+            draws (the words never reach memory).
     """
 
     module: str = "cupy"
     block_clients: int | None = None
+    fused: bool | None = None
 
     def __post_init__(self) -> None:
         if self.block_clients is not None:
             check_int("block_clients", self.block_clients, low=1)
 
     @property
+    def uses_fused(self) -> bool | None:
+        """``array_block``'s ``fused``: ``None`` (the fused block where there is one) on CuPy by default."""
+        if self.fused is None:
+            return None if self.module == "cupy" else False
+        return self.fused
+
+    @property
     def name(self) -> str:
-        return "gpu" if self.module == "cupy" else f"array-{self.module}"
+        if self.module == "cupy":
+            return "gpu-array" if self.fused is False else "gpu"
+        return f"fused-{self.module}" if self.fused else f"array-{self.module}"
 
     def run(self, fn: BlockFunction, setup: Any, seeds: list[np.random.SeedSequence],
             progress: Callable[[str], None]) -> BlockCounts:
         xp = namespace(self.module)
-        block = array_block(fn)
+        block = array_block(fn, self.uses_fused)
         total: BlockCounts | None = None
         for index, seed in enumerate(seeds):
             total = add_counts(total, block(xp, setup, index, seed))

@@ -16,6 +16,7 @@ import numpy as np
 from aggregator.research.aggregate import bloom_bit_truth, count_generator, relaxation_draws
 from aggregator.research.arrays import register_array_block
 from aggregator.research.engine import BlockCounts, Engine, LocalEngine, block_seeds, root_seed
+from aggregator.research.fused import DrawLaw
 from aggregator.research.populations import (
     RelaxationDraw,
     RelaxationResult,
@@ -153,15 +154,9 @@ def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np
     """
     from aggregator.research.arrays import cohort_sums, exact_bits  # noqa: PLC0415 (beside register_array_block)
 
-    n = min(setup.chunk, setup.clients - index * setup.chunk)
     device, ties, host = seed.spawn(3)
     gen = xp.random.default_rng(device)
-    enc, city = setup.encoding, SyntheticCity(num_places=setup.places)
-    h = enc.num_cohorts
-    totals = np.random.default_rng(host).multinomial(n, [1.0 / h] * h).astype(np.int64)
-    edges = np.concatenate(([0], np.cumsum(totals))).tolist()
-    cohorts = xp.asarray(np.repeat(np.arange(h), totals))
-    bits = _city_bits_array(xp, gen, city, _city_table(enc, city.num_places), cohorts, enc.num_bits)
+    totals, edges, bits = _block_population(xp, setup, index, gen, host)
 
     def ones(reports: Any) -> IntArray:
         return cohort_sums(xp, reports, edges)
@@ -171,19 +166,60 @@ def relaxation_block_array(xp: Any, setup: RelaxationSetup, index: int, seed: np
 
     b8 = bits.astype(xp.uint8)
     out: BlockCounts = {"truth": ones(bits), "totals": totals}
+    for key, law in _grid_laws(setup):
+        perm = draw(list(law.first), b8)
+        relaxed = draw(list(law.relaxed), perm.astype(xp.uint8) + 2 * b8)
+        for part, reports in (("first", perm), ("relaxed", relaxed),
+                              ("one_shot", draw(list(law.one_shot), b8)), ("extra", draw(list(law.extra), b8))):
+            out[f"{key}/{part}"] = ones(reports)
+    return out
+
+
+def relaxation_block_fused(xp: Any, setup: RelaxationSetup, index: int, seed: np.random.SeedSequence) -> BlockCounts:
+    """:func:`relaxation_block_array` with every draw in one kernel pass (:mod:`aggregator.research.fused`).
+
+    The same population as the array block from the same seed (its first
+    three children), then the kernel keyed by the fourth: Philox4x32-10
+    words compared exactly, counted per (cohort, bit) in registers; the rare
+    ties finished on the host. Same keys and laws as the array block.
+    """
+    from aggregator.research.arrays import cohort_sums  # noqa: PLC0415 (beside register_array_block)
+    from aggregator.research.fused import relaxation_counts  # noqa: PLC0415
+
+    device, ties, host, kernel_key = seed.spawn(4)
+    totals, edges, bits = _block_population(xp, setup, index, xp.random.default_rng(device), host)
+    grid = _grid_laws(setup)
+    counts = relaxation_counts(xp, bits, edges, [law for _, law in grid], kernel_key.generate_state(2, dtype=np.uint32),
+                               SeededRandom(ties))
+    out: BlockCounts = {"truth": cohort_sums(xp, bits, edges), "totals": totals}
+    for d, (key, _) in enumerate(grid):
+        for q, part in enumerate(_DRAW_PARTS):
+            out[f"{key}/{part}"] = counts[d, q]
+    return out
+
+
+def _block_population(xp: Any, setup: RelaxationSetup, index: int, gen: Any,
+                      host: np.random.SeedSequence) -> tuple[IntArray, list[int], Any]:
+    """Block ``index``'s cohort sizes (one multinomial from ``host``), their edges, and its clients' bits on ``xp``."""
+    n = min(setup.chunk, setup.clients - index * setup.chunk)
+    enc, city = setup.encoding, SyntheticCity(num_places=setup.places)
+    h = enc.num_cohorts
+    totals = np.random.default_rng(host).multinomial(n, [1.0 / h] * h).astype(np.int64)
+    edges = np.concatenate(([0], np.cumsum(totals))).tolist()
+    cohorts = xp.asarray(np.repeat(np.arange(h), totals))
+    return totals, edges, _city_bits_array(xp, gen, city, _city_table(enc, city.num_places), cohorts, enc.num_bits)
+
+
+def _grid_laws(setup: RelaxationSetup) -> list[tuple[str, DrawLaw]]:
+    """Every (mode, pair, repetition) in order, with its four parts' laws."""
+    out: list[tuple[str, DrawLaw]] = []
     for mode in MODES:
         for pair in setup.pairs():
             base, to = Randomizer(mode=mode, level=pair[0]), Randomizer(mode=mode, level=pair[1])
-            extra = base.with_level(pair[1] - pair[0])
-            for rep in range(setup.repetitions):
-                perm = draw(list(base.permanent_probabilities()), b8)
-                table = base.mechanism.relaxed_bit_table(*pair)
-                relaxed = draw(list(table), perm.astype(xp.uint8) + 2 * b8)
-                key = _draw_key(mode, pair, rep)
-                for part, reports in (("first", perm), ("relaxed", relaxed),
-                                      ("one_shot", draw(list(to.permanent_probabilities()), b8)),
-                                      ("extra", draw(list(extra.permanent_probabilities()), b8))):
-                    out[f"{key}/{part}"] = ones(reports)
+            law = DrawLaw(first=base.permanent_probabilities(), relaxed=tuple(base.mechanism.relaxed_bit_table(*pair)),
+                          one_shot=to.permanent_probabilities(),
+                          extra=base.with_level(pair[1] - pair[0]).permanent_probabilities())
+            out.extend((_draw_key(mode, pair, rep), law) for rep in range(setup.repetitions))
     return out
 
 
@@ -210,7 +246,7 @@ def _city_bits_array(xp: Any, gen: Any, city: SyntheticCity, table: np.ndarray, 
     return bits
 
 
-register_array_block(relaxation_block, relaxation_block_array)
+register_array_block(relaxation_block, relaxation_block_array, fused=relaxation_block_fused)
 
 
 def _per_client_truths(setup: RelaxationSetup, rng: RandomSource, engine: Engine, progress: Progress) -> list[Truth]:
