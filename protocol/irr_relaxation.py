@@ -62,10 +62,12 @@ from .accounting import ValueKind, round_up
 from .errors import ParameterError
 from .exact import bernoulli_choose
 from .randomizers import Randomizer
+from .local import local_mechanism
 from .rng import RandomSource
 
 __all__ = [
     "IrrLevel",
+    "check_irr_step",
     "irr_garbling",
     "irr_level",
     "irr_step_conditionals",
@@ -123,6 +125,36 @@ def irr_step_conditionals(before: IrrLevel, after: IrrLevel) -> tuple[Fraction, 
             given = before[b] if s else 1 - before[b]  # P1(s | B), = P2(1|B) T(s|1) + P2(0|B) T(s|0)
             out.append(one_after * from_one / given if given else one_after)
     return out[0], out[1], out[2], out[3]
+
+
+def check_irr_step(
+    mode: str, before: tuple[float | None, float | None], after: tuple[float | None, float | None]
+) -> None:
+    """Refuse a round's IRR ``after = (irr_p, irr_q)`` that is not a relaxation of ``before``.
+
+    ``after`` must be an IRR of the ``mode`` (asymmetric: ``irr_p`` is null;
+    symmetric: both given, ``irr_p < irr_q``; the trusted mode has none) and
+    ``before`` (the IRR the reports were made with so far, ``(None, None)``
+    for none) must be a garbling of it (:func:`irr_garbling`). A step that
+    keeps the IRR is a relaxation (the identity garbling).
+
+    Raises:
+        ParameterError: field ``irr_p`` or ``irr_q`` (the shape), ``mode``
+            (no IRR in this mode), or ``irr`` (not a relaxation).
+    """
+    mechanism = local_mechanism(mode)  # type: ignore[arg-type]
+    if not mechanism.irr_relaxable:
+        raise ParameterError("mode", f"the {mode} mode has no IRR to relax")
+    if after[1] is None:
+        raise ParameterError("irr_q", "a relaxed IRR needs irr_q (leave irr_p and irr_q out to keep the IRR)")
+    Randomizer(mode=mode, level=1.0, irr_p=after[0], irr_q=after[1])  # type: ignore[arg-type]  # its shape
+    first = _irr_pair(mechanism.irr_channel(*before))
+    second = _irr_pair(mechanism.irr_channel(*after))
+    irr_garbling(first, second)
+
+
+def _irr_pair(channel: tuple[float, float] | None) -> IrrLevel:
+    return (Fraction(0), Fraction(1)) if channel is None else (Fraction(channel[0]), Fraction(channel[1]))
 
 
 def _check_same_kind(before: Randomizer, after: Randomizer) -> None:
