@@ -227,7 +227,7 @@ def _permanent_law(randomizers: Sequence[Randomizer]) -> tuple[list[int], Law]:
     return index, randomizers[0].mechanism.permanent_chain_law(tuple(distinct))
 
 
-def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True) -> Law:
+def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool | Sequence[bool] = True) -> Law:
     """``P(reports | b)`` for ``b = 0, 1``: one report per round, round ``r`` made with ``randomizers[r]``.
 
     The permanent bit follows its relaxation chain over the rounds' levels
@@ -236,7 +236,9 @@ def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True)
     distinct levels); each report is the IRR of that round's memoized bit,
     either relaxed from the previous report (:func:`relax_instantaneous`,
     fresh where the memoized bit changed) or, ``relaxed=False``, fresh every
-    round. Exact rationals.
+    round. ``relaxed`` may also say it round by round: ``relaxed[r - 1]`` for
+    round ``r``'s report (a client that relaxed some rounds' IRR and drew a
+    fresh one in others). Exact rationals.
     """
     if not randomizers:
         raise ParameterError("randomizers", "must hold at least one round")
@@ -244,7 +246,9 @@ def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True)
         _check_same_kind(randomizers[0], later)
     index, permanent = _permanent_law(randomizers)
     irr = [irr_level(r) for r in randomizers]
-    steps = [irr_step_conditionals(a, b) if relaxed else None for a, b in itertools.pairwise(irr)]
+    flags = _step_flags(relaxed, len(randomizers))
+    steps = [irr_step_conditionals(a, b) if flag else None
+             for (a, b), flag in zip(itertools.pairwise(irr), flags, strict=True)]
     out: Law = ({}, {})
     for b in (0, 1):
         for pattern, weight in permanent[b].items():
@@ -260,8 +264,19 @@ def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True)
     return out
 
 
+def _step_flags(relaxed: bool | Sequence[bool], rounds: int) -> list[bool]:
+    """One flag per round after the first: its report relaxed from the previous one (``True``) or fresh."""
+    if isinstance(relaxed, bool):
+        return [relaxed] * (rounds - 1)
+    flags = [bool(f) for f in relaxed]
+    if len(flags) != rounds - 1:
+        raise ParameterError("relaxed", f"must hold one flag per round after the first ({rounds - 1}), got {len(flags)}")
+    return flags
+
+
 def report_chain_epsilon(
-    randomizers: Sequence[Randomizer], *, value_kind: ValueKind = "set", num_hashes: int = 1, relaxed: bool = True
+    randomizers: Sequence[Randomizer], *, value_kind: ValueKind = "set", num_hashes: int = 1,
+    relaxed: bool | Sequence[bool] = True,
 ) -> float:
     """Epsilon of one report per round (:func:`report_chain_law`), rounded up.
 

@@ -94,8 +94,8 @@ def run_list(args: argparse.Namespace) -> int:
     def human(body: dict[str, Any]) -> str:
         if not body["rounds"]:
             return f"no rounds of {args.metric!r} yet (onesided round open)\n"
-        return table(body["rounds"], ["id", "level_from", "level_to", "irr_p", "irr_q", "open", "reports",
-                                      "opened_at", "expires_at", "closed_at"])
+        return table(body["rounds"], ["id", "level_from", "level_to", "open", "reports", "opened_at", "expires_at",
+                                      "closed_at", "irr_p", "irr_q"])
 
     emit(args, client_from_args(args).get(f"/v1/metrics/{args.metric}/rounds"), human)
     return 0
