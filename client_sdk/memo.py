@@ -503,8 +503,10 @@ class ReportPlan:
         ``chain``: the window's levels, oldest first, when rounds relaxed
         its first draw (the lazy steps of :func:`memoized_noise`); its last
         level is the plan's. ``None`` or one level: the window's first draw,
-        through the plan's cut tables.
+        through the plan's cut tables. A level repeated (a round that relaxed
+        the IRR only) is no step.
         """
+        chain = None if chain is None else distinct_levels(chain)
         if chain is not None and len(chain) > 1:
             if chain[-1] != self.level:
                 raise ValueError(f"a chain must end at the plan's level {self.level}, got {chain[-1]}")
