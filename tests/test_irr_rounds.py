@@ -27,7 +27,7 @@ from protocol.errors import ParameterError, ReportRejected
 from protocol.irr_relaxation import check_irr_step, report_chain_epsilon, report_chain_law
 from protocol.params import MetricParams
 from protocol.wire import RoundAnnouncement, validate_config_payload, validate_round_announcement
-from tests.aggsupport import BACKENDS, database_url
+from aggsupport import BACKENDS, database_url
 
 NOW = 1_800_000_000.0
 # One bit: a direct metric of one value (k = 1), so a window's cost is the cost of one bit's chain.
