@@ -426,11 +426,12 @@ class Client:
             self._settle(record, params)
             held = record.current_irr(params)
             if irr is not None:
-                from protocol.irr_relaxation import check_irr_step  # only rounds that relax an IRR need it
+                # only rounds that relax an IRR need it
+                from protocol.irr_relaxation import check_irr_step
 
-                irr = (None if irr[0] is None else float(irr[0]), float(irr[1]))
                 try:
                     check_irr_step(params.mode, held, irr)
+                    irr = (None if irr[0] is None else float(irr[0]), float(irr[1]))  # type: ignore[arg-type]
                 except OnesidedError as exc:
                     self._event("refused", metric, str(exc))
                     raise

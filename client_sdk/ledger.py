@@ -565,12 +565,12 @@ def check_relaxation(
     if record.current is None or math.isinf(spent):
         return before
     step = record.step + 1
-    current = record.current
+    release = record.current
     extended = MetricRecord(
         params=record.params, digest=record.digest, cohort=record.cohort,
         levels=[*record.levels, level_to], rounds=[*record.rounds, 0],
         irrs=[*record.irrs, record.irrs[-1] if irr is None else irr],
-        current=dataclasses.replace(current, relaxed=[*current.relaxed, step]) if relaxed else current,
+        current=dataclasses.replace(release, relaxed=[*release.relaxed, step]) if relaxed else release,
         closed_micro=record.closed_micro, closed_windows=record.closed_windows,
         closed_exact=record.closed_exact, period=record.period, period_start=record.period_start,
         period_micro=record.period_micro,

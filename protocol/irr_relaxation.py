@@ -61,8 +61,8 @@ import numpy.typing as npt
 from .accounting import ValueKind, round_up
 from .errors import ParameterError
 from .exact import bernoulli_choose
-from .randomizers import Randomizer
 from .local import local_mechanism
+from .randomizers import Randomizer
 from .rng import RandomSource
 
 __all__ = [
@@ -142,7 +142,7 @@ def check_irr_step(
         ParameterError: field ``irr_p`` or ``irr_q`` (the shape), ``mode``
             (no IRR in this mode), or ``irr`` (not a relaxation).
     """
-    mechanism = local_mechanism(mode)  # type: ignore[arg-type]
+    mechanism = local_mechanism(mode)
     if not mechanism.irr_relaxable:
         raise ParameterError("mode", f"the {mode} mode has no IRR to relax")
     if after[1] is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from aggsupport import BACKENDS, database_url
 
 from aggregator.server.storage import Storage, migrations
 from client_sdk import Client
@@ -27,7 +28,6 @@ from protocol.errors import ParameterError, ReportRejected
 from protocol.irr_relaxation import check_irr_step, report_chain_epsilon, report_chain_law
 from protocol.params import MetricParams
 from protocol.wire import RoundAnnouncement, validate_config_payload, validate_round_announcement
-from aggsupport import BACKENDS, database_url
 
 NOW = 1_800_000_000.0
 # One bit: a direct metric of one value (k = 1), so a window's cost is the cost of one bit's chain.
