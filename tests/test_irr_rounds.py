@@ -330,3 +330,26 @@ def test_a_signed_round_whose_irr_does_not_relax_the_clients_is_refused_and_send
 
 def entry_events(client: Client) -> tuple[Any, ...]:
     return client.ledger().events
+
+
+def test_later_windows_report_with_the_rounds_irr_and_are_charged_for_it(tmp_path: Path) -> None:
+    fake = FakeAggregator([BIT_ASYM])
+    clock = [NOW]
+    client = Client("http://agg.test", tmp_path / "state", background=False, server_public_keys=fake.sign_public,
+                    max_epsilon=10.0, session=fake, clock=lambda: clock[0], sleep=lambda s: None, rng=3,
+                    insecure_rng_for_testing=True)
+    client.sync()
+    client.report("seen", "yes")
+    fake.open_round(announce(BIT_ASYM, 1, 2.0, 2.0, irr_q=0.2))
+    client.sync()
+    before = client.ledger()["seen"].spent
+    one_report = with_irr(BIT_ASYM, (None, 0.2)).guarantee(2.0).epsilon_per_report
+    assert client.ledger()["seen"].epsilon_per_window == one_report
+    clock[0] += BIT_ASYM.time_precision  # the next window
+    client.report("seen", "yes")
+    record = client._state.metrics["seen"]
+    assert record.current.first_step == 1 and record.current.relaxed == []
+    assert client._reporter.plans["seen"].plan.randomizer.irr_q == 0.2  # the report's IRR is the round's
+    assert client.ledger()["seen"].spent == pytest.approx(before + one_report, abs=2e-6)
+    assert client.flush().delivered == 3
+    assert sorted(env.round for env, _ in fake.stored.values()) == [0, 1, 1]
