@@ -56,7 +56,7 @@ from .ledger import (
 )
 from .options import ClientOptions, pinned_keys, seconds
 from .queue import Item, ReportQueue
-from .reporting import AlreadyReported, Reporter, Reporting, check_kind, repeat, sent_bits
+from .reporting import AlreadyReported, Reporter, Reporting, check_kind, repeat
 from .sender import FlushResult, Sender
 from .spending import Spending
 from .state import ClientState, StateStore
@@ -298,7 +298,7 @@ class Client:
         step = len(record.levels) - 1
         record.current = WindowRelease(
             window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
-            sent=sent_bits(item) if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
+            sent=self._reporter.sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
         )
         if record.first_window is None:
             record.first_window = window
@@ -455,7 +455,7 @@ class Client:
                 if item is not None and current is not None:
                     current.last_step = record.step
                     current.report_id = item["report_id"]
-                    current.sent = sent_bits(item) if with_irr(params, record.irr).irr_q is not None else None
+                    current.sent = self._reporter.sent if with_irr(params, record.irr).irr_q is not None else None
                     if relaxed:
                         current.relaxed.append(record.step)
                     self._enqueue(item)

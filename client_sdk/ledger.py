@@ -249,7 +249,7 @@ class WindowRelease:
             repeat in the window is the same value when its canonical value is this one.
         first_step, last_step: the steps of the metric's level chain released in the window.
         report_id: the latest report of the window (a repeat of the same value returns it).
-        sent: the bits of the latest report of the window (base64url, packed as in the payload),
+        sent: the bits of the latest report of the window (hex, packed as in the payload),
             kept for a metric with an IRR: a round that relaxes the IRR draws its re-send from them
             (``None``: not kept, e.g. a state older than the field; the re-send is then a fresh IRR).
         relaxed: the steps of the window whose report was drawn from the one before it by the
@@ -387,7 +387,8 @@ class MetricRecord:
         if current is None:
             return (), (), ()
         first, last = current.first_step, current.last_step if last_step is None else last_step
-        relaxed = tuple(step in current.relaxed for step in range(first + 1, last + 1))
+        held = current.relaxed
+        relaxed = tuple(step in held for step in range(first + 1, last + 1)) if held else (False,) * (last - first)
         return tuple(self.levels[first : last + 1]), tuple(self.irrs[first : last + 1]), relaxed
 
     def spent(self, params: MetricParams, last_step: int | None = None) -> tuple[float, bool]:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from protocol.crypto import PUBLIC_KEY_BYTES, b64d, b64e
+from protocol.crypto import b64d
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import ParameterError, PolicyError
 from protocol.params import MetricParams
@@ -90,6 +90,7 @@ class Reporter:
         held: the key objects of queued reports, kept for the sender.
         irr: the IRR pools, by the IRR's probabilities and size.
         plans: each metric's :class:`Reporting`, by name (the client checks it is still current).
+        sent: the bits of the last report made (hex, packed as in its payload).
     """
 
     def __init__(self, rng: RandomSource) -> None:
@@ -98,6 +99,7 @@ class Reporter:
         self.held = HeldKeys()
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self.plans: dict[str, Reporting] = {}  # by metric name
+        self.sent = ""  # the bits of the last report made (hex), for the window's release
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level and IRR, kept for its next reports."""
@@ -147,7 +149,7 @@ class Reporter:
         if current.sent is None:
             raise ValueError("a relaxed re-send needs the window's last report")
         before = with_irr(entry.params, record.irrs[current.last_step]).randomizer(record.levels[current.last_step])
-        sent = int.from_bytes(b64d(current.sent, "sent"), "little")
+        sent = int.from_bytes(bytes.fromhex(current.sent), "little")
         payload = made.plan.relaxed_payload(value, noise_key(current.window, canonical_value(value)), chain, sent,
                                             before, self._rng)
         return self._queued(made, current.window, payload)
@@ -164,7 +166,12 @@ class Reporter:
         return self._queued(made, window, payload)
 
     def _queued(self, made: Reporting, window: int, payload: bytes) -> Item:
-        """The pending queue item of ``payload``, with its own ephemeral key (its id is the sealed report's)."""
+        """The pending queue item of ``payload``, with its own ephemeral key (its id is the sealed report's).
+
+        Keeps the bits it carries in :attr:`sent` (hex, packed as in the payload): what a later relaxed
+        IRR step of the window draws from.
+        """
+        self.sent = payload[PAYLOAD_HEADER.size :].hex()
         entry, record, _, _, seal_public = made
         ephemeral, private, _, report_id = self.ephemeral.take()
         self.held.put(report_id, ephemeral)
@@ -191,13 +198,4 @@ class Reporter:
             log.exception("preparing reports ahead of time failed")
 
 
-def sent_bits(item: Item) -> str:
-    """The bits a queued report carries, packed as in its payload (base64url): what a later relaxed IRR step needs.
-
-    Read back from the pending item (its payload follows the two 32-byte keys and the payload header).
-    """
-    raw = b64d(item["pending"], "pending")
-    return b64e(raw[2 * PUBLIC_KEY_BYTES + PAYLOAD_HEADER.size :])
-
-
-__all__ = ["AlreadyReported", "Reporter", "Reporting", "check_kind", "repeat", "sent_bits"]
+__all__ = ["AlreadyReported", "Reporter", "Reporting", "check_kind", "repeat"]
