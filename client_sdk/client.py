@@ -45,12 +45,14 @@ from .background import Background
 from .following import Following
 from .ledger import (
     Budget,
+    Irr,
     Ledger,
     LedgerEntry,
     MetricRecord,
     WindowRelease,
     check_new_window,
     check_relaxation,
+    with_irr,
 )
 from .options import ClientOptions, pinned_keys, seconds
 from .queue import Item, ReportQueue
@@ -296,6 +298,7 @@ class Client:
         step = len(record.levels) - 1
         record.current = WindowRelease(
             window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
+            sent=self._reporter.sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
         )
         if record.first_window is None:
             record.first_window = window
@@ -352,7 +355,8 @@ class Client:
         """
         cached = self._plans.get(metric)  # reused while its record and level are those it was made for
         if cached is not None and cached.record is self._state.metrics.get(metric) \
-                and cached.plan.level == cached.record.levels[-1]:
+                and cached.plan.level == cached.record.levels[-1] and (
+                    cached.record.irr is None or cached.record.irr == (cached.plan.params.irr_p, cached.plan.params.irr_q)):
             check_kind(cached.entry.params, value_or_set)
             return cached
         entry = self._following.entry(metric)
@@ -387,19 +391,28 @@ class Client:
             self._notify(ReportsDropped(count, notice))
         return count
 
-    def relax(self, metric: str, level_to: float, round_id: int) -> LedgerEntry:
-        """Move the metric's memoized noise to ``level_to`` (the local part of a round).
+    def relax(self, metric: str, level_to: float, round_id: int, *, irr: Irr | None = None) -> LedgerEntry:
+        """Move the metric's memoized noise to ``level_to`` (the local part of a round), and its IRR to ``irr``.
 
         If the metric reported in the current window, that window's value is
         re-sent at ``level_to`` (its memoized noise relaxed by the lazy step)
         and charged as one more report of the window's chain; earlier windows
         are final. Later reports carry ``round_id``. Re-applying the same
-        level is a no-op.
+        level (and IRR) is a no-op.
+
+        ``irr``: ``(irr_p, irr_q)`` after the round (``None``: the IRR is kept;
+        docs/irr-relaxation.md). It must be a relaxation of the IRR the metric
+        reports with now; the level may then stay. The re-send's IRR is drawn
+        from the window's last report by the relaxed step when that report is
+        kept (a fresh IRR otherwise), and the ledger charges the window's
+        reports exactly (:func:`~client_sdk.ledger.window_cost`). Later
+        windows report with ``irr``.
 
         Raises:
             TighteningRefused: ``level_to`` is below the current level.
             BudgetExceeded: the relaxation would pass the ceiling.
-            ParameterError: bad ``round_id``, unknown metric, trusted mode.
+            ParameterError: bad ``round_id``, unknown metric, trusted mode, an ``irr`` that is not
+                a relaxation of the current IRR (field ``irr``) or not one of the mode.
         """
         check_int("round_id", round_id, low=1, high=2**32 - 1)
         check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
@@ -411,23 +424,44 @@ class Client:
                 raise ParameterError("metric", f"{metric!r} is trusted: there is no noise to relax")
             record = self._record(entry)
             self._settle(record, params)
-            if level_to != record.levels[-1]:
+            held = record.current_irr(params)
+            if irr is not None:
+                # only rounds that relax an IRR need it
+                from protocol.irr_relaxation import check_irr_step
+
+                try:
+                    check_irr_step(params.mode, held, irr)
+                    irr = (None if irr[0] is None else float(irr[0]), float(irr[1]))  # type: ignore[arg-type]
+                except OnesidedError as exc:
+                    self._event("refused", metric, str(exc))
+                    raise
+            relaxes_irr = irr is not None and irr != held
+            if level_to != record.levels[-1] or relaxes_irr:
+                current = record.current
+                relaxed = irr is not None and current is not None and current.sent is not None
                 ceiling = self._spending.ceiling.for_metric(metric)
                 prior = self._spending.relax_prior(metric, record)
                 try:
-                    check_relaxation(record, params, float(level_to), ceiling, prior)
+                    check_relaxation(record, params, float(level_to), ceiling, prior, irr=irr, relaxed=relaxed)
                 except OnesidedError as exc:
                     self._event("refused", metric, str(exc))
                     raise
                 item = self._reporter.resend(self._state.secret, entry, record, float(level_to), round_id,
-                                             self._following.verified().aggregator.seal_public)
+                                             self._following.verified().aggregator.seal_public, irr=irr,
+                                             relaxed=relaxed)
                 record.levels.append(float(level_to))
+                record.irrs.append(record.irrs[-1] if irr is None else irr)
                 record.rounds.append(round_id)
-                if item is not None and record.current is not None:
-                    record.current.last_step = record.step
-                    record.current.report_id = item["report_id"]
+                if item is not None and current is not None:
+                    current.last_step = record.step
+                    current.report_id = item["report_id"]
+                    current.sent = self._reporter.sent if with_irr(params, record.irr).irr_q is not None else None
+                    if relaxed:
+                        current.relaxed.append(record.step)
                     self._enqueue(item)
-                self._event("relax", metric, f"level {record.levels[-2]:.6g} -> {level_to:.6g} (round {round_id})")
+                irr_text = "" if irr is None else f", IRR {held} -> {irr}{' (relaxed step)' if relaxed else ''}"
+                self._event("relax", metric,
+                            f"level {record.levels[-2]:.6g} -> {level_to:.6g}{irr_text} (round {round_id})")
                 self._commit()
                 log.info("metric %s relaxed to level %.6g for round %d", metric, level_to, round_id)
             return self._spending.entry(metric, record)

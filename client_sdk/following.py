@@ -33,7 +33,8 @@ log = logging.getLogger("onesided.client")
 class FollowingHost(Protocol):
     """What joining a round uses of the client: the ledger's rules."""
 
-    def relax(self, metric: str, level_to: float, round_id: int) -> object: ...
+    def relax(self, metric: str, level_to: float, round_id: int, *,
+              irr: tuple[float | None, float | None] | None = None) -> object: ...
     def _settle(self, record: MetricRecord, params: MetricParams) -> None: ...
     def _commit(self) -> None: ...
 
@@ -183,10 +184,12 @@ class Following:
 
         The announcements were verified with the config (pinned Ed25519 key).
         A round is applied when it is for this metric's parameters and this
-        client's cohort, unexpired, raises the level, the app consents and
-        the ledger ceiling allows it; otherwise it is skipped with its reason
-        in the ledger events and nothing is sent. A client that missed rounds
-        jumps straight to the latest level (one lazy step, Markov property).
+        client's cohort, unexpired, raises the level (or keeps it and relaxes
+        the IRR), its IRR (if any) relaxes the one this client reports with,
+        the app consents and the ledger ceiling allows it; otherwise it is
+        skipped with its reason in the ledger events and nothing is sent. A
+        client that missed rounds jumps straight to the latest level (one lazy
+        step, Markov property) and IRR (a chain of relaxations is one).
         """
         latest: dict[str, RoundAnnouncement] = {}
         for announcement in config.rounds:
@@ -200,7 +203,7 @@ class Following:
                 continue
             reason = self._refusal(announcement, record)
             if reason is None:
-                self._host.relax(name, announcement.level_to, announcement.round_id)
+                self._host.relax(name, announcement.level_to, announcement.round_id, irr=announcement.irr)
                 applied += 1
                 continue
             detail = f"round {announcement.round_id}: {reason}"
@@ -218,15 +221,26 @@ class Following:
             return "expired"
         if announcement.cohorts is not None and record.cohort not in announcement.cohorts:
             return "not for this client's cohort"
-        if not announcement.level_to > record.levels[-1]:
+        params = record.metric_params()
+        held = record.current_irr(params)
+        if announcement.irr is not None:
+            try:  # signed or not, an IRR that does not relax what this client sent is never followed
+                announcement.check_irr(params, held)
+            except ReportRejected as exc:
+                return f"its IRR is refused ({exc.field}): {exc.reason}"
+        relaxes_irr = announcement.irr is not None and announcement.irr != held
+        if not (announcement.level_to > record.levels[-1]
+                or (relaxes_irr and announcement.level_to == record.levels[-1])):
             return f"does not raise the level ({record.levels[-1]:.6g} -> {announcement.level_to:.6g})"
         if self._accept_round is not None and not self._accept_round(announcement):
             return "declined by the app"
-        self._host._settle(record, record.metric_params())
+        self._host._settle(record, params)
+        current = record.current
         try:  # the check relax() makes, asked first so a refusal is recorded once, as a round refusal
-            check_relaxation(record, record.metric_params(), announcement.level_to,
+            check_relaxation(record, params, announcement.level_to,
                              self._spending.ceiling.for_metric(announcement.metric),
-                             self._spending.relax_prior(announcement.metric, record))
+                             self._spending.relax_prior(announcement.metric, record), irr=announcement.irr,
+                             relaxed=announcement.irr is not None and current is not None and current.sent is not None)
         except OnesidedError as exc:
             return str(exc)
         return None

@@ -10,7 +10,11 @@ reports of one value at the levels ``levels[first..last]``, and the cost is:
 * one window: ``window_cost(params, levels[first..last])``: without IRR the
   exact epsilon of the released bit chain (``bits_changed *
   sequence_bit_epsilon``); with IRR the smaller of that and the sum of the
-  per-report epsilons (RAPPOR's ``eps_1``; exact for one report);
+  per-report epsilons (RAPPOR's ``eps_1``; exact for one report); when a
+  round relaxed the IRR chain (docs/irr-relaxation.md) the second bound is
+  the exact epsilon of the window's reports instead
+  (:func:`protocol.irr_relaxation.report_chain_epsilon` of the IRR levels
+  used, each report relaxed or fresh as it was sent);
 * the whole history: the sum over windows (independent releases compose
   additively, and the sum is attained when every window differs).
 
@@ -120,6 +124,13 @@ def period_of(when: float, period: int) -> int:
     return int(when // period) * period
 
 
+Irr = tuple[float | None, float | None]
+"""A metric's IRR ``(irr_p, irr_q)`` after a round that relaxed it."""
+
+Chain = tuple[tuple[float, ...], tuple[Irr | None, ...], tuple[bool, ...]]
+"""A window's ``(levels, irrs, relaxed)``: the arguments of :func:`window_cost`."""
+
+
 def _json_float(value: float) -> float | None:
     """JSON has no infinity: ``inf`` is written ``null``."""
     return None if math.isinf(value) else value
@@ -129,27 +140,65 @@ def _float_of_json(value: float | None) -> float:
     return math.inf if value is None else float(value)
 
 
-def window_cost(params: MetricParams, levels: Sequence[float]) -> tuple[float, bool]:
+MAX_EXACT_REPORT_CHAIN = 8
+"""The longest window chain whose reports' joint law is computed exactly (``2^n`` report sequences)."""
+
+
+def with_irr(params: MetricParams, irr: Irr | None) -> MetricParams:
+    """``params`` with the IRR ``irr`` (``None``: as they are): what a round that relaxed the IRR reports with."""
+    if irr is None or (irr[0], irr[1]) == (params.irr_p, params.irr_q):
+        return params
+    return dataclasses.replace(params, irr_p=irr[0], irr_q=irr[1])
+
+
+def window_cost(
+    params: MetricParams, levels: Sequence[float], irrs: Sequence[Irr | None] | None = None,
+    relaxed: Sequence[bool] | None = None,
+) -> tuple[float, bool]:
     """Cost of one window: a report of the window's value at each of ``levels`` (its noise chain).
 
-    A pure function of the parameters and the levels, remembered (a report
-    checks and closes a window on every call; the exact accounting behind it
-    takes tens of microseconds). See :func:`_window_cost` for the derivation.
+    ``irrs``: the IRR of each report (``None``: the metric's own; default all
+    ``None``); ``relaxed[i]``: report ``i + 1`` was drawn from report ``i``
+    by the relaxed IRR step (default all fresh). A pure function of these,
+    remembered (a report checks and closes a window on every call; the exact
+    accounting behind it takes tens of microseconds). See
+    :func:`_window_cost` for the derivation.
     """
-    return _window_cost(params, tuple(levels))
+    n = len(levels)
+    irr_key = (None,) * n if irrs is None else tuple(None if i is None else (i[0], i[1]) for i in irrs)
+    flags = (False,) * (n - 1) if relaxed is None else tuple(bool(f) for f in relaxed)
+    if len(irr_key) != n or len(flags) != max(0, n - 1):
+        raise ParameterError("irrs", f"need one IRR per level and one relaxed flag per level after the first ({n})")
+    return _window_cost(params, tuple(levels), irr_key, flags)
+
+
+def _distinct(levels: Sequence[float]) -> tuple[float, ...]:
+    """The chain of levels without the repeats of a round that kept the level (an IRR-only round)."""
+    return tuple(v for i, v in enumerate(levels) if i == 0 or v != levels[i - 1])
 
 
 @functools.lru_cache(maxsize=1024)
-def _window_cost(params: MetricParams, levels: tuple[float, ...]) -> tuple[float, bool]:
+def _window_cost(
+    params: MetricParams, levels: tuple[float, ...], irrs: tuple[Irr | None, ...], relaxed: tuple[bool, ...]
+) -> tuple[float, bool]:
     """:func:`window_cost`, computed.
 
     Without IRR: ``bits_changed * sequence_bit_epsilon(mode, levels)`` (the
     released permanent bits; exact for the asymmetric mode and up to three
-    symmetric levels). With IRR the reports are a post-processing of those
+    symmetric levels; a level repeated by an IRR-only round releases the same
+    bits again). With IRR the reports are a post-processing of those
     bits *and* a composition of one IRR report per level, so the smaller of
     the two bounds is charged; one report alone is exactly RAPPOR's ``eps_1``.
-    ``bits_changed`` follows the metric's neighbour relation (``k``; ``2k``
-    for a symmetric categorical value replaced). Trusted: ``inf``.
+    When some reports were drawn by the relaxed IRR step, the second bound is
+    the exact epsilon of the window's reports,
+    :func:`~protocol.irr_relaxation.report_chain_epsilon` of the IRR levels
+    used with each report relaxed or fresh as sent (a chain of relaxed reports
+    at one permanent level costs one report at the last IRR level); where that
+    law is out of reach (more than :data:`MAX_EXACT_REPORT_CHAIN` reports, or
+    symmetric chains of more than three levels) only the first bound is
+    charged, marked not exact. ``bits_changed`` follows the metric's neighbour
+    relation (``k``; ``2k`` for a symmetric categorical value replaced).
+    Trusted: ``inf``.
 
     Returns:
         ``(epsilon rounded up, exact)``.
@@ -157,14 +206,37 @@ def _window_cost(params: MetricParams, levels: tuple[float, ...]) -> tuple[float
     if not params.local_mechanism.randomized:
         return math.inf, True
     bits_changed = params.guarantee(levels[-1]).bits_changed
-    eps, exact = sequence_bit_epsilon(params.mode, tuple(levels))
+    eps, exact = sequence_bit_epsilon(params.mode, _distinct(levels))
     chain = bits_changed * to_micro(eps)
-    if params.irr_q is None:
+    steps = [with_irr(params, irr) for irr in irrs]
+    if all(step.irr_q is None for step in steps):
         return from_micro(chain), exact
-    reports = sum(to_micro(params.guarantee(level).epsilon_per_report) for level in levels)
     if len(levels) == 1:
+        return from_micro(min(chain, to_micro(steps[0].guarantee(levels[0]).epsilon_per_report))), True
+    if any(relaxed):
+        reports = _relaxed_reports(params, steps, levels, relaxed)
+        if reports is None:
+            return from_micro(chain), False
         return from_micro(min(chain, reports)), True
+    reports = sum(to_micro(step.guarantee(level).epsilon_per_report) for step, level in zip(steps, levels, strict=True))
     return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
+
+
+def _relaxed_reports(
+    params: MetricParams, steps: Sequence[MetricParams], levels: Sequence[float], relaxed: Sequence[bool]
+) -> int | None:
+    """Micro-epsilons of the window's reports, exactly, or ``None`` where the exact law is out of reach."""
+    from protocol.irr_relaxation import report_chain_epsilon
+
+    if len(levels) > MAX_EXACT_REPORT_CHAIN:
+        return None
+    randomizers = [step.randomizer(level) for step, level in zip(steps, levels, strict=True)]
+    try:
+        eps = report_chain_epsilon(randomizers, value_kind=params.value_kind,
+                                   num_hashes=params.encoding.num_hashes, relaxed=list(relaxed))
+    except ParameterError:  # a symmetric chain of more levels than its exact law covers
+        return None
+    return -1 if math.isinf(eps) else to_micro(eps)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -177,6 +249,11 @@ class WindowRelease:
             repeat in the window is the same value when its canonical value is this one.
         first_step, last_step: the steps of the metric's level chain released in the window.
         report_id: the latest report of the window (a repeat of the same value returns it).
+        sent: the bits of the latest report of the window (hex, packed as in the payload),
+            kept for a metric with an IRR: a round that relaxes the IRR draws its re-send from them
+            (``None``: not kept, e.g. a state older than the field; the re-send is then a fresh IRR).
+        relaxed: the steps of the window whose report was drawn from the one before it by the
+            relaxed IRR step (the others drew a fresh IRR); what the window's cost depends on.
     """
 
     window: int
@@ -184,19 +261,28 @@ class WindowRelease:
     first_step: int
     last_step: int
     report_id: str
+    sent: str | None = None
+    relaxed: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "window": self.window, "value": self.value,
             "first_step": self.first_step, "last_step": self.last_step, "report_id": self.report_id,
         }
+        if self.sent is not None:
+            out["sent"] = self.sent
+        if self.relaxed:
+            out["relaxed"] = list(self.relaxed)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WindowRelease:
+        sent = data.get("sent")
         return cls(
             window=int(data["window"]), value=str(data["value"]),  # a "fingerprint" of older states is not used
             first_step=int(data["first_step"]), last_step=int(data["last_step"]),
-            report_id=str(data["report_id"]),
+            report_id=str(data["report_id"]), sent=None if sent is None else str(sent),
+            relaxed=[int(s) for s in data.get("relaxed", ())],
         )
 
 
@@ -208,9 +294,11 @@ class MetricRecord:
         params: the metric's parameters (``MetricParams.to_dict``) when the record was made.
         digest: their digest, as the signed config gave it.
         cohort: chosen once, uniformly, and kept.
-        levels: the levels of the metric, strictly increasing (the first is the
-            metric's; each round appends one).
+        levels: the levels of the metric, never decreasing (the first is the
+            metric's; each round appends one; a round that relaxes only the IRR repeats the level).
         rounds: the round id that set each level (0 for the first).
+        irrs: the IRR ``(irr_p, irr_q)`` reports are made with at each level (``None``: the metric's
+            own); a round that relaxes the IRR sets it, later rounds keep it (older states: all ``None``).
         current: the latest window's release (``None`` before the first report).
         closed_micro: the summed cost of the earlier windows, in micro-epsilons.
         closed_windows: how many earlier windows released.
@@ -227,6 +315,7 @@ class MetricRecord:
     cohort: int
     levels: list[float]
     rounds: list[int]
+    irrs: list[Irr | None] = field(default_factory=list)
     current: WindowRelease | None = None
     closed_micro: int = 0
     closed_windows: int = 0
@@ -237,23 +326,40 @@ class MetricRecord:
     first_window: int | None = None
     # window_cost by chain of levels, with the parameters object it was computed for (memory only): a report
     # asks for the same one or two costs every time, and the shared cache compares whole parameter objects.
-    _costs: dict[tuple[float, ...], tuple[MetricParams, tuple[float, bool], int]] = field(
+    _costs: dict[Chain, tuple[MetricParams, tuple[float, bool], int]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.irrs) < len(self.levels):  # an older state: every level at the metric's own IRR
+            self.irrs.extend([None] * (len(self.levels) - len(self.irrs)))
 
     def metric_params(self) -> MetricParams:
         return MetricParams.from_dict(self.params)
 
-    def window_cost(self, params: MetricParams, levels: Sequence[float]) -> tuple[float, bool]:
-        """:func:`window_cost` of ``levels``, remembered per chain for the last ``params`` object asked about."""
-        return self._cost(params, levels)[1]
+    @property
+    def irr(self) -> Irr | None:
+        """The IRR reports are made with now (``None``: the metric's own)."""
+        return self.irrs[-1]
 
-    def _cost(self, params: MetricParams, levels: Sequence[float]) -> tuple[MetricParams, tuple[float, bool], int]:
+    def current_irr(self, params: MetricParams) -> Irr:
+        """``(irr_p, irr_q)`` reports are made with now (``(None, None)``: no IRR)."""
+        held = self.irrs[-1]
+        return (params.irr_p, params.irr_q) if held is None else held
+
+    def window_cost(self, params: MetricParams, chain: Chain) -> tuple[float, bool]:
+        """:func:`window_cost` of a chain, remembered per chain for the last ``params`` object asked about."""
+        return self._cost(params, chain)[1]
+
+    def new_window_chain(self) -> Chain:
+        """The chain of a report in a new window: one report at the current level and IRR."""
+        return (self.levels[-1],), (self.irrs[-1],), ()
+
+    def _cost(self, params: MetricParams, chain: Chain) -> tuple[MetricParams, tuple[float, bool], int]:
         """``(params, window_cost, its micro-epsilons)`` (``-1`` micro for an infinite cost), remembered."""
-        key = tuple(levels)
-        held = self._costs.get(key)
+        held = self._costs.get(chain)
         if held is None or held[0] is not params:
-            cost = window_cost(params, key)
-            held = self._costs[key] = (params, cost, -1 if math.isinf(cost[0]) else to_micro(cost[0]))
+            cost = window_cost(params, *chain)
+            held = self._costs[chain] = (params, cost, -1 if math.isinf(cost[0]) else to_micro(cost[0]))
         return held
     @property
     def step(self) -> int:
@@ -275,20 +381,30 @@ class MetricRecord:
         last = self.current.last_step if last_step is None else last_step
         return self.levels[self.current.first_step : last + 1]
 
+    def window_chain(self, last_step: int | None = None) -> Chain:
+        """The current window's ``(levels, irrs, relaxed)`` (through ``last_step``): what its cost depends on."""
+        current = self.current
+        if current is None:
+            return (), (), ()
+        first, last = current.first_step, current.last_step if last_step is None else last_step
+        held = current.relaxed
+        relaxed = tuple(step in held for step in range(first + 1, last + 1)) if held else (False,) * (last - first)
+        return tuple(self.levels[first : last + 1]), tuple(self.irrs[first : last + 1]), relaxed
+
     def spent(self, params: MetricParams, last_step: int | None = None) -> tuple[float, bool]:
         """The metric's total (the current window charged through ``last_step``)."""
         if not params.local_mechanism.randomized and self.windows:
             return math.inf, True
         if self.current is None:
             return from_micro(self.closed_micro), self.closed_exact
-        _, (_, exact), micro = self._cost(params, self.window_levels(last_step))
+        _, (_, exact), micro = self._cost(params, self.window_chain(last_step))
         return from_micro(self.closed_micro + micro), exact and self.closed_exact
 
     def close_window(self, params: MetricParams) -> None:
         """Fold the current window into the closed sum (a report in a later window starts)."""
         if self.current is None:
             return
-        _, (_, exact), micro = self._cost(params, self.window_levels())
+        _, (_, exact), micro = self._cost(params, self.window_chain())
         if micro < 0:
             self.closed_micro, self.closed_exact = 0, True  # trusted: spent() is inf once anything left
         else:
@@ -325,7 +441,7 @@ class MetricRecord:
         current = self.current
         if current is None or self.period is None or period_of(current.window, self.period) != start:
             return closed
-        _, _, micro = self._cost(params, self.window_levels(last_step))
+        _, _, micro = self._cost(params, self.window_chain(last_step))
         return -1 if micro < 0 else closed + micro
 
     def to_dict(self) -> dict[str, Any]:
@@ -335,6 +451,7 @@ class MetricRecord:
             "cohort": self.cohort,
             "levels": [_json_float(v) for v in self.levels],
             "rounds": list(self.rounds),
+            **({"irrs": [None if i is None else list(i) for i in self.irrs]} if any(self.irrs) else {}),
             "current": None if self.current is None else self.current.to_dict(),
             "closed_micro": self.closed_micro,
             "closed_windows": self.closed_windows,
@@ -354,6 +471,8 @@ class MetricRecord:
             cohort=int(data["cohort"]),
             levels=[_float_of_json(v) for v in data["levels"]],
             rounds=[int(r) for r in data["rounds"]],
+            irrs=[None if i is None else (None if i[0] is None else float(i[0]), float(i[1]))
+                  for i in data.get("irrs", ())],
             current=None if current is None else WindowRelease.from_dict(current),
             closed_micro=int(data["closed_micro"]),
             closed_windows=int(data["closed_windows"]),
@@ -404,7 +523,7 @@ def check_new_window(
             what is left under the ceiling (in the period, for a renewing budget).
     """
     spent, _ = record.spent(params)
-    cost, _ = record.window_cost(params, record.levels[-1:])
+    cost, _ = record.window_cost(params, record.new_window_chain())
     what = lambda: f"metric {params.name!r}: a report in a new window costs {cost:.6g}"  # noqa: E731
     if record.period is not None and window is not None:
         start = period_of(window, record.period)
@@ -419,12 +538,15 @@ def check_new_window(
 
 
 def check_relaxation(
-    record: MetricRecord, params: MetricParams, level_to: float, ceiling: float, prior: float
+    record: MetricRecord, params: MetricParams, level_to: float, ceiling: float, prior: float, *,
+    irr: Irr | None = None, relaxed: bool = False,
 ) -> float:
     """Refuse a relaxation that lowers the level or would pass the ceiling.
 
     A round re-sends the current window's value at ``level_to`` (one more
-    report of its chain); earlier windows are final and cost nothing more.
+    report of its chain; with the IRR ``irr`` when the round relaxes it,
+    ``None``: kept; drawn from the window's last report when ``relaxed``);
+    earlier windows are final and cost nothing more.
     With a renewing budget the extra cost is charged to the period of the
     current window (``prior`` being that period's lost-state charge).
 
@@ -443,9 +565,13 @@ def check_relaxation(
     before = round_up(prior + spent)
     if record.current is None or math.isinf(spent):
         return before
+    step = record.step + 1
+    release = record.current
     extended = MetricRecord(
         params=record.params, digest=record.digest, cohort=record.cohort,
-        levels=[*record.levels, level_to], rounds=[*record.rounds, 0], current=record.current,
+        levels=[*record.levels, level_to], rounds=[*record.rounds, 0],
+        irrs=[*record.irrs, record.irrs[-1] if irr is None else irr],
+        current=dataclasses.replace(release, relaxed=[*release.relaxed, step]) if relaxed else release,
         closed_micro=record.closed_micro, closed_windows=record.closed_windows,
         closed_exact=record.closed_exact, period=record.period, period_start=record.period_start,
         period_micro=record.period_micro,
@@ -470,6 +596,7 @@ class LedgerEntry:
         mode: ``symmetric``, ``asymmetric`` or ``trusted``.
         cohort: this client's cohort (``None`` before the metric's first use, when it is drawn).
         levels: the levels of the metric, oldest first; ``rounds`` the round of each.
+        irrs: the IRR ``(irr_p, irr_q)`` of each level (``None``: the metric's own).
         windows: how many windows released a value.
         spent: the exact cost so far (rounded up), including ``prior``.
         exact: False when a symmetric chain is longer than the exact accounting
@@ -510,6 +637,7 @@ class LedgerEntry:
     renews_at: int | None = None
     spent_this_period: float | None = None
     periods: int | None = None
+    irrs: tuple[Irr | None, ...] = ()
 
 
 def ledger_entry(
@@ -519,7 +647,7 @@ def ledger_entry(
     """The view of one metric's record (``now`` and ``period_prior``: the current period, for a renewing budget)."""
     spent, exact = record.spent(params)
     total = round_up(prior + spent)
-    guarantee = params.guarantee(record.levels[-1])
+    guarantee = with_irr(params, record.irr).guarantee(record.levels[-1])
     renewing: dict[str, Any] = {}
     if record.period is not None and now is not None:
         start = period_of(now, record.period)
@@ -536,6 +664,7 @@ def ledger_entry(
         cohort=record.cohort,
         levels=tuple(record.levels),
         rounds=tuple(record.rounds),
+        irrs=tuple(record.irrs),
         windows=record.windows,
         spent=total,
         exact=exact,
@@ -543,7 +672,7 @@ def ledger_entry(
         ceiling=ceiling,
         remaining=_remaining(ceiling, total),
         epsilon_per_report=guarantee.epsilon_per_report,
-        epsilon_per_window=window_cost(params, record.levels[-1:])[0],
+        epsilon_per_window=window_cost(params, *record.new_window_chain())[0],
         neighbour=guarantee.neighbour,
         protects=guarantee.protects,
         reveals=guarantee.reveals,
@@ -664,4 +793,5 @@ __all__ = [
     "period_seconds",
     "unused_entry",
     "window_cost",
+    "with_irr",
 ]

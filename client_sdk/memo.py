@@ -34,6 +34,9 @@ on 16-128 element arrays:
   on all words at once (:class:`CutTable`: the words' top bytes through
   ``bytes.translate``, the whole word where the top byte ties);
 * a relaxed chain (a round's re-send) takes the vectorized noise as is;
+* a round that relaxes the IRR draws its re-send from the window's last
+  report instead of a fresh IRR (:meth:`ReportPlan.relaxed_payload`,
+  :func:`protocol.irr_relaxation.relax_instantaneous`);
 * the IRR compares uniforms with ``irr_p`` / ``irr_q`` exactly as
   :meth:`~protocol.randomizers.Randomizer.instantaneous` does, one uniform
   per bit, as two masks (:func:`irr_masks`, :func:`apply_irr`); the client
@@ -99,6 +102,14 @@ def _check_levels(levels: Sequence[float]) -> None:
     for i in range(1, len(levels)):
         if not levels[i] > levels[i - 1]:
             raise ParameterError("levels", f"must be strictly increasing, got {list(levels)}")
+
+
+def distinct_levels(chain: Sequence[float]) -> tuple[float, ...]:
+    """A window's chain without the repeats of rounds that kept the level (they relaxed the IRR only).
+
+    A repeated level is no lazy step: the memoized noise stays as it is.
+    """
+    return tuple(v for i, v in enumerate(chain) if i == 0 or v != chain[i - 1])
 
 
 def noise_key(window: int, value_key: bytes) -> bytes:
@@ -492,8 +503,10 @@ class ReportPlan:
         ``chain``: the window's levels, oldest first, when rounds relaxed
         its first draw (the lazy steps of :func:`memoized_noise`); its last
         level is the plan's. ``None`` or one level: the window's first draw,
-        through the plan's cut tables.
+        through the plan's cut tables. A level repeated (a round that relaxed
+        the IRR only) is no step.
         """
+        chain = None if chain is None else distinct_levels(chain)
         if chain is not None and len(chain) > 1:
             if chain[-1] != self.level:
                 raise ValueError(f"a chain must end at the plan's level {self.level}, got {chain[-1]}")
@@ -512,12 +525,46 @@ class ReportPlan:
         ``apply_irr(permanent(encode(value_or_set), key, chain), irr)`` after the header.
         """
         bits = _members_mask(self.params, self._indices, value_or_set)
+        chain = None if chain is None else distinct_levels(chain)
         if chain is not None and len(chain) > 1:
             bits = self.permanent(bits, key, chain)
         elif self._tables is not None:  # a window's first draw, inline: the client's hot path
             stream = keyed_stream(self._noise.digest(noise_suffix(key, 0)), self.num_bits)
             bits = fresh_mask(stream, bits, *self._tables)
         return self._header + apply_irr(self.randomizer, bits, irr).to_bytes(self._payload_bytes, "little")
+
+    def relaxed_payload(
+        self, value_or_set: Value | Iterable[Value], key: bytes, chain: Sequence[float], sent: int,
+        before: Randomizer, rng: RandomSource | None,
+    ) -> bytes:
+        """The packed payload of a round's re-send whose IRR continues the window's last report.
+
+        Args:
+            chain: the window's levels through this round's (the last is the plan's); the last
+                report was made from the memoized bits of ``chain[:-1]``.
+            sent: the last report's bits (a mask, as it was packed).
+            before: the randomizer the last report was made with (its IRR is the one relaxed).
+            rng: the source of the step's randomness.
+
+        The bits are :func:`~protocol.irr_relaxation.relax_instantaneous` of the
+        memoized bits now, from ``sent`` (a bit whose memoized value the round
+        changed gets a fresh IRR at the plan's level): exactly the plan's IRR in
+        law, and the window's reports cost one report at the last IRR level
+        while the memoized bits are kept.
+        """
+        from protocol.irr_relaxation import relax_instantaneous
+
+        if len(chain) < 2:
+            raise ValueError("a relaxed re-send follows a report: the chain needs two levels")
+        bits = _members_mask(self.params, self._indices, value_or_set)
+        m = self.num_bits
+        now = self.permanent(bits, key, chain)
+        earlier = distinct_levels(chain[:-1])
+        previous = now if earlier == distinct_levels(chain) else (
+            permanent_mask(self._secret, self.params, bits, key, earlier))
+        drawn = relax_instantaneous(bits_of_mask(now, m), bits_of_mask(sent, m), before, self.randomizer, rng,
+                                    previous_permanent=bits_of_mask(previous, m))
+        return self._header + mask_of_bits(drawn).to_bytes(self._payload_bytes, "little")
 
 
 __all__ = [
@@ -528,6 +575,7 @@ __all__ = [
     "apply_irr",
     "bits_of_mask",
     "check_secret",
+    "distinct_levels",
     "encoded_mask",
     "fresh_cuts",
     "fresh_mask",

@@ -7,7 +7,10 @@ metric, cohort and level and reused), an IRR drawn ahead
 (:class:`~client_sdk.pools.IrrPool`) and an ephemeral X25519 key taken from
 the pool (:class:`~client_sdk.pools.EphemeralPool`), which fixes the
 report's id before it is sealed. A window's first report and a round's
-re-send of it differ only in the chain they pass. The ledger's rules
+re-send of it differ only in the chain they pass, and, when the round
+relaxes the IRR, in drawing the re-send's IRR from the window's last
+report (:meth:`~client_sdk.memo.ReportPlan.relaxed_payload`) instead of a
+fresh one. The ledger's rules
 (what may be reported, what it costs) are the client's; nothing here
 charges anything.
 """
@@ -23,9 +26,9 @@ from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import ParameterError, PolicyError
 from protocol.params import MetricParams
 from protocol.rng import RandomSource
-from protocol.wire import ConfigPayload, MetricEntry
+from protocol.wire import PAYLOAD_HEADER, ConfigPayload, MetricEntry
 
-from .ledger import MetricRecord
+from .ledger import Irr, MetricRecord, with_irr
 from .memo import ReportPlan, noise_key, prepare_level
 from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, pending_item
@@ -87,6 +90,7 @@ class Reporter:
         held: the key objects of queued reports, kept for the sender.
         irr: the IRR pools, by the IRR's probabilities and size.
         plans: each metric's :class:`Reporting`, by name (the client checks it is still current).
+        sent: the bits of the last report made (hex, packed as in its payload).
     """
 
     def __init__(self, rng: RandomSource) -> None:
@@ -95,11 +99,13 @@ class Reporter:
         self.held = HeldKeys()
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self.plans: dict[str, Reporting] = {}  # by metric name
+        self.sent = ""  # the bits of the last report made (hex), for the window's release
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
-        """The metric's plan at the record's level, kept for its next reports."""
-        plan = ReportPlan(secret, entry.params, record.cohort, record.levels[-1])
-        made = Reporting(entry, record, plan, self.irr_pool(entry.params), seal_public)
+        """The metric's plan at the record's level and IRR, kept for its next reports."""
+        params = with_irr(entry.params, record.irr)
+        plan = ReportPlan(secret, params, record.cohort, record.levels[-1])
+        made = Reporting(entry, record, plan, self.irr_pool(params), seal_public)
         self.plans[entry.params.name] = made
         return made
 
@@ -116,24 +122,37 @@ class Reporter:
         return pool
 
     def resend(self, secret: bytes, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int,
-               seal_public: bytes) -> Item | None:
+               seal_public: bytes, *, irr: Irr | None = None, relaxed: bool = False) -> Item | None:
         """The current window's value relaxed to ``level_to`` for round ``round_id`` (``None``: no window).
 
-        The same pipeline as the window's first report, through the window's chain of levels and ``level_to``.
+        The same pipeline as the window's first report, through the window's chain of levels and ``level_to``,
+        with the IRR ``irr`` (``None``: the record's). ``relaxed``: the re-send's IRR is drawn from the
+        window's last report (:attr:`~client_sdk.ledger.WindowRelease.sent`, which must be kept) by the
+        relaxed IRR step; otherwise it is a fresh IRR.
         """
         current = record.current
         if current is None:
             return None
         members = members_of_canonical(b64d(current.value, "value"))
         value: Value | tuple[bytes, ...] = members[0] if entry.params.value_kind == "categorical" else tuple(members)
-        relaxed = MetricRecord(
+        after = record.irr if irr is None else irr
+        relaxed_record = MetricRecord(
             params=record.params, digest=record.digest, cohort=record.cohort,
-            levels=[*record.levels, level_to], rounds=[*record.rounds, round_id],
+            levels=[*record.levels, level_to], rounds=[*record.rounds, round_id], irrs=[*record.irrs, after],
         )
-        made = Reporting(entry, relaxed, ReportPlan(secret, entry.params, record.cohort, level_to),
-                         self.irr_pool(entry.params), seal_public)
-        chain = tuple(relaxed.levels[current.first_step:])
-        return self.item(made, value, current.window, canonical_value(value), chain)
+        params = with_irr(entry.params, after)
+        made = Reporting(entry, relaxed_record, ReportPlan(secret, params, record.cohort, level_to),
+                         self.irr_pool(params), seal_public)
+        chain = tuple(relaxed_record.levels[current.first_step:])
+        if not relaxed:
+            return self.item(made, value, current.window, canonical_value(value), chain)
+        if current.sent is None:
+            raise ValueError("a relaxed re-send needs the window's last report")
+        before = with_irr(entry.params, record.irrs[current.last_step]).randomizer(record.levels[current.last_step])
+        sent = int.from_bytes(bytes.fromhex(current.sent), "little")
+        payload = made.plan.relaxed_payload(value, noise_key(current.window, canonical_value(value)), chain, sent,
+                                            before, self._rng)
+        return self._queued(made, current.window, payload)
 
     def item(self, made: Reporting, value: Value | Iterable[Value], window: int, value_key: bytes,
              chain: tuple[float, ...] | None = None) -> Item:
@@ -143,8 +162,17 @@ class Reporter:
         window's levels through a round's (the last is the plan's level). The item is pending with its
         own ephemeral key, sealed by the sender; its id is already the sealed report's.
         """
-        entry, record, plan, irr, seal_public = made
-        payload = plan.payload(value, noise_key(window, value_key), irr.take(), chain=chain)
+        payload = made.plan.payload(value, noise_key(window, value_key), made.irr.take(), chain=chain)
+        return self._queued(made, window, payload)
+
+    def _queued(self, made: Reporting, window: int, payload: bytes) -> Item:
+        """The pending queue item of ``payload``, with its own ephemeral key (its id is the sealed report's).
+
+        Keeps the bits it carries in :attr:`sent` (hex, packed as in the payload): what a later relaxed
+        IRR step of the window draws from.
+        """
+        self.sent = payload[PAYLOAD_HEADER.size :].hex()
+        entry, record, _, _, seal_public = made
         ephemeral, private, _, report_id = self.ephemeral.take()
         self.held.put(report_id, ephemeral)
         return pending_item(

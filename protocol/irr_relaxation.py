@@ -61,11 +61,13 @@ import numpy.typing as npt
 from .accounting import ValueKind, round_up
 from .errors import ParameterError
 from .exact import bernoulli_choose
+from .local import local_mechanism
 from .randomizers import Randomizer
 from .rng import RandomSource
 
 __all__ = [
     "IrrLevel",
+    "check_irr_step",
     "irr_garbling",
     "irr_level",
     "irr_step_conditionals",
@@ -123,6 +125,36 @@ def irr_step_conditionals(before: IrrLevel, after: IrrLevel) -> tuple[Fraction, 
             given = before[b] if s else 1 - before[b]  # P1(s | B), = P2(1|B) T(s|1) + P2(0|B) T(s|0)
             out.append(one_after * from_one / given if given else one_after)
     return out[0], out[1], out[2], out[3]
+
+
+def check_irr_step(
+    mode: str, before: tuple[float | None, float | None], after: tuple[float | None, float | None]
+) -> None:
+    """Refuse a round's IRR ``after = (irr_p, irr_q)`` that is not a relaxation of ``before``.
+
+    ``after`` must be an IRR of the ``mode`` (asymmetric: ``irr_p`` is null;
+    symmetric: both given, ``irr_p < irr_q``; the trusted mode has none) and
+    ``before`` (the IRR the reports were made with so far, ``(None, None)``
+    for none) must be a garbling of it (:func:`irr_garbling`). A step that
+    keeps the IRR is a relaxation (the identity garbling).
+
+    Raises:
+        ParameterError: field ``irr_p`` or ``irr_q`` (the shape), ``mode``
+            (no IRR in this mode), or ``irr`` (not a relaxation).
+    """
+    mechanism = local_mechanism(mode)
+    if not mechanism.irr_relaxable:
+        raise ParameterError("mode", f"the {mode} mode has no IRR to relax")
+    if after[1] is None:
+        raise ParameterError("irr_q", "a relaxed IRR needs irr_q (leave irr_p and irr_q out to keep the IRR)")
+    Randomizer(mode=mode, level=1.0, irr_p=after[0], irr_q=after[1])  # type: ignore[arg-type]  # its shape
+    first = _irr_pair(mechanism.irr_channel(*before))
+    second = _irr_pair(mechanism.irr_channel(*after))
+    irr_garbling(first, second)
+
+
+def _irr_pair(channel: tuple[float, float] | None) -> IrrLevel:
+    return (Fraction(0), Fraction(1)) if channel is None else (Fraction(channel[0]), Fraction(channel[1]))
 
 
 def _check_same_kind(before: Randomizer, after: Randomizer) -> None:
@@ -195,7 +227,7 @@ def _permanent_law(randomizers: Sequence[Randomizer]) -> tuple[list[int], Law]:
     return index, randomizers[0].mechanism.permanent_chain_law(tuple(distinct))
 
 
-def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True) -> Law:
+def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool | Sequence[bool] = True) -> Law:
     """``P(reports | b)`` for ``b = 0, 1``: one report per round, round ``r`` made with ``randomizers[r]``.
 
     The permanent bit follows its relaxation chain over the rounds' levels
@@ -204,7 +236,9 @@ def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True)
     distinct levels); each report is the IRR of that round's memoized bit,
     either relaxed from the previous report (:func:`relax_instantaneous`,
     fresh where the memoized bit changed) or, ``relaxed=False``, fresh every
-    round. Exact rationals.
+    round. ``relaxed`` may also say it round by round: ``relaxed[r - 1]`` for
+    round ``r``'s report (a client that relaxed some rounds' IRR and drew a
+    fresh one in others). Exact rationals.
     """
     if not randomizers:
         raise ParameterError("randomizers", "must hold at least one round")
@@ -212,7 +246,9 @@ def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True)
         _check_same_kind(randomizers[0], later)
     index, permanent = _permanent_law(randomizers)
     irr = [irr_level(r) for r in randomizers]
-    steps = [irr_step_conditionals(a, b) if relaxed else None for a, b in itertools.pairwise(irr)]
+    flags = _step_flags(relaxed, len(randomizers))
+    steps = [irr_step_conditionals(a, b) if flag else None
+             for (a, b), flag in zip(itertools.pairwise(irr), flags, strict=True)]
     out: Law = ({}, {})
     for b in (0, 1):
         for pattern, weight in permanent[b].items():
@@ -228,8 +264,19 @@ def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool = True)
     return out
 
 
+def _step_flags(relaxed: bool | Sequence[bool], rounds: int) -> list[bool]:
+    """One flag per round after the first: its report relaxed from the previous one (``True``) or fresh."""
+    if isinstance(relaxed, bool):
+        return [relaxed] * (rounds - 1)
+    flags = [bool(f) for f in relaxed]
+    if len(flags) != rounds - 1:
+        raise ParameterError("relaxed", f"must hold one flag per round after the first ({rounds - 1}), got {len(flags)}")
+    return flags
+
+
 def report_chain_epsilon(
-    randomizers: Sequence[Randomizer], *, value_kind: ValueKind = "set", num_hashes: int = 1, relaxed: bool = True
+    randomizers: Sequence[Randomizer], *, value_kind: ValueKind = "set", num_hashes: int = 1,
+    relaxed: bool | Sequence[bool] = True,
 ) -> float:
     """Epsilon of one report per round (:func:`report_chain_law`), rounded up.
 

@@ -933,7 +933,15 @@ def parse_upload_response(obj: Any) -> list[ReportResult]:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundAnnouncement:
-    """A signed relaxation round (docs/wire.md 8.3). Errors name the field."""
+    """A signed relaxation round (docs/wire.md 8.3). Errors name the field.
+
+    ``irr_p``, ``irr_q``: the metric's instantaneous randomized response after the round
+    (asymmetric mode: ``irr_q`` only), or both ``None``: the IRR is unchanged (and neither
+    key is on the wire, so an announcement without them is byte for byte as before). A round
+    that sets an IRR may keep the level (``level_to == level_from``); one that does not must
+    raise it. Whether the IRR is a relaxation depends on the metric and on what the client
+    sent before: :meth:`check_irr`.
+    """
 
     round_id: int
     metric: str
@@ -943,6 +951,8 @@ class RoundAnnouncement:
     cohorts: tuple[int, ...] | None
     opened_at: int
     expires_at: int
+    irr_p: float | None = None
+    irr_q: float | None = None
 
     def __post_init__(self) -> None:
         _int(self.round_id, "round_id", 1, MAX_ROUND)
@@ -952,8 +962,12 @@ class RoundAnnouncement:
         high = _number(self.level_to, "level_to")
         if not 0 < low < math.inf:
             raise ReportRejected("level_from", f"must be > 0 and finite, got {low}")
-        if not low < high <= MAX_LEVEL:  # the cap every client and the server's round opening share
-            raise ReportRejected("level_to", f"must be > level_from ({low}) and <= {MAX_LEVEL:g} (MAX_LEVEL), got {high}")
+        irr_only = self._check_irr_fields() and high == low  # the memoized bits kept, the IRR chain steps
+        if not (low < high or irr_only) or high > MAX_LEVEL:  # the cap every client and the server share
+            raise ReportRejected(
+                "level_to", f"must be > level_from ({low}), or equal to it in a round that sets irr_q, and "
+                f"<= {MAX_LEVEL:g} (MAX_LEVEL), got {high}"
+            )
         if self.cohorts is not None:
             if not isinstance(self.cohorts, tuple) or not self.cohorts:
                 raise ReportRejected("cohorts", "must be null or a non-empty list")
@@ -965,9 +979,46 @@ class RoundAnnouncement:
         if _int(self.expires_at, "expires_at", 0, MAX_WINDOW) <= self.opened_at:
             raise ReportRejected("expires_at", f"must be > opened_at ({self.opened_at})")
 
+    def _check_irr_fields(self) -> bool:
+        """The IRR fields alone: probabilities, ``irr_p`` only with ``irr_q``; ``True`` when set."""
+        if self.irr_q is None:
+            if self.irr_p is not None:
+                raise ReportRejected("irr_q", "is required with irr_p")
+            return False
+        for name, value in (("irr_p", self.irr_p), ("irr_q", self.irr_q)):
+            if value is not None and not 0.0 <= _number(value, name) <= 1.0:
+                raise ReportRejected(name, f"must be a probability in [0, 1], got {value}")
+        return True
+
+    @property
+    def irr(self) -> tuple[float | None, float | None] | None:
+        """``(irr_p, irr_q)`` after the round, or ``None``: the round keeps the IRR."""
+        return None if self.irr_q is None else (self.irr_p, self.irr_q)
+
+    def check_irr(self, params: MetricParams, before: tuple[float | None, float | None] | None = None) -> None:
+        """Refuse an IRR that is not one of the metric's mode or not a relaxation of ``before``.
+
+        ``before``: the IRR the reports were made with so far (default: the
+        metric's own ``(irr_p, irr_q)``). A round without an IRR passes.
+
+        Raises:
+            ReportRejected: field ``irr_p`` / ``irr_q`` (not an IRR of the mode),
+                ``irr`` (``before`` is not a post-processing of it: the step would
+                tighten the IRR), or ``mode`` (a mode without an IRR to relax).
+        """
+        if self.irr is None:
+            return
+        from .irr_relaxation import check_irr_step
+
+        held = (params.irr_p, params.irr_q) if before is None else before
+        try:
+            check_irr_step(params.mode, held, self.irr)
+        except ParameterError as exc:
+            raise ReportRejected(exc.field, exc.detail) from None
+
     def to_payload(self) -> dict[str, Any]:
-        """The payload to sign with :func:`protocol.crypto.sign_document`."""
-        return {
+        """The payload to sign with :func:`protocol.crypto.sign_document` (no IRR keys when it keeps the IRR)."""
+        payload = {
             "version": ROUND_VERSION,
             "round_id": self.round_id,
             "metric": self.metric,
@@ -978,18 +1029,29 @@ class RoundAnnouncement:
             "opened_at": self.opened_at,
             "expires_at": self.expires_at,
         }
+        if self.irr_q is not None:
+            payload["irr_q"] = self.irr_q
+            if self.irr_p is not None:
+                payload["irr_p"] = self.irr_p
+        return payload
+
+
+ROUND_FIELDS = ("version", "round_id", "metric", "params_digest", "level_from", "level_to", "cohorts",
+                "opened_at", "expires_at")
+ROUND_IRR_FIELDS = ("irr_p", "irr_q")
 
 
 def validate_round_announcement(payload: Any) -> RoundAnnouncement:
     """Validate a round announcement payload (already signature-checked)."""
-    fields = ("version", "round_id", "metric", "params_digest", "level_from", "level_to", "cohorts",
-              "opened_at", "expires_at")
-    data = _object(payload, "", fields)
+    data = _object(payload, "", ROUND_FIELDS, ROUND_IRR_FIELDS)
     if isinstance(data["version"], bool) or data["version"] != ROUND_VERSION:
         raise ReportRejected("version", f"must be {ROUND_VERSION}, got {data['version']!r}")
     cohorts = data["cohorts"]
     if cohorts is not None and not isinstance(cohorts, list):
         raise ReportRejected("cohorts", "must be null or a list of integers")
+    for name in ROUND_IRR_FIELDS:
+        if name in data and data[name] is None:
+            raise ReportRejected(name, "must be a number when present (leave it out to keep the IRR)")
     return RoundAnnouncement(
         round_id=data["round_id"],
         metric=data["metric"],
@@ -999,6 +1061,8 @@ def validate_round_announcement(payload: Any) -> RoundAnnouncement:
         cohorts=None if cohorts is None else tuple(cohorts),
         opened_at=data["opened_at"],
         expires_at=data["expires_at"],
+        irr_p=data.get("irr_p"),
+        irr_q=data.get("irr_q"),
     )
 
 
@@ -1165,6 +1229,10 @@ def _validate_round_document(document: Any, sign_public: bytes, metrics: tuple[M
     for i, cohort in enumerate(announcement.cohorts or ()):
         if cohort >= entry.params.num_cohorts:
             raise ReportRejected(f"payload.cohorts[{i}]", f"must be < {entry.params.num_cohorts}, got {cohort}")
+    try:  # a round's IRR relaxes the metric's own (the client checks it against what it sent, too)
+        announcement.check_irr(entry.params)
+    except ReportRejected as exc:
+        raise _under("payload", exc) from None
     return announcement
 
 

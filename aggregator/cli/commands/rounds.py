@@ -1,7 +1,8 @@
 """``onesided round open|list|status|close``: relaxation rounds over the HTTP API.
 
 A round raises a metric's noise level for the clients whose ceiling allows
-it; ``status`` shows its participation per cohort. Tables for
+it, and may relax its instantaneous randomized response (``--irr-q``,
+``--irr-p``); ``status`` shows its participation per cohort. Tables for
 people, ``--json`` for scripts (the server's answer unchanged).
 """
 
@@ -20,8 +21,8 @@ from aggregator.cli.options import (
     int_list,
 )
 
-ROUND_KEYS = ("id", "metric", "level_from", "level_to", "cohorts", "open", "opened_at", "expires_at", "closed_at",
-              "reports")
+ROUND_KEYS = ("id", "metric", "level_from", "level_to", "irr_p", "irr_q", "cohorts", "open", "opened_at", "expires_at",
+              "closed_at", "reports")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -30,8 +31,16 @@ def register(subparsers: Subparsers) -> None:
     add_server_options(opening)
     opening.add_argument("metric", help="the metric")
     opening.add_argument("--level-to", type=float, required=True, metavar="LEVEL",
-                         help="the new level: above the metric's current level and at most 32 (the cap every "
+                         help="the new level: above the metric's current level (or equal to it with --irr-q) and at most 32 (the cap every "
                               "client enforces); a higher level means less noise and a higher epsilon")
+    opening.add_argument("--irr-q", type=float, default=None, metavar="Q",
+                         help="also relax the instantaneous randomized response: its irr_q after the round "
+                              "(default: keep the IRR); the new IRR must be at least as informative as the "
+                              "current one, and a round that relaxes it may keep the level (--level-to equal "
+                              "to the current level)")
+    opening.add_argument("--irr-p", type=float, default=None, metavar="P",
+                         help="the symmetric IRR's irr_p after the round, with --irr-q (default: none; the "
+                              "asymmetric mode has irr_q only)")
     opening.add_argument("--cohorts", type=int_list, help="comma-separated cohorts (default: all)")
     opening.add_argument("--expires-in", type=int, default=None, help="seconds until the round expires (default 7 days)")
     add_json_option(opening)
@@ -72,6 +81,9 @@ def run_open(args: argparse.Namespace) -> int:
         body["cohorts"] = args.cohorts
     if args.expires_in is not None:
         body["expires_in"] = args.expires_in
+    for name in ("irr_p", "irr_q"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
     emit(args, client_from_args(args).post(f"/v1/metrics/{args.metric}/rounds", body), round_text)
     return 0
 
@@ -83,7 +95,7 @@ def run_list(args: argparse.Namespace) -> int:
         if not body["rounds"]:
             return f"no rounds of {args.metric!r} yet (onesided round open)\n"
         return table(body["rounds"], ["id", "level_from", "level_to", "open", "reports", "opened_at", "expires_at",
-                                      "closed_at"])
+                                      "closed_at", "irr_p", "irr_q"])
 
     emit(args, client_from_args(args).get(f"/v1/metrics/{args.metric}/rounds"), human)
     return 0

@@ -13,8 +13,11 @@
 * ``POST /v1/rounds/<id>/close`` (admin) stops accepting its reports.
 
 Levels only increase: a lowering or repeated level is refused (409
-``level_not_increasing``, field ``level_to``). A trusted metric has no noise
-to relax (400, field ``metric``).
+``level_not_increasing``, field ``level_to``), except that a round relaxing
+the IRR (``irr_p``, ``irr_q``: the IRR after the round, docs/irr-relaxation.md)
+may keep the level. An IRR that is not a relaxation of the current one is
+refused (400, field ``irr``). A trusted metric has no noise to relax (400,
+field ``metric``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,17 @@ def _cohorts(body: dict[str, Any], num_cohorts: int) -> tuple[int, ...] | None:
     return tuple(sorted(cohorts))
 
 
+def _irr(body: dict[str, Any]) -> tuple[float | None, float | None] | None:
+    """``(irr_p, irr_q)`` of the body, or ``None`` (both left out: the round keeps the IRR)."""
+    irr_p, irr_q = body.get("irr_p"), body.get("irr_q")
+    if irr_q is None:
+        if irr_p is not None:
+            raise ParameterError("irr_q", "is required with irr_p (the symmetric IRR is the pair)")
+        return None
+    return (None if irr_p is None else check_number("irr_p", irr_p, nonnegative=True, high=1.0),
+            check_number("irr_q", irr_q, nonnegative=True, high=1.0))
+
+
 def _expiry(body: dict[str, Any], now: int) -> int:
     seconds = body.get("expires_in", DEFAULT_ROUND_SECONDS)
     return now + check_int("expires_in", seconds, low=1, high=MAX_ROUND_SECONDS)
@@ -66,14 +80,15 @@ def _expiry(body: dict[str, Any], now: int) -> int:
 @require_role(*ADMIN)
 def open_round(name: str) -> tuple[dict[str, Any], int]:
     state = app_state()
-    body = json_body()  # an object of level_to, cohorts, expires_in (the document's schema)
+    body = json_body()  # an object of level_to, cohorts, expires_in, irr_p, irr_q (the document's schema)
     metric = state.storage.require_metric(name)
     round_rules.check_relaxable(metric)
     level_to = _number(body, "level_to")
     round_rules.check_level_to(level_to)
     now = int(state.now())
     request = RoundRequest(
-        metric=name, level_to=level_to, cohorts=_cohorts(body, metric.params.num_cohorts), expires_at=_expiry(body, now)
+        metric=name, level_to=level_to, cohorts=_cohorts(body, metric.params.num_cohorts), expires_at=_expiry(body, now),
+        irr=_irr(body),
     )
     record = round_rules.open_round(state.storage, request, sign=state.keys.sign, now=now)
     return round_view(record), 201
@@ -135,10 +150,13 @@ OPENAPI_PATHS: dict[str, Any] = {
             "operationId": "openRound",
             "description": "Checked in code, against the stored metric: it is not trusted (field metric); "
                            "cohorts are below its num_cohorts and not repeated; level_to is above its current "
-                           "level (409 level_not_increasing).",
+                           "level (409 level_not_increasing), or equal to it when the round relaxes the IRR; "
+                           "irr_p and irr_q (the IRR after the round; irr_p only with irr_q, and only in the "
+                           "symmetric mode, below irr_q; the asymmetric IRR has irr_q < 1 only) make an IRR of "
+                           "the metric's mode that relaxes its current one (field irr).",
             "x-roles": list(ADMIN),
             "x-state-dependent": ["409"],
-            "x-checked-in-code": ["metric", "cohorts"],
+            "x-checked-in-code": ["metric", "cohorts", "irr", "irr_p", "irr_q"],
             "parameters": [_NAME],
             "requestBody": {
                 "required": True,
@@ -151,6 +169,8 @@ OPENAPI_PATHS: dict[str, Any] = {
                         "cohorts": {"type": ["array", "null"], "minItems": 1, "uniqueItems": True,
                                     "items": {"type": "integer", "minimum": 0}},
                         "expires_in": {"type": "integer", "minimum": 1, "maximum": MAX_ROUND_SECONDS},
+                        "irr_p": {"type": "number", "minimum": 0, "maximum": 1},
+                        "irr_q": {"type": "number", "minimum": 0, "maximum": 1},
                     },
                 }}},
             },
@@ -221,6 +241,8 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "opened_at": {"type": "integer"},
             "expires_at": {"type": "integer"},
             "closed_at": {"type": ["integer", "null"]},
+            "irr_p": {"type": ["number", "null"]},
+            "irr_q": {"type": ["number", "null"]},
             "open": {"type": "boolean"},
             "announcement": {"$ref": "#/components/schemas/SignedDocument"},
             "reports": {"type": "integer"},

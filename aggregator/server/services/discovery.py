@@ -111,7 +111,7 @@ class PairService(DecodingService):
         body, counts = self._decodable(metric, chosen)
         body["joint"] = None
         if counts is not None:
-            fit = estimate_joint(counts, metric.params, chosen.level, request.values_a, request.values_b,
+            fit = estimate_joint(counts, chosen.params, chosen.level, request.values_a, request.values_b,
                                  method=request.method)
             body["joint"] = fit.to_dict()
         return body
@@ -124,5 +124,5 @@ class PairService(DecodingService):
         body, counts = self._decodable(metric, chosen)
         body["discovery"] = None
         if counts is not None:
-            body["discovery"] = discover(counts, metric.params, chosen.level, request.settings).to_dict()
+            body["discovery"] = discover(counts, chosen.params, chosen.level, request.settings).to_dict()
         return body

@@ -7,8 +7,9 @@ What is added here is the choice of the reports to decode:
 * **window** (given, or by default the latest window with a decodable
   collection, else the latest with any report);
 * **round**: reports of a relaxation round are made at that round's level
-  ``level_to`` and are decoded alone, with that level (round 0: the metric's
-  base level). By default the latest *finished* round (closed, or expired)
+  ``level_to`` (and with its IRR, when the round relaxed it: docs/irr-relaxation.md)
+  and are decoded alone, with that level and IRR (round 0: the metric's
+  base level and IRR). By default the latest *finished* round (closed, or expired)
   with at least ``min_batch_size`` reports in the window supersedes the
   earlier ones; a round still open does not, its collection
   is still growing. Otherwise round 0.
@@ -28,6 +29,7 @@ protocol.errors.ParameterError: alpha is required (the error level in [0, 1); 0:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ from aggregator.server.storage import Collection, MetricRecord, RoundRecord, Sto
 from aggregator.server.storage.records import level_to_json
 from protocol.encodings import DirectEncoding, PrefixEncoding
 from protocol.errors import ParameterError
+from protocol.params import MetricParams
 
 MAX_CANDIDATES = 10_000
 MAX_INTEGER = 2**62  # windows, rounds and thresholds beyond this are typos (and overflow SQL)
@@ -217,12 +220,24 @@ class CertifyRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class Chosen:
-    """The collection to decode: ``window`` (``None``: the metric has no report), ``round``, its level."""
+    """The collection to decode: ``window`` (``None``: the metric has no report), ``round``, its level.
+
+    ``params``: the metric's parameters the collection's reports were made with: the metric's own,
+    with the round's IRR when the round relaxed it (what every decoder of the collection is given).
+    """
 
     window: int | None
     round: int
     level: float
     reports: int
+    params: MetricParams
+
+
+def round_params(params: MetricParams, record: RoundRecord | None) -> MetricParams:
+    """``params`` with the IRR the reports of round ``record`` are made with (``None``: round 0, as they are)."""
+    if record is None or record.irr is None:
+        return params
+    return dataclasses.replace(params, irr_p=record.irr_p, irr_q=record.irr_q)
 
 
 def choose_collection(
@@ -244,7 +259,8 @@ def choose_collection(
     minimum = params.min_batch_size
     if window is not None and window % params.time_precision:
         raise ParameterError("window", f"must be a window start, a multiple of {params.time_precision}")
-    levels = {r.id: r.level_to for r in rounds if r.metric == metric.name}
+    own = {r.id: r for r in rounds if r.metric == metric.name}
+    levels = {i: r.level_to for i, r in own.items()}
     if round is not None and round != 0 and round not in levels:
         raise NotFound("round", f"metric {metric.name!r} has no round {round}")
     if round is not None:
@@ -259,7 +275,8 @@ def choose_collection(
     if round is None:
         round = max((c.round for c in in_window if c.round and c.reports >= minimum), default=0)
     reports = sum(c.reports for c in in_window if c.round == round)
-    return Chosen(window=window, round=round, level=levels.get(round, params.level), reports=reports)
+    return Chosen(window=window, round=round, level=levels.get(round, params.level), reports=reports,
+                  params=round_params(params, own.get(round)))
 
 
 def refusal(metric: MetricRecord, chosen: Chosen, reports: int) -> str | None:
@@ -429,7 +446,8 @@ class DecodingService:
                      "method": None, "detected": None, "rows": None})
         if counts is not None:
             fit = self.offloader.run(
-                fit_prefix_candidates if prefix else fit_candidates, counts, metric.params, chosen.level, candidates, alpha=request.alpha,
+                fit_prefix_candidates if prefix else fit_candidates, counts, chosen.params, chosen.level, candidates,
+                alpha=request.alpha,
                 correction=request.correction, confidence=request.confidence, method=request.method,
             )
             rows = fit.rows()
@@ -451,7 +469,7 @@ class DecodingService:
         body.update({"threshold": request.threshold, "alpha": request.alpha, "candidates": len(candidates),
                      "safe": None, "rows": None})
         if counts is not None:
-            found = self.offloader.run(certify, counts, metric.params, chosen.level, candidates,
+            found = self.offloader.run(certify, counts, chosen.params, chosen.level, candidates,
                             threshold=request.threshold, alpha=request.alpha)
             rows = [{**c.to_dict(), "verdict": "safe" if c.safe else "obscure"} for c in found]
             body.update(safe=sum(c.safe for c in found), rows=rows)
@@ -478,11 +496,12 @@ class DecodingService:
             counts = sum(parts[1:], parts[0])
         summary: dict[str, Any] = {"windows": ready, "reports": counts.num_reports,
                                    "level": level_to_json(record.level_to)}
-        if isinstance(metric.params.encoding, DirectEncoding):
-            fit = direct_estimates(counts, metric.params, record.level_to)
+        params = round_params(metric.params, record)
+        if isinstance(params.encoding, DirectEncoding):
+            fit = direct_estimates(counts, params, record.level_to)
             keep = ("candidate", "estimate", "std_error", "detected")
             summary["top"] = [{k: row[k] for k in keep} for row in fit.rows()[:TOP_ITEMS]]
         else:
-            _, variances = bit_estimates(counts, metric.params.randomizer(record.level_to))
+            _, variances = bit_estimates(counts, params.randomizer(record.level_to))
             summary["mean_bit_std_error"] = float(np.sqrt(variances[counts.totals > 0]).mean())
         return summary

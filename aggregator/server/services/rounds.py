@@ -6,6 +6,15 @@
   (409 ``level_not_increasing``, field ``level_to``) and at most to
   ``protocol.randomizers.MAX_LEVEL`` (400, field ``level_to``); a trusted
   metric has no noise to relax (400, field ``metric``).
+* **IRR** (docs/irr-relaxation.md): a round may also relax the metric's
+  instantaneous randomized response to ``(irr_p, irr_q)`` (asymmetric:
+  ``irr_q`` only); it must be a relaxation of the current IRR (the latest
+  round's, else the metric's own; 400, field ``irr``, when it is not). A round
+  that relaxes the IRR may keep the level (``level_to`` equal to the current
+  one); one that keeps both is refused as above. A round that sets no IRR
+  after one that did announces the current IRR again, so every announcement
+  names the IRR its reports are made with and a client that missed the
+  earlier round still reports with it.
 * **One open round**: opening a round closes the metric's earlier ones
   (clients jump straight to the latest level: one lazy step is valid by the
   Markov property).
@@ -28,8 +37,16 @@ concurrent openings cannot lower a level or leave two rounds open.
 >>> metric = MetricRecord(id=1, params=params, digest="0" * 64, created_at=0, updated_at=0)
 >>> current_level(metric, [])
 (0, 2.0)
->>> level_before(metric, [], 3.0)
-2.0
+>>> round_start(metric, [], 3.0)
+(2.0, None, None)
+>>> with_irr = MetricRecord(id=2, params=MetricParams(name="n", encoding=DirectEncoding(domain=("a", "b")),
+...     mode="asymmetric", level=2.0, irr_q=0.5), digest="0" * 64, created_at=0, updated_at=0)
+>>> round_start(with_irr, [], 2.0, (None, 0.25))  # an IRR-only round: the level kept, the IRR relaxed
+(2.0, None, 0.25)
+>>> round_start(with_irr, [], 3.0, (None, 0.75))
+Traceback (most recent call last):
+...
+protocol.errors.ParameterError: irr (0.5, 1) is not a post-processing of (0.75, 1): a relaxed IRR must be at least as informative
 """
 
 from __future__ import annotations
@@ -41,8 +58,9 @@ from typing import Any
 
 from aggregator.server.errors import Conflict
 from aggregator.server.storage import MetricRecord, RoundRecord, Storage
-from aggregator.server.storage.rounds import SignFunction
+from aggregator.server.storage.rounds import RoundStart, SignFunction
 from protocol.errors import ParameterError
+from protocol.irr_relaxation import check_irr_step
 from protocol.randomizers import MAX_LEVEL, MIN_LEVEL
 
 DEFAULT_ROUND_SECONDS = 7 * 86400
@@ -56,6 +74,34 @@ def current_level(metric: MetricRecord, rounds: Sequence[RoundRecord]) -> tuple[
         return 0, metric.params.level
     latest = max(own, key=lambda r: r.id)
     return latest.id, latest.level_to
+
+
+Irr = tuple[float | None, float | None]
+
+
+def current_irr(metric: MetricRecord, rounds: Sequence[RoundRecord]) -> Irr:
+    """The metric's IRR ``(irr_p, irr_q)`` now: its latest round's, else its own (``(None, None)``: none)."""
+    own = [r for r in rounds if r.metric == metric.name]
+    latest = max(own, key=lambda r: r.id) if own else None
+    if latest is not None and latest.irr is not None:
+        return latest.irr
+    return metric.params.irr_p, metric.params.irr_q
+
+
+def round_irr(metric: MetricRecord, record: RoundRecord | None) -> Irr:
+    """The IRR the reports of ``record`` (``None``: round 0) are made with."""
+    if record is not None and record.irr is not None:
+        return record.irr
+    return metric.params.irr_p, metric.params.irr_q
+
+
+def check_irr(metric: MetricRecord, irr: Irr) -> None:
+    """``irr`` is an IRR of the metric's mode (the relaxation check needs the rounds: :func:`round_start`).
+
+    Raises:
+        ParameterError: field ``irr_p``, ``irr_q`` or ``mode``.
+    """
+    check_irr_step(metric.params.mode, irr, irr)
 
 
 def check_relaxable(metric: MetricRecord) -> None:
@@ -80,33 +126,45 @@ def check_level_to(level_to: float) -> None:
         )
 
 
-def level_before(metric: MetricRecord, rounds: Sequence[RoundRecord], level_to: float) -> float:
-    """The level a new round to ``level_to`` starts from; checked to go up.
+def round_start(metric: MetricRecord, rounds: Sequence[RoundRecord], level_to: float,
+                irr: Irr | None = None) -> RoundStart:
+    """``(level_from, irr_p, irr_q)`` of a new round to ``level_to`` (and ``irr``, ``None``: kept); checked.
 
     Called inside the opening transaction with the metric's rounds as then stored.
+    The stored IRR is ``irr``, or the current one when an earlier round set it.
 
     Raises:
-        Conflict: ``level_to`` would lower or repeat the current level (``level_not_increasing``).
+        ParameterError: ``irr`` is not a relaxation of the current IRR (field ``irr``).
+        Conflict: the round would lower the level, or keep both the level and the IRR
+            (``level_not_increasing``).
     """
     _, level_from = current_level(metric, rounds)
-    if not level_to > level_from:
+    held = current_irr(metric, rounds)
+    own = (metric.params.irr_p, metric.params.irr_q)
+    if irr is not None:
+        check_irr_step(metric.params.mode, held, irr)
+    relaxes_irr = irr is not None and tuple(irr) != tuple(held)
+    if not (level_to > level_from or (relaxes_irr and level_to == level_from)):
+        also = "" if relaxes_irr else " (a round that relaxes the IRR may keep the level)"
         raise Conflict(
             "level_to",
             f"levels only increase: the metric is at {level_from:.6g}, a round to {level_to:.6g} would "
-            "lower or repeat it (released data cannot be revoked)",
+            f"lower or repeat it (released data cannot be revoked){also}",
             code="level_not_increasing",
         )
-    return level_from
+    after = irr if irr is not None else (held if held != own else None)
+    return (level_from, None, None) if after is None else (level_from, after[0], after[1])
 
 
 @dataclass(frozen=True, kw_only=True)
 class RoundRequest:
-    """A validated request to open a round (the HTTP body or the CLI's flags)."""
+    """A validated request to open a round (the HTTP body or the CLI's flags); ``irr``: ``(irr_p, irr_q)``."""
 
     metric: str
     level_to: float
     cohorts: tuple[int, ...] | None
     expires_at: int
+    irr: Irr | None = None
 
 
 def open_round(storage: Storage, request: RoundRequest, *, sign: SignFunction, now: int) -> RoundRecord:
@@ -114,14 +172,18 @@ def open_round(storage: Storage, request: RoundRequest, *, sign: SignFunction, n
 
     Raises:
         NotFound: no such metric.
-        ParameterError: a trusted metric (field ``metric``) or ``level_to`` over the cap.
+        ParameterError: a trusted metric (field ``metric``), ``level_to`` over the cap, an IRR
+            that is not one of the mode (``irr_p``, ``irr_q``) or not a relaxation (``irr``).
         Conflict: ``level_not_increasing``.
     """
     check_level_to(request.level_to)
-    check_relaxable(storage.require_metric(request.metric))
+    metric = storage.require_metric(request.metric)
+    check_relaxable(metric)
+    if request.irr is not None:
+        check_irr(metric, request.irr)
     return storage.open_round(
         metric=request.metric,
-        level_from=functools.partial(level_before, level_to=request.level_to),
+        level_from=functools.partial(round_start, level_to=request.level_to, irr=request.irr),
         level_to=request.level_to,
         cohorts=request.cohorts,
         expires_at=request.expires_at,

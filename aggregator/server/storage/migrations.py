@@ -121,11 +121,18 @@ def _v4_audit_log(conn: Connection) -> None:
         ))
 
 
+def _v5_round_irr(conn: Connection) -> None:
+    """``rounds.irr_p`` and ``rounds.irr_q``, nullable: the IRR a round relaxes the metric's to (null: kept)."""
+    for column in ("irr_p", "irr_q"):
+        conn.execute(sa.text(f"ALTER TABLE rounds ADD COLUMN {column} DOUBLE PRECISION"))
+
+
 MIGRATIONS: tuple[tuple[int, Migration], ...] = (
     (1, _v1_initial),
     (2, _v2_one_open_round),
     (3, _v3_packed_aggregates),
     (4, _v4_audit_log),
+    (5, _v5_round_irr),
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
 

@@ -30,7 +30,7 @@ class MetricRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundRecord:
-    """A relaxation round with its signed announcement document."""
+    """A relaxation round with its signed announcement document (``irr_p``, ``irr_q``: see :attr:`irr`)."""
 
     id: int
     metric: str
@@ -41,6 +41,13 @@ class RoundRecord:
     expires_at: int
     closed_at: int | None
     announcement: dict[str, Any]
+    irr_p: float | None = None
+    irr_q: float | None = None
+
+    @property
+    def irr(self) -> tuple[float | None, float | None] | None:
+        """The metric's IRR ``(irr_p, irr_q)`` after this round, or ``None``: the metric's own."""
+        return None if self.irr_q is None else (self.irr_p, self.irr_q)
 
     def is_open(self, now: float) -> bool:
         """Not closed and not expired at ``now``: its announcement is served and clients may join it."""
@@ -56,6 +63,8 @@ class RoundRecord:
             "opened_at": self.opened_at,
             "expires_at": self.expires_at,
             "closed_at": self.closed_at,
+            "irr_p": self.irr_p,
+            "irr_q": self.irr_q,
             "open": self.is_open(now),
             "announcement": self.announcement,
         }

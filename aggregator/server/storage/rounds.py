@@ -28,7 +28,9 @@ from protocol.wire import RoundAnnouncement
 
 MAX_ROUND_ID = 2**31 - 1  # the id column is a 32-bit signed integer; larger ids cannot exist
 SignFunction = Callable[[dict[str, Any]], dict[str, Any]]
-LevelRule = Callable[[MetricRecord, list[RoundRecord]], float]
+RoundStart = tuple[float, float | None, float | None]
+"""``(level_from, irr_p, irr_q)`` of a new round (``irr_q`` ``None``: the round keeps the IRR)."""
+LevelRule = Callable[[MetricRecord, list[RoundRecord]], "float | RoundStart"]
 
 
 def round_from_row(row: Any) -> RoundRecord:
@@ -42,6 +44,8 @@ def round_from_row(row: Any) -> RoundRecord:
         expires_at=row.expires_at,
         closed_at=row.closed_at,
         announcement=loads(row.announcement) if row.announcement else {},
+        irr_p=row.irr_p,
+        irr_q=row.irr_q,
     )
 
 
@@ -62,7 +66,7 @@ def _close_unclosed(conn: Connection, metric_id: int, stamp: int) -> None:
 def _insert_round(
     conn: Connection,
     record: MetricRecord,
-    level_from: float,
+    start: RoundStart,
     level_to: float,
     cohorts: tuple[int, ...] | None,
     stamp: int,
@@ -71,9 +75,12 @@ def _insert_round(
 ) -> RoundRecord:
     """Insert the round, then sign its announcement (which names the id the insert assigned)."""
     table = schema.rounds
+    level_from, irr_p, irr_q = start
     values = {
         "metric_id": record.id,
         "level_from": level_from,
+        "irr_p": irr_p,
+        "irr_q": irr_q,
         "level_to": level_to,
         "cohorts": None if cohorts is None else json.dumps(list(cohorts)),
         "opened_at": stamp,
@@ -89,6 +96,8 @@ def _insert_round(
         cohorts=cohorts,
         opened_at=stamp,
         expires_at=expires_at,
+        irr_p=irr_p,
+        irr_q=irr_q,
     )
     document = canonical_json(sign(announcement.to_payload())).decode("utf-8")
     conn.execute(sa.update(table).where(table.c.id == round_id).values(announcement=document))
@@ -105,7 +114,7 @@ class RoundStore:
         self,
         *,
         metric: str,
-        level_from: float | LevelRule,
+        level_from: float | RoundStart | LevelRule,
         level_to: float,
         cohorts: Sequence[int] | None,
         expires_at: int,
@@ -116,9 +125,10 @@ class RoundStore:
 
         One transaction holds the metric's row lock (``SELECT ... FOR UPDATE``
         on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serializes every writer)
-        while it reads the metric's rounds, asks ``level_from`` (a number, or
-        a rule ``(metric, rounds) -> level_from`` that may refuse by raising:
-        ``aggregator.server.services.rounds.level_before``), closes every
+        while it reads the metric's rounds, asks ``level_from`` (a number, a
+        :data:`RoundStart` ``(level_from, irr_p, irr_q)``, or a rule
+        ``(metric, rounds) -> either`` that may refuse by raising:
+        ``aggregator.server.services.rounds.round_start``), closes every
         earlier round still without ``closed_at`` (at ``min(now, expires_at)``,
         so an expired round keeps its end) and inserts the new one. The
         partial unique index ``rounds_one_open`` backs "one unclosed round
@@ -136,7 +146,9 @@ class RoundStore:
         def work(conn: Connection) -> RoundRecord:
             record = load_metric(conn, metric, lock=True)
             rounds = _metric_rounds(conn, record.id)
-            start = level_from(record, rounds) if callable(level_from) else float(level_from)
+            start = level_from(record, rounds) if callable(level_from) else level_from
+            if not isinstance(start, tuple):
+                start = (float(start), None, None)
             _close_unclosed(conn, record.id, stamp)
             return _insert_round(conn, record, start, float(level_to), cohort_tuple, stamp, expires_at, sign)
 

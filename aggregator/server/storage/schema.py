@@ -9,7 +9,9 @@ Tables:
 
 * ``schema_version``: one row per applied migration.
 * ``metrics``: name, parameters (JSON), their digest.
-* ``rounds``: relaxation rounds with their signed announcement.
+* ``rounds``: relaxation rounds with their signed announcement; ``irr_p`` and
+  ``irr_q`` (schema version 5, nullable): the metric's IRR after the round, null
+  when the round keeps the metric's own IRR.
 * ``reports``: the raw reports, which are also the replay set
   (primary key ``(metric_id, report_id)``).
 * ``aggregates``: ``(metric, window, round, cohort) -> ones``, the counts of
@@ -46,18 +48,29 @@ metrics = sa.Table(
     sa.Column("updated_at", sa.BigInteger, nullable=False),
 )
 
+
+def _round_columns() -> list[sa.Column[object]]:
+    """The ``rounds`` columns of schema version 1 (the foreign key by column: the legacy metadata has no metrics)."""
+    return [
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("metric_id", sa.Integer, sa.ForeignKey(metrics.c.id), nullable=False, index=True),
+        sa.Column("level_from", sa.Float, nullable=False),
+        sa.Column("level_to", sa.Float, nullable=False),
+        sa.Column("cohorts", sa.Text, nullable=True),
+        sa.Column("opened_at", sa.BigInteger, nullable=False),
+        sa.Column("expires_at", sa.BigInteger, nullable=False),
+        sa.Column("closed_at", sa.BigInteger, nullable=True),
+        sa.Column("announcement", sa.Text, nullable=True),
+    ]
+
+
 rounds = sa.Table(
     "rounds",
     metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("metric_id", sa.Integer, sa.ForeignKey("metrics.id"), nullable=False, index=True),
-    sa.Column("level_from", sa.Float, nullable=False),
-    sa.Column("level_to", sa.Float, nullable=False),
-    sa.Column("cohorts", sa.Text, nullable=True),
-    sa.Column("opened_at", sa.BigInteger, nullable=False),
-    sa.Column("expires_at", sa.BigInteger, nullable=False),
-    sa.Column("closed_at", sa.BigInteger, nullable=True),
-    sa.Column("announcement", sa.Text, nullable=True),
+    *_round_columns(),
+    # Schema version 5: the IRR after the round (null: the metric's own); added by ALTER TABLE.
+    sa.Column("irr_p", sa.Float, nullable=True),
+    sa.Column("irr_q", sa.Float, nullable=True),
 )
 
 reports = sa.Table(
@@ -148,7 +161,9 @@ releases = sa.Table(
     sa.Column("updated_at", sa.BigInteger, nullable=False),
 )
 
-VERSION_1_TABLES = (metrics, rounds, reports, aggregates_v1, cohort_totals, tokens, releases)
+rounds_v1 = sa.Table("rounds", legacy_metadata, *_round_columns())
+
+VERSION_1_TABLES = (metrics, rounds_v1, reports, aggregates_v1, cohort_totals, tokens, releases)
 """What version 1 created, in an order that satisfies the foreign keys."""
 
 audit_log = sa.Table(
