@@ -217,26 +217,28 @@ def _window_cost(
         reports = _relaxed_reports(params, steps, levels, relaxed)
         if reports is None:
             return from_micro(chain), False
-        return from_micro(min(chain, reports)), True
+        return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), True)
     reports = sum(to_micro(step.guarantee(level).epsilon_per_report) for step, level in zip(steps, levels, strict=True))
     return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
 
 
 def _relaxed_reports(
     params: MetricParams, steps: Sequence[MetricParams], levels: Sequence[float], relaxed: Sequence[bool]
-) -> int | None:
-    """Micro-epsilons of the window's reports, exactly, or ``None`` where the exact law is out of reach."""
+) -> float | None:
+    """Micro-epsilons of the window's reports, exactly (``inf`` when unbounded), or ``None`` where the exact law is out of reach."""
     from protocol.irr_relaxation import report_chain_epsilon
 
     if len(levels) > MAX_EXACT_REPORT_CHAIN:
         return None
+    if len(_distinct(levels)) > 1 and not params.local_mechanism.chain_law_proven:
+        return None  # the memoized bits' law over several levels is a quadrature here, not a proven law
     randomizers = [step.randomizer(level) for step, level in zip(steps, levels, strict=True)]
     try:
         eps = report_chain_epsilon(randomizers, value_kind=params.value_kind,
                                    num_hashes=params.encoding.num_hashes, relaxed=list(relaxed))
     except ParameterError:  # a symmetric chain of more levels than its exact law covers
         return None
-    return -1 if math.isinf(eps) else to_micro(eps)
+    return math.inf if math.isinf(eps) else to_micro(eps)
 
 
 @dataclass(kw_only=True, slots=True)

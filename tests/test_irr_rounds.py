@@ -182,6 +182,12 @@ def test_the_window_charge_is_the_exact_report_chain(
     randomizers = [with_irr(params, irr).randomizer(level) for level, irr in zip(levels, irrs, strict=True)]
     chain = report_chain_epsilon(randomizers, value_kind=params.value_kind, relaxed=relaxed)
     longitudinal = sequence_bit_epsilon(params.mode, tuple(dict.fromkeys(levels)))[0]
+    if len(set(levels)) > 1 and not params.local_mechanism.chain_law_proven:
+        # the memoized bits' law over several symmetric levels is a quadrature, not a proven law: only the
+        # longitudinal bound (proven) is charged, marked not exact
+        assert (to_micro(spent), exact) == (to_micro(longitudinal), False)
+        assert spent >= exact_loss(params, levels, irrs, relaxed)
+        return
     assert exact
     assert to_micro(spent) == min(to_micro(chain), to_micro(longitudinal))  # the smaller valid bound
     assert spent >= exact_loss(params, levels, irrs, relaxed)  # never below what was sent
