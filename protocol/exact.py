@@ -282,9 +282,19 @@ def _bernoulli_pass_blocked(
     n = out.size
     u = rng.random_bytes(n)
     first = expansion.digits(0)
+    # The common case, a table per true bit: _select's d0 + choice * (d1 - d0) mod 256 into one buffer.
+    pair = choice if upper is None and first.size == 2 else None
+    low, step = first[0], np.uint8((int(first[-1]) - int(first[0])) % 256)
+    buffer = np.empty(min(n, _BLOCK), dtype=np.uint8)
     for start in range(0, n, _BLOCK):
         stop = min(start + _BLOCK, n)
-        cuts = _cuts(first, None if choice is None else choice[start:stop], None if upper is None else upper[start:stop])
+        cuts: npt.NDArray[np.uint8] | np.uint8
+        if pair is not None:
+            cuts = np.multiply(pair[start:stop], step, out=buffer[: stop - start])
+            cuts += low
+        else:
+            cuts = _cuts(first, None if choice is None else choice[start:stop],
+                         None if upper is None else upper[start:stop])
         np.less(u[start:stop], cuts, out=out[start:stop])
         np.equal(u[start:stop], cuts, out=tie[start:stop])
     padded = -(-n // 64) * 64

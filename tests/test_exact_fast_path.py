@@ -59,6 +59,7 @@ SUE = [1.0 / (math.exp(1.0) + 1.0), math.exp(1.0) / (math.exp(1.0) + 1.0)]  # ep
 CASES = [
     ([Fraction(1, 3)], 1, None, False),
     (SUE, 2, np.bool_, False),
+    ([0.25, Fraction(5, 7)], 2, np.uint8, False),
     ([0.0, 2.0**-9, 0.999], 3, np.uint8, False),
     ([math.exp(-1), 0.5 + 2.0**-40, Fraction(1, 3), 1.0], 4, np.uint8, False),
     ([0.1, 0.2, Fraction(2, 7), 0.4, 0.5], 5, np.uint8, False),  # a gather
@@ -103,7 +104,8 @@ def test_blocked_pass_equals_the_plain_pass(case: tuple, tie_prone: bool) -> Non
         assert 0 < blocked.mean() < 1
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[6], CASES[8]], ids=["bool", "uint8", "bool-upper", "uint8-upper"])
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[4], CASES[7], CASES[9]],
+                         ids=["bool", "uint8-of-2", "uint8-of-4", "bool-upper", "uint8-upper"])
 def test_choose_equals_plain_passes_chunk_by_chunk(case: tuple) -> None:
     # The public sampler over a full chunk (blocked) and a short last one (plain), a 2-D shape: the same
     # bits as the plain pass run on every chunk from the same stream.
