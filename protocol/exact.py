@@ -271,7 +271,7 @@ def _bernoulli_pass_blocked(
     out: BoolArray,
     tie: BoolArray,
 ) -> None:
-    """:func:`_bernoulli_pass` for a large chunk, the same bits from the same bytes, about 2x faster.
+    """:func:`_bernoulli_pass` for a large chunk: the same bits from the same bytes, fewer trips to memory.
 
     The same one request for the chunk's first bytes, then compared block by
     block (:data:`_BLOCK`: the cuts and both comparisons of a block stay in
@@ -349,7 +349,8 @@ def bernoulli_choose(
     expansion of ``p`` (exact: a double or any rational), ``[X < p]``: one byte
     per bit with probability 255/256, ``256/255`` on average. Irrational or
     non-dyadic ``p`` (a ratio of doubles) just has an infinite expansion, read
-    as far as a tie lasts. Works in chunks of :data:`BERNOULLI_CHUNK` elements.
+    as far as a tie lasts. Works in chunks of :data:`BERNOULLI_CHUNK` elements
+    (each compared in cache-sized blocks; the blocks do not change the bits).
 
     Args:
         rng: the source of bytes (:meth:`~protocol.rng.RandomSource.random_bytes`);
