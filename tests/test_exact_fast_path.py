@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,7 +57,8 @@ def _tie_prone(table: list[float | Fraction]) -> list[int]:
 SUE = [1.0 / (math.exp(1.0) + 1.0), math.exp(1.0) / (math.exp(1.0) + 1.0)]  # epsilon 2, as the benchmark
 
 # (table, number of choices indexed (1: no index), dtype of the choices, with upper=)
-CASES = [
+Case = tuple[list[Any], int, Any, bool]
+CASES: list[Case] = [
     ([Fraction(1, 3)], 1, None, False),
     (SUE, 2, np.bool_, False),
     ([0.25, Fraction(5, 7)], 2, np.uint8, False),
@@ -71,7 +73,7 @@ CASES = [
 ]
 
 
-def _inputs(case: tuple, n: int, seed: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _inputs(case: Case, n: int, seed: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     _, half, dtype, with_upper = case
     gen = np.random.default_rng(seed)
     choice = None if half == 1 else gen.integers(0, half, n).astype(dtype)
@@ -81,7 +83,7 @@ def _inputs(case: tuple, n: int, seed: int) -> tuple[np.ndarray | None, np.ndarr
 
 @pytest.mark.parametrize("tie_prone", [False, True], ids=["uniform-bytes", "tie-prone-bytes"])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-of-{len(c[0])}{'-upper' if c[3] else ''}" for c in CASES])
-def test_blocked_pass_equals_the_plain_pass(case: tuple, tie_prone: bool) -> None:
+def test_blocked_pass_equals_the_plain_pass(case: Case, tie_prone: bool) -> None:
     # A chunk of two full blocks and a partial one, its size not a multiple of 64; the tie buffer is larger
     # and full of stale True from an earlier chunk. Same bits, same requests, same bytes left in the stream.
     table = [exact_probability(p) for p in case[0]]
@@ -106,7 +108,7 @@ def test_blocked_pass_equals_the_plain_pass(case: tuple, tie_prone: bool) -> Non
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[4], CASES[7], CASES[9]],
                          ids=["bool", "uint8-of-2", "uint8-of-4", "bool-upper", "uint8-upper"])
-def test_choose_equals_plain_passes_chunk_by_chunk(case: tuple) -> None:
+def test_choose_equals_plain_passes_chunk_by_chunk(case: Case) -> None:
     # The public sampler over a full chunk (blocked) and a short last one (plain), a 2-D shape: the same
     # bits as the plain pass run on every chunk from the same stream.
     table = [exact_probability(p) for p in case[0]]
