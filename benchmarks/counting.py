@@ -13,13 +13,15 @@ Rows, each the best of ``--repeat`` runs:
   chunks of 10k users: plain NumPy (``random(float32)``, ``where``, ``sum(0)``)
   against ``Randomizer.simulate`` then ``from_reports``, seeded.
 
-Every onesided count is checked equal to NumPy's. Numbers go to benchmarks/RESULTS.md.
+Every onesided count is checked equal to NumPy's. The load average is printed before and
+after (the timings mean little on a busy machine). Numbers go to benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from collections.abc import Callable
 
@@ -100,6 +102,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    load_before = os.getloadavg()
     groups = [
         counting_rows(100_000, 1_000, 1, args.repeat),
         counting_rows(100_000, 1_000, 8, args.repeat),
@@ -112,6 +115,8 @@ def main() -> None:
         base = rows[0][1]
         for name, seconds in rows:
             print(f"| {name:82s} | {seconds:8.4f} | {base / seconds:7.2f}x |")
+    before, after = (" ".join(f"{x:.2f}" for x in load) for load in (load_before, os.getloadavg()))
+    print(f"load average (1, 5, 15 min): before {before}, after {after}")
 
 
 if __name__ == "__main__":

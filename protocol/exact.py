@@ -139,6 +139,9 @@ def _bernoulli_exp_unit(rng: RandomSource, num: IntArray, den: int) -> BoolArray
 BERNOULLI_CHUNK = 1 << 20
 """Elements per pass of :func:`bernoulli_choose`: memory stays flat whatever the size (part of the stream)."""
 
+_BLOCK = 1 << 17
+"""Elements per block of a chunk's first-byte comparison: a block's arrays stay in cache (not part of the stream)."""
+
 
 def exact_probability(p: float | Fraction) -> Fraction:
     """``p`` as the exact rational in ``[0, 1]`` that is sampled (a double is a dyadic rational).
@@ -161,6 +164,19 @@ def _expansion_digit(p: Fraction, depth: int) -> int:
 
 def _digits(probabilities: Sequence[Fraction], depth: int) -> npt.NDArray[np.uint8]:
     return np.array([_expansion_digit(p, depth) for p in probabilities], dtype=np.uint8)
+
+
+class _Expansion:
+    """The base-256 digits of a table of probabilities, by depth, each depth computed once per call."""
+
+    def __init__(self, probabilities: Sequence[Fraction]) -> None:
+        self.probabilities = probabilities
+        self._rows: list[npt.NDArray[np.uint8]] = []
+
+    def digits(self, depth: int) -> npt.NDArray[np.uint8]:
+        while len(self._rows) <= depth:
+            self._rows.append(_digits(self.probabilities, len(self._rows)))
+        return self._rows[depth]
 
 
 def _select(digits: npt.NDArray[np.uint8], choice: npt.NDArray[np.uint8] | None) -> npt.NDArray[np.uint8] | np.uint8:
@@ -190,13 +206,11 @@ def _select(digits: npt.NDArray[np.uint8], choice: npt.NDArray[np.uint8] | None)
 
 
 def _cuts(
-    probabilities: Sequence[Fraction],
-    depth: int,
+    digits: npt.NDArray[np.uint8],
     choice: npt.NDArray[np.uint8] | None,
     upper: npt.NDArray[np.uint8] | None,
 ) -> npt.NDArray[np.uint8] | np.uint8:
-    """Digit ``depth`` of each element's probability: ``probabilities[choice + upper * half]``."""
-    digits = _digits(probabilities, depth)
+    """Each element's digit of its probability, ``digits[choice + upper * half]`` (one depth's digits)."""
     if upper is None:
         return _select(digits, choice)
     half = digits.size // 2
@@ -232,7 +246,7 @@ def _cuts(
 
 def _bernoulli_pass(
     rng: RandomSource,
-    probabilities: Sequence[Fraction],
+    expansion: _Expansion,
     choice: npt.NDArray[np.uint8] | None,
     upper: npt.NDArray[np.uint8] | None,
     out: BoolArray,
@@ -243,15 +257,80 @@ def _bernoulli_pass(
     1/256); only the ties draw a next byte, and so on. Digits of ``p`` past a
     dyadic's end are 0, so a tie there never turns into a 1.
     """
-    depth = 0
     u = rng.random_bytes(out.size)
-    cuts = _cuts(probabilities, depth, choice, upper)
+    cuts = _cuts(expansion.digits(0), choice, upper)
     np.less(u, cuts, out=out)
-    tied = np.flatnonzero(u == cuts)
+    _resolve_ties(rng, expansion, choice, upper, out, np.flatnonzero(u == cuts))
+
+
+def _bernoulli_pass_blocked(
+    rng: RandomSource,
+    expansion: _Expansion,
+    choice: npt.NDArray[np.uint8] | None,
+    upper: npt.NDArray[np.uint8] | None,
+    out: BoolArray,
+    tie: BoolArray,
+) -> None:
+    """:func:`_bernoulli_pass` for a large chunk: the same bits from the same bytes, fewer trips to memory.
+
+    The same one request for the chunk's first bytes, then compared block by
+    block (:data:`_BLOCK`: the cuts and both comparisons of a block stay in
+    cache) with the ties marked in ``tie`` (a buffer of at least
+    ``out.size`` rounded up to 64) and found by :func:`_sparse_positions`:
+    the same tied elements in the same order, so the same later requests.
+    """
+    n = out.size
+    u = rng.random_bytes(n)
+    first = expansion.digits(0)
+    # The common case, a table per true bit: _select's d0 + choice * (d1 - d0) mod 256 into one buffer.
+    pair = choice if upper is None and first.size == 2 else None
+    low, step = first[0], np.uint8((int(first[-1]) - int(first[0])) % 256)
+    buffer = np.empty(min(n, _BLOCK), dtype=np.uint8)
+    for start in range(0, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        cuts: npt.NDArray[np.uint8] | np.uint8
+        if pair is not None:
+            cuts = np.multiply(pair[start:stop], step, out=buffer[: stop - start])
+            cuts += low
+        else:
+            cuts = _cuts(first, None if choice is None else choice[start:stop],
+                         None if upper is None else upper[start:stop])
+        np.less(u[start:stop], cuts, out=out[start:stop])
+        np.equal(u[start:stop], cuts, out=tie[start:stop])
+    padded = -(-n // 64) * 64
+    tie[n:padded] = False
+    _resolve_ties(rng, expansion, choice, upper, out, _sparse_positions(tie[:padded]))
+
+
+def _sparse_positions(mask: BoolArray) -> IntArray:
+    """``np.flatnonzero(mask)`` for a sparse mask (ties: 1/256) whose size is a multiple of 64.
+
+    Two coarser masks first, one flag per 8 and per 64 elements (uint64
+    views): only the 64-element groups holding a True are scanned, then
+    only their 8-element words (NumPy's nonzero costs per element scanned).
+    """
+    words = mask.view(np.uint64) != 0
+    groups = np.flatnonzero(words.view(np.uint64) != 0)
+    hits = np.flatnonzero(words.view(np.uint64)[groups].view(np.bool_))
+    word_index = groups[hits >> 3] * 8 + (hits & 7)
+    hits = np.flatnonzero(mask.view(np.uint64)[word_index].view(np.bool_))
+    return word_index[hits >> 3] * 8 + (hits & 7)
+
+
+def _resolve_ties(
+    rng: RandomSource,
+    expansion: _Expansion,
+    choice: npt.NDArray[np.uint8] | None,
+    upper: npt.NDArray[np.uint8] | None,
+    out: BoolArray,
+    tied: IntArray,
+) -> None:
+    """The elements ``tied`` (ascending) on their first byte read one byte each at the next depth, until none ties."""
+    depth = 0
     while tied.size:
         depth += 1
         u = rng.random_bytes(tied.size)
-        cuts = _cuts(probabilities, depth, None if choice is None else choice[tied],
+        cuts = _cuts(expansion.digits(depth), None if choice is None else choice[tied],
                      None if upper is None else upper[tied])
         out[tied] = u < cuts
         tied = tied[u == cuts]
@@ -270,7 +349,8 @@ def bernoulli_choose(
     expansion of ``p`` (exact: a double or any rational), ``[X < p]``: one byte
     per bit with probability 255/256, ``256/255`` on average. Irrational or
     non-dyadic ``p`` (a ratio of doubles) just has an infinite expansion, read
-    as far as a tie lasts. Works in chunks of :data:`BERNOULLI_CHUNK` elements.
+    as far as a tie lasts. Works in chunks of :data:`BERNOULLI_CHUNK` elements
+    (each compared in cache-sized blocks; the blocks do not change the bits).
 
     Args:
         rng: the source of bytes (:meth:`~protocol.rng.RandomSource.random_bytes`);
@@ -301,12 +381,18 @@ def bernoulli_choose(
     raw = np.ascontiguousarray(which).reshape(-1)
     flat = raw.view(np.uint8) if raw.dtype == np.bool_ else raw.astype(np.uint8, copy=False)
     out = np.empty(flat.size, dtype=bool)
+    expansion = _Expansion(probs)
+    tie = np.empty(-(-min(flat.size, BERNOULLI_CHUNK) // 64) * 64, dtype=bool)
     for start in range(0, flat.size, BERNOULLI_CHUNK):
         stop = min(start + BERNOULLI_CHUNK, flat.size)
         if unsigned and not in_range and int(raw[start:stop].max()) >= half:
             raise ParameterError("choice", f"must index the {half} probabilities")
         index = flat[start:stop] if half > 1 else None
-        _bernoulli_pass(source, probs, index, None if high is None else high[start:stop], out[start:stop])
+        upper_part = None if high is None else high[start:stop]
+        if stop - start >= _BLOCK:
+            _bernoulli_pass_blocked(source, expansion, index, upper_part, out[start:stop], tie)
+        else:
+            _bernoulli_pass(source, expansion, index, upper_part, out[start:stop])
     return out.reshape(which.shape)
 
 

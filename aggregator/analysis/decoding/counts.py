@@ -53,19 +53,17 @@ _BLOCK = _RUN * _RUNS_PER_CALL
 def _add_column_sums(rows: npt.NDArray[np.uint8], out: IntArray) -> None:
     """``out += rows.sum(0)`` for 0/1 ``uint8`` rows, without widening every element.
 
-    Runs of 255 rows are summed in ``uint8`` (exact: at most 255) and only
-    those partial sums, 1/255 of the data, are widened to ``int64``.
+    Runs of 255 rows are summed in ``uint8`` (exact: at most 255), up to 64
+    runs per NumPy call, and only those partial sums, 1/255 of the data, are
+    widened to ``int64``; the rows after the last whole run are one more sum.
     """
     n, m = rows.shape
-    start = 0
-    while start + _BLOCK <= n:
-        runs = rows[start : start + _BLOCK].reshape(_RUNS_PER_CALL, _RUN, m)
+    whole = n - n % _RUN
+    for start in range(0, whole, _BLOCK):
+        runs = rows[start : min(start + _BLOCK, whole)].reshape(-1, _RUN, m)
         out += np.add.reduce(runs, axis=1, dtype=np.uint8).sum(axis=0, dtype=np.int64)
-        start += _BLOCK
-    partial = np.empty(m, dtype=np.uint8)
-    for run in range(start, n, _RUN):
-        np.add.reduce(rows[run : run + _RUN], axis=0, dtype=np.uint8, out=partial)
-        out += partial
+    if whole < n:
+        out += np.add.reduce(rows[whole:], axis=0, dtype=np.uint8)
 
 
 def _as_count_array(name: str, value: Any, ndim: int) -> IntArray:
