@@ -602,3 +602,40 @@ def test_background_senders_ride_out_a_restart(tmp_path: Path) -> None:
     assert all(r.remaining == 0 and r.error is None for r in results)
     assert set(stored) == {rid for s in sessions for rid in s.accepted} and len(stored) == 16
     assert {type(e).__name__ for e in errors} <= {"TransportError"}
+
+
+RAPPOR_LEVEL = 2 * math.log(2)  # RAPPOR's f = 0.5
+BROWSERS = MetricParams(name="browsers", encoding=DirectEncoding(domain=("firefox", "chrome", "safari", "edge")),
+                        mode="symmetric", level=RAPPOR_LEVEL, irr_p=0.5, irr_q=0.75, time_precision=DAY,
+                        min_batch_size=20)
+
+
+@pytest.mark.xfail(strict=True, reason="a symmetric round relaxing level and IRR: the relaxed re-send is charged "
+                   "the longitudinal bound (2.036882), a fresh IRR would be charged 1.124931")
+def test_a_symmetric_round_relaxing_level_and_irr_charges_no_more_than_a_fresh_irr(tmp_path: Path) -> None:
+    """docs/irr-relaxation.md's own example (RAPPOR's IRR, the level doubled, IRR (0.5, 0.75) -> (0.25, 0.75)): the
+    client draws the re-send by the relaxed step, whose exact law the ledger does not compute for symmetric chains
+    of two levels, so the window is charged the longitudinal bound; a fresh IRR would be charged the composition."""
+    server, clock, token = _small_deployment(tmp_path)
+    server.storage.put_metric(BROWSERS)
+    pinned = server.app.extensions["onesided"].keys.sign_public_raw
+    client = Client("http://telemetry.test", tmp_path / "app.state", background=False, server_public_keys=b64e(pinned),
+                    session=AppSession(server), clock=clock, max_epsilon=10.0, rng=5, insecure_rng_for_testing=True)
+    try:
+        client.sync()
+        client.report("browsers", "firefox")
+        irr = (0.25, 0.75)
+        opened = server.app.test_client().post(
+            "/v1/metrics/browsers/rounds", json={"level_to": 2 * RAPPOR_LEVEL, "irr_p": irr[0], "irr_q": irr[1]},
+            headers=bearer(token))
+        assert opened.status_code == 201, opened.get_json()
+        client.sync()  # joins the round: the window's value re-sent
+        assert client.flush().delivered == 2
+        levels, irrs = [RAPPOR_LEVEL, 2 * RAPPOR_LEVEL], [None, irr]
+        relaxed, fresh = (window_cost(BROWSERS, levels, irrs, [flag])[0] for flag in (True, False))
+        assert client.ledger()["browsers"].spent in (relaxed, fresh)  # what it drew, charged as drawn
+        assert client.ledger()["browsers"].spent <= fresh
+    finally:
+        client.close()
+        server.stop()
+
