@@ -1,15 +1,16 @@
-"""Six months in the field, on simulated time, as an operator and an app developer live with it.
+"""Six months (and three weeks of a RAPPOR metric) in the field, on simulated time, as an operator and an app
+developer live with it.
 
 The operator bootstraps by the documented commands (``keys init``, ``token create``, ``metric create`` over HTTP),
 restarts the aggregator on the same SQLite data folder several times, rotates the sealing key (month 2) and the
 signing key, opens a relaxation round (month 3), backs up and loses the data folder (month 4) and restores it.
-Thirty real ``client_sdk.Client`` instances (the README's policy: 1.0 a day per metric, renewed daily; a first launch
-offline) report a daily set metric and a categorical metric every day, and a set metric with an instantaneous
-randomized response (IRR) whose IRR the operator relaxes by two rounds: an IRR-only round keeping the level (month 4,
-opened at noon between an app restart and an aggregator restart, with some apps offline and one app declining it)
-and a round relaxing the level and the IRR (month 5). The background sender's turns are driven by
-hand, one in the evening of each simulated day (the sender's thread runs the same function), so the run is
-deterministic.
+Thirty real ``client_sdk.Client`` instances (the README's policy: 1.0 a day per metric, renewed daily, 2.0 for the
+IRR metric; a first launch offline) report a daily set metric and a categorical metric every day, and a set metric
+with an instantaneous randomized response (IRR) whose IRR the operator relaxes by two rounds: an IRR-only round
+keeping the level (month 4, opened at noon between an app restart and an aggregator restart, with some apps offline
+and one app declining it) and a round relaxing the level and the IRR (month 5). The background sender's turns are
+driven by hand, one in the evening of each simulated day (the sender's thread runs the same function), so the run
+is deterministic. A shorter run takes a symmetric (RAPPOR) metric through the same two kinds of IRR round.
 """
 
 from __future__ import annotations
@@ -324,13 +325,15 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     # the rounds' estimates agree with the truth within their stated error bars
     truth = {v: sum(v in places_of(i, ROUND_OPEN) for i in range(CLIENTS)) for v in PLACES_DOMAIN}
-    _check_estimates(estimates, truth, level=1.5, reports=CLIENTS)
+    _check_estimates(estimates, truth, level=1.5, reports=CLIENTS, max_std_error=CLIENTS / 4)
     members = [i for i in range(CLIENTS) if i not in LATE and i != DECLINES]  # the IRR round's re-senders
     truth = {v: sum(v in apps_of(i, IRR_ROUND) for i in members) for v in APPS_DOMAIN}
-    _check_estimates(apps_estimates[irr_round], truth, level=APPS_LEVEL, reports=len(members))
+    _check_estimates(apps_estimates[irr_round], truth, level=APPS_LEVEL, reports=len(members),
+                     max_std_error=len(members) / 3)
     members = [i for i in range(CLIENTS) if i != DECLINES]
     truth = {v: sum(v in apps_of(i, LEVEL_ROUND) for i in members) for v in APPS_DOMAIN}
-    _check_estimates(apps_estimates[level_round], truth, level=LEVEL_TO, reports=len(members))
+    _check_estimates(apps_estimates[level_round], truth, level=LEVEL_TO, reports=len(members),
+                     max_std_error=len(members) / 3)
 
     # the audit log holds every operator action; no log line carries a traceback; no answer was a 5xx but the outage
     _check_audit(audit)
@@ -360,19 +363,20 @@ def _stored_reports(data: Path, server: Aggregator) -> dict[str, tuple[str, int,
     return {text(bytes(r.report_id)): (names[r.metric_id], int(r.window_start), int(r.round_id)) for r in rows}
 
 
-def _check_estimates(estimates: Any, truth: dict[str, int], *, level: float, reports: int) -> None:
-    """Each candidate's estimate within 3 of its standard errors of the truth.
+def _check_estimates(estimates: Any, truth: dict[str, int], *, level: float, reports: int,
+                     max_std_error: float) -> None:
+    """Each candidate's estimate within 3 of its standard errors (each below ``max_std_error``) of the truth.
 
     False-failure rate: at most 0.27% per candidate (normal approximation), so over the three rounds' 4 + 5 + 5
-    candidates at most 14 x 0.27% = 3.8% (union bound) over seeds; the seeds here are fixed, so the run is
-    deterministic.
+    candidates of the six months at most 14 x 0.27% = 3.8% (union bound) over seeds, over the RAPPOR metric's
+    2 x 4 candidates at most 2.2%; the seeds here are fixed, so the runs are deterministic.
     """
     assert (estimates["level"], estimates["reports"]) == (level, reports)
     rows = {row["candidate"]: row for row in estimates["rows"]}
     assert set(rows) == set(truth)
     for value, count in truth.items():
         row = rows[value]
-        assert 0 < row["std_error"] < reports / 3, row
+        assert 0 < row["std_error"] < max_std_error, row
         assert abs(row["estimate"] - count) <= 3 * row["std_error"], (value, count, row)
 
 
@@ -641,3 +645,147 @@ def test_a_symmetric_round_relaxing_level_and_irr_charges_no_more_than_a_fresh_i
         client.close()
         server.stop()
 
+
+
+BROWSERS_DOMAIN = ("firefox", "chrome", "safari", "edge")
+R_DAYS, R_IRR_ROUND, R_LATE_BACK, R_LEVEL_ROUND = 21, 5, 7, 12
+R_IRR_TO, R_LEVEL_IRR_TO = (0.25, 0.75), (0.1, 0.9)
+
+
+def browser_of(client: int, day: int) -> str:
+    """A client's browser that day (it changes now and then): the RAPPOR metric's truth."""
+    return BROWSERS_DOMAIN[(client + (day // 4) * (client % 2)) % 4]
+
+
+def test_three_weeks_of_a_rappor_metric_through_irr_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """The symmetric mode: RAPPOR's f = 0.5 level and IRR ``(0.5, 0.75)``, reported daily by the 30 apps (a set of
+    one browser). An IRR-only round to ``(0.25, 0.75)`` opens at noon of day 5 between an app restart and a server
+    restart, with the late apps offline until day 7 and one app declining; a round doubling the level with IRR
+    ``(0.1, 0.9)`` opens on day 12. Each window is charged as its reports were drawn (the IRR-only round's re-sends
+    by the relaxed step from the kept bits; the second round's by whichever of the relaxed step and a fresh IRR is
+    charged less), the estimates are within their error bars, every report is counted once."""
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    clock = Clock(T0 + 8 * 3600.0)
+    data = tmp_path / "srv"
+    monkeypatch.setattr(keys_command, "time", simulated_time(clock))
+    assert operator("keys", "init", "--data-dir", str(data))[0] == 0
+    code, token, _ = operator("token", "create", "--role", "admin", "--name", "ops", "--data-dir", str(data))
+    monkeypatch.setenv("ONESIDED_TOKEN", token.strip())
+    server = Aggregator(data, clock)
+    server.start()
+    pinned = b64e(server.app.extensions["onesided"].keys.sign_public_raw)
+    sessions = [AppSession(server) for _ in range(CLIENTS)]
+    errors: list[tuple[int, str]] = []
+
+    def launch(i: int) -> Client:
+        return Client("http://telemetry.test", tmp_path / "apps" / f"{i}.state", background=False,
+                      server_public_keys=pinned, session=sessions[i], clock=clock, max_epsilon=2.0,
+                      budget_period="day", retry=RetryPolicy(max_attempts=1), rng=2000 + i,
+                      insecure_rng_for_testing=True, on_error=lambda e: errors.append((i, type(e).__name__)),
+                      accept_round=(lambda a: False) if i == DECLINES else None)
+
+    spent: dict[int, list[float]] = {}
+    estimates: dict[int, Any] = {}
+    with http_front(server) as url:
+        monkeypatch.setenv("ONESIDED_SERVER", url)
+        code, out, err = operator("metric", "create", "--name", "browsers", "--encoding", "direct", "--domain",
+                                  ",".join(BROWSERS_DOMAIN), "--mode", "symmetric", "--level", repr(RAPPOR_LEVEL),
+                                  "--irr-p", "0.5", "--irr-q", "0.75", "--time-precision", str(DAY),
+                                  "--min-batch-size", "20", "--json")
+        assert code == 0, err
+        params = MetricParams.from_dict(json.loads(out)["params"])
+        clients = [launch(i) for i in range(CLIENTS)]
+        rounds: dict[str, int] = {}
+        for day in range(R_DAYS):
+            clock.now = T0 + day * DAY + 8 * 3600.0
+            if day == R_LATE_BACK:
+                for i in LATE:
+                    sessions[i].offline = False
+            if day == R_LEVEL_ROUND:
+                code, out, err = operator("round", "open", "browsers", "--level-to", repr(2 * RAPPOR_LEVEL),
+                                          "--irr-p", str(R_LEVEL_IRR_TO[0]), "--irr-q", str(R_LEVEL_IRR_TO[1]),
+                                          "--json")
+                assert code == 0, err
+                rounds["level"] = json.loads(out)["id"]
+            for i, client in enumerate(clients):
+                client.report("browsers", {browser_of(i, day)})
+            if day == R_IRR_ROUND:  # noon: the late apps go offline, every app restarts, the round, a restart
+                clock.now = T0 + day * DAY + 12 * 3600.0
+                for i in LATE:
+                    sessions[i].offline = True
+                for i, client in enumerate(clients):
+                    client.close()
+                    clients[i] = launch(i)
+                code, out, err = operator("round", "open", "browsers", "--level-to", repr(RAPPOR_LEVEL), "--irr-p",
+                                          str(R_IRR_TO[0]), "--irr-q", str(R_IRR_TO[1]), "--json")
+                assert code == 0, err
+                rounds["irr"] = json.loads(out)["id"]
+                server.restart()
+            clock.now = T0 + day * DAY + 20 * 3600.0
+            for client in clients:
+                client._background.tick()
+            spent[day] = [c.ledger()["browsers"].spent_this_period for c in clients]  # type: ignore[misc]
+        results = [client.close() for client in clients]
+        for name, day in (("irr", R_IRR_ROUND), ("level", R_LEVEL_ROUND)):
+            code, out, err = operator("estimates", "browsers", "--round", str(rounds[name]), "--window",
+                                      str(T0 + day * DAY), "--json")
+            assert code == 0, err
+            estimates[day] = json.loads(out)
+    server.stop()
+
+    assert all(r.remaining == 0 and r.error is None for r in results)
+    assert {kind for _, kind in errors} <= {"TransportError"} and {i for i, _ in errors} <= set(LATE)
+    # every report counted once: what the apps were told is stored, as sent
+    told = {rid: where for s in sessions for rid, where in s.accepted.items()}
+    assert _stored_reports(data, server) == told
+    # the windows' charges, day by day (the budget renews daily: the day's charge is its window's)
+    irr_a, irr_b, level_b = R_IRR_TO, R_LEVEL_IRR_TO, 2 * RAPPOR_LEVEL
+    base = window_cost(params, [RAPPOR_LEVEL])[0]
+    one_a, one_b = window_cost(params, [RAPPOR_LEVEL], [irr_a])[0], window_cost(params, [level_b], [irr_b])[0]
+    chain_a = ([RAPPOR_LEVEL] * 2, [None, irr_a])
+    chain_b = ([RAPPOR_LEVEL, level_b], [irr_a, irr_b])
+    relaxed_a, fresh_a = (window_cost(params, *chain_a, [flag])[0] for flag in (True, False))
+    relaxed_b, fresh_b = (window_cost(params, *chain_b, [flag])[0] for flag in (True, False))
+    assert relaxed_a < fresh_a  # the IRR-only round: the relaxed step from the kept bits is the cheaper
+    charged_b = min(relaxed_b, fresh_b)  # the level round: whichever draw is charged less
+    late = set(LATE)
+    for day in range(R_DAYS):
+        for i in range(CLIENTS):
+            if i == DECLINES or day < R_IRR_ROUND or (i in late and day < R_LATE_BACK):
+                wanted = base
+            elif day == (R_LATE_BACK if i in late else R_IRR_ROUND):
+                wanted = relaxed_a
+            elif day < R_LEVEL_ROUND:
+                wanted = one_a
+            else:
+                wanted = charged_b if day == R_LEVEL_ROUND else one_b
+            assert spent[day][i] == wanted, (day, i, spent[day][i], wanted)
+    for i, client in enumerate(clients):  # the declining app refused both rounds, and only it refused anything
+        refused = [(e.kind, e.detail) for e in client.ledger().events if e.kind in ("refused", "round_refused")]
+        assert refused == ([("round_refused", f"round {r}: declined by the app") for r in (rounds["irr"],
+                           rounds["level"])] if i == DECLINES else []), (i, refused)
+    # what was sent: one report per app and window, and one re-send per round joined, in the round's windows
+    per_window: dict[tuple[int, int], int] = defaultdict(int)
+    for _, window, rnd in told.values():
+        per_window[((window - T0) // DAY, rnd)] += 1
+    a, b = rounds["irr"], rounds["level"]
+    joined, n_late = CLIENTS - len(LATE) - 1, len(LATE)
+    assert per_window == {
+        **{(d, 0): CLIENTS for d in range(R_IRR_ROUND + 1)},
+        **{(d, 0): n_late + 1 for d in range(R_IRR_ROUND + 1, R_LATE_BACK + 1)},
+        **{(d, 0): 1 for d in range(R_LATE_BACK + 1, R_DAYS)},
+        (R_IRR_ROUND, a): joined, (R_IRR_ROUND + 1, a): joined,
+        **{(d, a): joined + n_late for d in range(R_LATE_BACK, R_LEVEL_ROUND + 1)},
+        **{(d, b): joined + n_late for d in range(R_LEVEL_ROUND, R_DAYS)},
+    }
+    # the estimates of the rounds' windows, decoded with the rounds' IRR, within their error bars
+    for day, members in ((R_IRR_ROUND, [i for i in range(CLIENTS) if i not in late and i != DECLINES]),
+                         (R_LEVEL_ROUND, [i for i in range(CLIENTS) if i != DECLINES])):
+        truth = {v: sum(browser_of(i, day) == v for i in members) for v in BROWSERS_DOMAIN}
+        level = RAPPOR_LEVEL if day == R_IRR_ROUND else level_b
+        # RAPPOR's noise on 25-29 reports: a standard error near 10 at the first level
+        _check_estimates(estimates[day], truth, level=level, reports=len(members), max_std_error=len(members) / 2)
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not [s for s in server.statuses if s[2] >= 500]
