@@ -259,6 +259,13 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                       "--json")
             assert code == 0, err
             apps_estimates[rnd] = json.loads(out)
+        round_reports = {}  # what `round status` counts for each round of the IRR metric (all its windows)
+        for rnd in (irr_round, level_round):
+            code, out, err = operator("round", "status", str(rnd), "--json")
+            assert code == 0, err
+            shown = json.loads(out)
+            assert (shown["metric"], shown["open"]) == ("apps", False)
+            round_reports[rnd] = (shown["level_to"], shown["irr_p"], shown["irr_q"], shown["reports"])
         code, out, err = operator("audit-log", "--data-dir", str(data), "--json", "--limit", "1000")
         assert code == 0, err
         audit = json.loads(out)
@@ -276,6 +283,8 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert lost and len(lost) == 3 * CLIENTS * (LOSS - BACKUP)  # the documented loss: days 110-114's reports
     assert set(stored) == set(told) - lost
     assert all(stored[rid] == told[rid] for rid in stored)  # metric, window and round as sent
+    for rnd, level_irr in ((irr_round, (APPS_LEVEL, None, IRR_Q_TO)), (level_round, (LEVEL_TO, None, LEVEL_IRR_Q_TO))):
+        assert round_reports[rnd] == (*level_irr, sum(where[2] == rnd for where in stored.values())), rnd
     # one report per client, metric and window, and each round member's re-send: none lost, none twice
     per_window: dict[tuple[str, int, int], int] = defaultdict(int)
     for metric, window, rnd in told.values():
@@ -414,6 +423,7 @@ def _check_audit(audit: list[dict[str, Any]]) -> None:
         *[("ops", "admin", "GET /v1/metrics/<name>/estimates",
            f"/v1/metrics/apps/estimates?window={T0 + day * DAY}&round={rnd}", 200)
           for rnd, day in ((2, IRR_ROUND), (3, LEVEL_ROUND))],
+        *[("ops", "admin", "GET /v1/rounds/<id:round_id>", f"/v1/rounds/{rnd}", 200) for rnd in (2, 3)],
     ], seen
     assert seen[0][0].startswith("cli:")
     assert [e["detail"]["name"] for e in audit[1:4]] == ["places", "os", "apps"]
