@@ -156,7 +156,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         for client in clients:
             client._background.first()  # the sender's first turn: the first sync fails, nothing raises
         waited = 0
-        keys = (pinned,)
+        keys: tuple[bytes, ...] = (pinned,)
         irr_round = level_round = 0  # the IRR metric's rounds, once opened
         apps_spent: dict[int, list[float]] = {}  # day -> each app's charge of the IRR metric that day, at evening
         round_window = T0 + ROUND_OPEN * DAY
