@@ -99,7 +99,9 @@ def test_a_round_relaxing_level_and_irr_decodes_within_its_error_bars(tmp_path: 
             entry = client.ledger()["apps"]
             assert entry.levels == (PARAMS.level, LEVEL_TO) and entry.irrs == (None, IRR_TO)
             chain = [PARAMS.randomizer(), with_irr(PARAMS, IRR_TO).randomizer(LEVEL_TO)]
-            drawn = client._state.metrics["apps"].current.relaxed == [1]  # relaxed unless a fresh IRR costs less
+            current = client._state.metrics["apps"].current
+            assert current is not None
+            drawn = current.relaxed == [1]  # relaxed unless a fresh IRR costs less
             charged = window_cost(PARAMS, [PARAMS.level, LEVEL_TO], [None, IRR_TO], [drawn])[0]
             assert charged == min(window_cost(PARAMS, [PARAMS.level, LEVEL_TO], [None, IRR_TO], [f])[0]
                                   for f in (True, False))
