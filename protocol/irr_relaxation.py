@@ -55,6 +55,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -69,7 +70,7 @@ from .laplace_chain_rigorous import (
     enclosed_log,
     enclosed_pattern_probabilities,
 )
-from .local import local_mechanism
+from .local import LocalMechanism, local_mechanism
 from .randomizers import Randomizer
 from .rng import RandomSource
 
@@ -329,7 +330,7 @@ def _sum_rows(x: _Pair) -> _Pair:
     return lo[0], hi[0]
 
 
-def _enclosed_memo_law(mechanism: object, levels: tuple[float, ...]) -> tuple[list[tuple[int, ...]], _Pair] | None:
+def _enclosed_memo_law(mechanism: LocalMechanism, levels: tuple[float, ...]) -> tuple[list[tuple[int, ...]], _Pair] | None:
     """The memoized bits' patterns at ``levels`` and ``P(pattern | b)`` as intervals (shape ``(2, patterns)``).
 
     Two-sided (Laplace) noise: the closed forms of
@@ -337,13 +338,13 @@ def _enclosed_memo_law(mechanism: object, levels: tuple[float, ...]) -> tuple[li
     noise: a true 1 stays 1; a 0 reads ``j`` ones then zeros with probability
     ``e^{-L_j/2} - e^{-L_{j+1}/2}``, the exponentials enclosed. ``None``: no bound in doubles.
     """
-    if getattr(mechanism, "two_sided", False):
+    if mechanism.two_sided:
         probs = enclosed_pattern_probabilities(levels)
         if probs is None:
             return None
         patterns = list(probs)
         weights = [[probs[m] for m in patterns], [probs[tuple(1 - v for v in m)] for m in patterns]]
-    elif getattr(mechanism, "one_sided", False):
+    elif mechanism.one_sided:
         if any(Fraction(-lv / 2.0) != -Fraction(lv) / 2 for lv in levels):
             return None
         ones = [enclosed_exp(-lv / 2.0) for lv in levels] + [(0.0, 0.0)]
@@ -425,17 +426,18 @@ def _enclosed_log_ratio(num: _Pair, den: _Pair) -> tuple[float, float]:
     return enclosed_log(max(1.0, float(low.max())), max(1.0, float(high.max())))
 
 
-def _chain_bound(mechanism: object, up: float, down: float, value_kind: str, num_hashes: int, upward: bool) -> float:
+def _chain_bound(mechanism: LocalMechanism, up: float, down: float, value_kind: str, num_hashes: int, upward: bool) -> float:
     """The mechanism's ``chain_epsilon`` of two doubles in exact arithmetic, rounded to a double on one side.
 
     The mechanisms combine ``up`` and ``down`` as ``k up``, ``k max(up, down)`` or ``k (up + down)``: a
     finite result at an infinite argument does not use that argument.
     """
-    combine = mechanism.chain_epsilon  # type: ignore[attr-defined]
+    combine = mechanism.chain_epsilon
     if math.isinf(combine(up, down, value_kind, num_hashes)):
         return math.inf
-    exact = combine(*(Fraction(v) if math.isfinite(v) else Fraction(0) for v in (up, down)), value_kind, num_hashes)
-    value = enclosed_fraction(Fraction(exact))
+    # Fractions through the float signature: the three forms are exact in rationals
+    ends: list[Any] = [Fraction(v) if math.isfinite(v) else Fraction(0) for v in (up, down)]
+    value = enclosed_fraction(Fraction(combine(ends[0], ends[1], value_kind, num_hashes)))
     return value[1] if upward else value[0]
 
 

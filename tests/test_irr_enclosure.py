@@ -258,10 +258,10 @@ def test_the_ledger_charges_the_enclosure_on_random_chains() -> None:
         params = BIT_SYM if chain[0].mode == "symmetric" else BIT_ASYM
         levels = [r.level for r in chain]
         irrs = [(r.irr_p, r.irr_q) for r in chain]
-        spent, exact = window_cost(params, levels, irrs, flags)
-        charge = enclosed_report_chain_charge(chain, relaxed=flags)[0] if any(flags) else math.inf
         if not any(flags):
             continue  # the fresh-IRR composition, tested elsewhere
+        spent, exact = window_cost(params, levels, irrs, flags)
+        charge = enclosed_report_chain_charge(chain, relaxed=flags)[0]
         longitudinal = sequence_bit_epsilon(params.mode, tuple(dict.fromkeys(levels)))[0]
         assert spent >= 0 and exact
         assert to_micro(spent) == min(to_micro(charge), to_micro(longitudinal))
