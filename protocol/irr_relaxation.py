@@ -36,8 +36,11 @@ value changed starts a fresh IRR at the new level (its old report says
 nothing of the new ``B``). Everything a client sends is still a function of
 its memoized bits and of randomness independent of ``b``, so the
 longitudinal bound of the permanent chain holds whatever the IRR does;
-:func:`report_chain_law` gives the exact law of one report per round for
-both rounds relaxed, and :func:`report_chain_epsilon` its epsilon.
+:func:`report_chain_law` gives the law of one report per round for
+both rounds relaxed, and :func:`report_chain_epsilon` its epsilon, in
+rationals and floats (research and tests); :func:`enclosed_report_chain_epsilon`
+encloses that epsilon in outward-rounded double intervals from the closed
+forms, and :func:`enclosed_report_chain_charge` is what a client charges.
 
 What it gives up: consecutive reports agree more often than independent
 IRRs would (the point of a fresh IRR is also to keep reports from being
@@ -291,6 +294,9 @@ def report_chain_epsilon(
     :func:`~protocol.accounting.report_epsilon`: asymmetric ``k up`` (the
     protected direction), symmetric set ``k max(up, down)``, categorical
     ``k (up + down)``. Infinite when a sequence is possible under one bit only.
+    A float evaluation (``math.log`` of rationals; the symmetric law over several
+    levels is quadrature-based): a sanity value, not a proven charge
+    (:func:`enclosed_report_chain_charge` is).
     """
     law = report_chain_law(randomizers, relaxed=relaxed)
 
@@ -471,6 +477,11 @@ def enclosed_report_chain_epsilon(
     ``(0, inf)`` when doubles give no bound (levels within a few doubles of each other); ``inf`` at
     both ends when a sequence is possible under one bit only (in a direction the mode protects).
     Cached: a client asks for the same chain on every report of a window.
+
+    >>> kept = [Randomizer(mode="symmetric", level=2 * math.log(2), irr_p=p, irr_q=0.75) for p in (0.5, 0.25)]
+    >>> lo, hi = enclosed_report_chain_epsilon(kept)  # relaxed at one level: one report at (0.25, 0.75)
+    >>> round_up(hi), hi - lo < 1e-12
+    (0.510826, True)
 
     Raises:
         ParameterError: as :func:`report_chain_law` (fields ``randomizers``, ``mode``, ``levels``,
