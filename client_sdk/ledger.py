@@ -234,11 +234,12 @@ def _relaxed_reports(
     (:func:`~protocol.irr_relaxation.enclosed_report_chain_charge`), exact
     when the enclosure is narrower than 1e-9. ``None`` (the caller then
     charges the longitudinal bound, not exact) past
-    :data:`MAX_EXACT_REPORT_CHAIN` reports, past
+    :data:`MAX_EXACT_REPORT_CHAIN` reports or
     :data:`~protocol.laplace_chain_rigorous.MAX_ENCLOSED_LAPLACE_LEVELS`
-    distinct symmetric levels, and for an unbounded enclosure (the reports
-    are a post-processing of the memoized bits, so that is a failure to
-    bound them, never a real infinity) or any value that is not a finite
+    distinct levels (the symmetric enclosure's limit), for a chain the
+    report law refuses, and for an unbounded enclosure (the reports are a
+    post-processing of the memoized bits, so that is a failure to bound
+    them, never a real infinity) or any value that is not a finite
     nonnegative number: never a negative or NaN charge.
     """
     from protocol.irr_relaxation import enclosed_report_chain_charge
@@ -247,8 +248,11 @@ def _relaxed_reports(
     if len(levels) > MAX_EXACT_REPORT_CHAIN or len(_distinct(levels)) > MAX_ENCLOSED_LAPLACE_LEVELS:
         return None
     randomizers = [step.randomizer(level) for step, level in zip(steps, levels, strict=True)]
-    eps, exact = enclosed_report_chain_charge(randomizers, value_kind=params.value_kind,
-                                              num_hashes=params.encoding.num_hashes, relaxed=list(relaxed))
+    try:
+        eps, exact = enclosed_report_chain_charge(randomizers, value_kind=params.value_kind,
+                                                  num_hashes=params.encoding.num_hashes, relaxed=list(relaxed))
+    except ParameterError:  # a chain the law does not cover (e.g. a step kept from an older state)
+        return None
     if not 0.0 <= eps < math.inf:
         return None
     return to_micro(eps), exact

@@ -309,3 +309,20 @@ def test_the_interval_steps_round_outward_and_keep_exact_zeros() -> None:
         assert Fraction(slo[j]) <= exact <= Fraction(shi[j]) and slo[j] < shi[j]
     zeros = _sum_rows((np.zeros((3, 2)), np.zeros((3, 2))))
     assert zeros[1].tolist() == [0.0, 0.0]
+
+
+def test_a_chain_the_report_law_refuses_is_charged_the_longitudinal_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client never raises from its accounting: a refused chain falls back to the proven longitudinal bound."""
+    import protocol.irr_relaxation as irr_relaxation
+
+    def refuse(*args: Any, **kwargs: Any) -> tuple[float, bool]:
+        raise ParameterError("irr", "not a relaxation")
+
+    ledger._window_cost.cache_clear()
+    monkeypatch.setattr(irr_relaxation, "enclosed_report_chain_charge", refuse)
+    try:
+        params, levels, irrs, relaxed = CHAINS[2]
+        spent, exact = window_cost(params, levels, irrs, relaxed)
+        assert spent == sequence_bit_epsilon(params.mode, tuple(dict.fromkeys(levels)))[0] and not exact
+    finally:
+        ledger._window_cost.cache_clear()
