@@ -41,7 +41,6 @@ class AsymmetricMechanism(StatesNeighbours):
     one_sided: ClassVar[bool] = True
     relaxable: ClassVar[bool] = True
     irr_relaxable: ClassVar[bool] = True
-    chain_law_proven: ClassVar[bool] = True
     neighbours: ClassVar[tuple[NeighbourRelation, ...]] = (
         NeighbourRelation("asymmetric", "set", "one member removed from the set (S' subset of S)", 1, True),
         NeighbourRelation("asymmetric", "categorical",

@@ -45,9 +45,6 @@ class LocalMechanism(Protocol):
             the 1 -> 0 direction is protected.
         relaxable: a round may raise the level (lazy relaxation of the memoized noise).
         irr_relaxable: the IRR may be relaxed between rounds (:mod:`protocol.irr_relaxation`).
-        chain_law_proven: :meth:`permanent_chain_law` is the exact law of the memoized bits over
-            several levels (a closed form), so a privacy charge may be computed from it; ``False``
-            where it is a numerical approximation (the symmetric Laplace chain's quadrature).
         neighbours: the neighbour relation of each value kind, one sentence each.
     """
 
@@ -57,7 +54,6 @@ class LocalMechanism(Protocol):
     one_sided: ClassVar[bool]
     relaxable: ClassVar[bool]
     irr_relaxable: ClassVar[bool]
-    chain_law_proven: ClassVar[bool]
     neighbours: ClassVar[tuple[NeighbourRelation, ...]]
 
     def neighbour(self, value_kind: str) -> NeighbourRelation: ...

@@ -47,7 +47,6 @@ class SymmetricMechanism(StatesNeighbours):
     one_sided: ClassVar[bool] = False
     relaxable: ClassVar[bool] = True
     irr_relaxable: ClassVar[bool] = True
-    chain_law_proven: ClassVar[bool] = False
     neighbours: ClassVar[tuple[NeighbourRelation, ...]] = (
         NeighbourRelation("symmetric", "set", "one member added to or removed from the set", 1, False),
         NeighbourRelation("symmetric", "categorical", "the value replaced by another value", 2, False),

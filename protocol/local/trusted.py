@@ -34,7 +34,6 @@ class TrustedMechanism(StatesNeighbours):
     one_sided: ClassVar[bool] = False
     relaxable: ClassVar[bool] = False
     irr_relaxable: ClassVar[bool] = False
-    chain_law_proven: ClassVar[bool] = True
     neighbours: ClassVar[tuple[NeighbourRelation, ...]] = (
         NeighbourRelation("trusted", "set", "one member added to or removed from the set", 1, False),
         NeighbourRelation("trusted", "categorical", "the value replaced by another value", 2, False),
