@@ -68,10 +68,8 @@ from .errors import ParameterError
 from .exact import bernoulli_choose
 from .laplace_chain_rigorous import (
     EXACT_WIDTH,
-    enclosed_exp,
     enclosed_fraction,
     enclosed_log,
-    enclosed_pattern_probabilities,
 )
 from .local import LocalMechanism, local_mechanism
 from .randomizers import Randomizer
@@ -339,28 +337,13 @@ def _sum_rows(x: _Pair) -> _Pair:
 def _enclosed_memo_law(mechanism: LocalMechanism, levels: tuple[float, ...]) -> tuple[list[tuple[int, ...]], _Pair] | None:
     """The memoized bits' patterns at ``levels`` and ``P(pattern | b)`` as intervals (shape ``(2, patterns)``).
 
-    Two-sided (Laplace) noise: the closed forms of
-    :func:`~protocol.laplace_chain_rigorous.enclosed_pattern_probabilities`. One-sided (exponential)
-    noise: a true 1 stays 1; a 0 reads ``j`` ones then zeros with probability
-    ``e^{-L_j/2} - e^{-L_{j+1}/2}``, the exponentials enclosed. ``None``: no bound in doubles.
+    The mechanism's :meth:`~protocol.local.LocalMechanism.enclosed_chain_law` (closed forms, enclosed);
+    ``None``: no bound in doubles.
     """
-    if mechanism.two_sided:
-        probs = enclosed_pattern_probabilities(levels)
-        if probs is None:
-            return None
-        patterns = list(probs)
-        weights = [[probs[m] for m in patterns], [probs[tuple(1 - v for v in m)] for m in patterns]]
-    elif mechanism.one_sided:
-        if any(Fraction(-lv / 2.0) != -Fraction(lv) / 2 for lv in levels):
-            return None
-        ones = [enclosed_exp(-lv / 2.0) for lv in levels] + [(0.0, 0.0)]
-        n = len(levels)
-        patterns = [tuple(int(i < j) for i in range(n)) for j in range(n + 1)]
-        above = [(1.0, 1.0), *ones[:-1]]  # P(at least j ones | 0), j = 0..n
-        zero = [(max(_down(a[0] - b[1]), 0.0), _up(a[1] - b[0])) for a, b in zip(above, ones, strict=True)]
-        weights = [zero, [(0.0, 0.0)] * n + [(1.0, 1.0)]]
-    else:  # pragma: no cover - only the randomizing modes have an IRR (irr_level refuses the others)
-        raise ParameterError("mode", "has no memoized noise to enclose")
+    law = mechanism.enclosed_chain_law(levels)
+    if law is None:
+        return None
+    patterns, weights = law
     return patterns, (np.array([[w[0] for w in row] for row in weights]),
                       np.array([[w[1] for w in row] for row in weights]))
 

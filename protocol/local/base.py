@@ -21,7 +21,7 @@ import numpy.typing as npt
 from ..errors import ParameterError
 from ..rng import FloatArray, RandomSource
 from .asymmetric import AsymmetricMechanism
-from .common import BoolArray, ChainLaw, Mask, NeighbourRelation, ValueKind
+from .common import BoolArray, ChainLaw, EnclosedChainLaw, Mask, NeighbourRelation, ValueKind
 from .symmetric import SymmetricMechanism
 from .trusted import TrustedMechanism
 
@@ -101,6 +101,8 @@ class LocalMechanism(Protocol):
     def check_sequence_privacy(self, levels: tuple[float, ...], epsilon: float) -> bool: ...
 
     def permanent_chain_law(self, levels: tuple[float, ...]) -> ChainLaw: ...
+
+    def enclosed_chain_law(self, levels: tuple[float, ...]) -> EnclosedChainLaw | None: ...
 
 
 # The one table from a mode's name to its mechanism.
