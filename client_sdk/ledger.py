@@ -12,9 +12,9 @@ reports of one value at the levels ``levels[first..last]``, and the cost is:
   sequence_bit_epsilon``); with IRR the smaller of that and the sum of the
   per-report epsilons (RAPPOR's ``eps_1``; exact for one report); when a
   round relaxed the IRR chain (docs/irr-relaxation.md) the second bound is
-  the exact epsilon of the window's reports instead
-  (:func:`protocol.irr_relaxation.report_chain_epsilon` of the IRR levels
-  used, each report relaxed or fresh as it was sent);
+  the epsilon of the window's reports instead, proven by an enclosure
+  (:func:`protocol.irr_relaxation.enclosed_report_chain_charge` of the IRR
+  levels used, each report relaxed or fresh as it was sent);
 * the whole history: the sum over windows (independent releases compose
   additively, and the sum is attained when every window differs).
 
@@ -184,21 +184,23 @@ def _window_cost(
     """:func:`window_cost`, computed.
 
     Without IRR: ``bits_changed * sequence_bit_epsilon(mode, levels)`` (the
-    released permanent bits; exact for the asymmetric mode and up to three
-    symmetric levels; a level repeated by an IRR-only round releases the same
-    bits again). With IRR the reports are a post-processing of those
-    bits *and* a composition of one IRR report per level, so the smaller of
-    the two bounds is charged; one report alone is exactly RAPPOR's ``eps_1``.
-    When some reports were drawn by the relaxed IRR step, the second bound is
-    the exact epsilon of the window's reports,
-    :func:`~protocol.irr_relaxation.report_chain_epsilon` of the IRR levels
-    used with each report relaxed or fresh as sent (a chain of relaxed reports
-    at one permanent level costs one report at the last IRR level); where that
-    law is out of reach (more than :data:`MAX_EXACT_REPORT_CHAIN` reports, or
-    symmetric chains of more than three levels) only the first bound is
-    charged, marked not exact. ``bits_changed`` follows the metric's neighbour
-    relation (``k``; ``2k`` for a symmetric categorical value replaced).
-    Trusted: ``inf``.
+    released permanent bits; exact for the asymmetric mode, proven by an
+    enclosure for symmetric chains; a level repeated by an IRR-only round
+    releases the same bits again). With IRR the reports are a
+    post-processing of those bits *and* a composition of one IRR report per
+    level, so the smaller of the two bounds is charged; one report alone is
+    exactly RAPPOR's ``eps_1``. When some reports were drawn by the relaxed
+    IRR step, the second bound is the epsilon of the window's reports
+    themselves, enclosed in outward-rounded double intervals and charged at
+    the enclosure's upper end
+    (:func:`~protocol.irr_relaxation.enclosed_report_chain_charge` of the
+    IRR levels used, each report relaxed or fresh as sent; a chain of
+    relaxed reports at one permanent level costs one report at the last IRR
+    level). Where it is out of reach (more than
+    :data:`MAX_EXACT_REPORT_CHAIN` reports, or no bound from doubles) only
+    the first bound is charged, marked not exact. ``bits_changed`` follows
+    the metric's neighbour relation (``k``; ``2k`` for a symmetric
+    categorical value replaced). Trusted: ``inf``.
 
     Returns:
         ``(epsilon rounded up, exact)``.
@@ -214,31 +216,46 @@ def _window_cost(
     if len(levels) == 1:
         return from_micro(min(chain, to_micro(steps[0].guarantee(levels[0]).epsilon_per_report))), True
     if any(relaxed):
-        reports = _relaxed_reports(params, steps, levels, relaxed)
-        if reports is None:
+        found = _relaxed_reports(params, steps, levels, relaxed)
+        if found is None:
             return from_micro(chain), False
-        return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), True)
+        reports, reports_exact = found
+        return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), reports_exact)
     reports = sum(to_micro(step.guarantee(level).epsilon_per_report) for step, level in zip(steps, levels, strict=True))
     return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
 
 
 def _relaxed_reports(
     params: MetricParams, steps: Sequence[MetricParams], levels: Sequence[float], relaxed: Sequence[bool]
-) -> float | None:
-    """Micro-epsilons of the window's reports, exactly (``inf`` when unbounded), or ``None`` where the exact law is out of reach."""
-    from protocol.irr_relaxation import report_chain_epsilon
+) -> tuple[int, bool] | None:
+    """``(micro-epsilons, exact)`` of the window's reports, or ``None`` where no proven bound is at hand.
 
-    if len(levels) > MAX_EXACT_REPORT_CHAIN:
+    The charge is the upper end of the enclosure of the reports' epsilon
+    (:func:`~protocol.irr_relaxation.enclosed_report_chain_charge`), exact
+    when the enclosure is narrower than 1e-9. ``None`` (the caller then
+    charges the longitudinal bound, not exact) past
+    :data:`MAX_EXACT_REPORT_CHAIN` reports or
+    :data:`~protocol.laplace_chain_rigorous.MAX_ENCLOSED_LAPLACE_LEVELS`
+    distinct levels (the symmetric enclosure's limit), for a chain the
+    report law refuses, and for an unbounded enclosure (the reports are a
+    post-processing of the memoized bits, so that is a failure to bound
+    them, never a real infinity) or any value that is not a finite
+    nonnegative number: never a negative or NaN charge.
+    """
+    from protocol.irr_relaxation import enclosed_report_chain_charge
+    from protocol.laplace_chain_rigorous import MAX_ENCLOSED_LAPLACE_LEVELS
+
+    if len(levels) > MAX_EXACT_REPORT_CHAIN or len(_distinct(levels)) > MAX_ENCLOSED_LAPLACE_LEVELS:
         return None
-    if len(_distinct(levels)) > 1 and not params.local_mechanism.chain_law_proven:
-        return None  # the memoized bits' law over several levels is a quadrature here, not a proven law
     randomizers = [step.randomizer(level) for step, level in zip(steps, levels, strict=True)]
     try:
-        eps = report_chain_epsilon(randomizers, value_kind=params.value_kind,
-                                   num_hashes=params.encoding.num_hashes, relaxed=list(relaxed))
-    except ParameterError:  # a symmetric chain of more levels than its exact law covers
+        eps, exact = enclosed_report_chain_charge(randomizers, value_kind=params.value_kind,
+                                                  num_hashes=params.encoding.num_hashes, relaxed=list(relaxed))
+    except ParameterError:  # a chain the law does not cover (e.g. a step kept from an older state)
         return None
-    return math.inf if math.isinf(eps) else to_micro(eps)
+    if not 0.0 <= eps < math.inf:
+        return None
+    return to_micro(eps), exact
 
 
 @dataclass(kw_only=True, slots=True)

@@ -36,8 +36,11 @@ value changed starts a fresh IRR at the new level (its old report says
 nothing of the new ``B``). Everything a client sends is still a function of
 its memoized bits and of randomness independent of ``b``, so the
 longitudinal bound of the permanent chain holds whatever the IRR does;
-:func:`report_chain_law` gives the exact law of one report per round for
-both rounds relaxed, and :func:`report_chain_epsilon` its epsilon.
+:func:`report_chain_law` gives the law of one report per round for
+both rounds relaxed, and :func:`report_chain_epsilon` its epsilon, in
+rationals and floats (research and tests); :func:`enclosed_report_chain_epsilon`
+encloses that epsilon in outward-rounded double intervals from the closed
+forms, and :func:`enclosed_report_chain_charge` is what a client charges.
 
 What it gives up: consecutive reports agree more often than independent
 IRRs would (the point of a fresh IRR is also to keep reports from being
@@ -50,10 +53,12 @@ linked through their bits); :func:`report_agreement` states by how much.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -61,13 +66,20 @@ import numpy.typing as npt
 from .accounting import ValueKind, round_up
 from .errors import ParameterError
 from .exact import bernoulli_choose
-from .local import local_mechanism
+from .laplace_chain_rigorous import (
+    EXACT_WIDTH,
+    enclosed_fraction,
+    enclosed_log,
+)
+from .local import LocalMechanism, local_mechanism
 from .randomizers import Randomizer
 from .rng import RandomSource
 
 __all__ = [
     "IrrLevel",
     "check_irr_step",
+    "enclosed_report_chain_charge",
+    "enclosed_report_chain_epsilon",
     "irr_garbling",
     "irr_level",
     "irr_step_conditionals",
@@ -218,13 +230,9 @@ def relax_instantaneous(
 
 def _permanent_law(randomizers: Sequence[Randomizer]) -> tuple[list[int], Law]:
     """Law of the memoized bit at the distinct levels, and each round's index among them."""
-    levels = [float(r.level) for r in randomizers]
-    if any(b < a for a, b in itertools.pairwise(levels)):
-        raise ParameterError("levels", f"must not decrease from round to round, got {levels}")
-    distinct = sorted(set(levels))
-    index = [distinct.index(lv) for lv in levels]
+    index, distinct = _round_levels(randomizers)
     # asymmetric: the exponential chain; symmetric: the exact law the simulations' relax_laplace_bits samples
-    return index, randomizers[0].mechanism.permanent_chain_law(tuple(distinct))
+    return index, randomizers[0].mechanism.permanent_chain_law(distinct)
 
 
 def report_chain_law(randomizers: Sequence[Randomizer], *, relaxed: bool | Sequence[bool] = True) -> Law:
@@ -284,6 +292,9 @@ def report_chain_epsilon(
     :func:`~protocol.accounting.report_epsilon`: asymmetric ``k up`` (the
     protected direction), symmetric set ``k max(up, down)``, categorical
     ``k (up + down)``. Infinite when a sequence is possible under one bit only.
+    A float evaluation (``math.log`` of rationals; the symmetric law over several
+    levels is quadrature-based): a sanity value, not a proven charge
+    (:func:`enclosed_report_chain_charge` is).
     """
     law = report_chain_law(randomizers, relaxed=relaxed)
 
@@ -294,6 +305,191 @@ def report_chain_epsilon(
 
     up, down = worst(law[1], law[0]), worst(law[0], law[1])
     return round_up(randomizers[0].mechanism.chain_epsilon(up, down, value_kind, num_hashes))
+
+
+# --------------------------------------------------------------------------
+# Proven accounting: the report chain's epsilon enclosed in doubles
+# --------------------------------------------------------------------------
+# Interval arrays ``(lo, hi)`` of nonnegative quantities, every operation rounded one double outward
+# (IEEE +, *, / are correctly rounded, element by element in numpy too). An exact zero stays an exact
+# zero (``hi == 0`` only for a true 0), so a report sequence one bit cannot send is known exactly.
+_Pair = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
+
+
+def _mul(a: _Pair, b: _Pair) -> _Pair:
+    zero = (a[1] == 0.0) | (b[1] == 0.0)
+    return (np.maximum(np.nextafter(a[0] * b[0], -np.inf), 0.0),
+            np.where(zero, 0.0, np.nextafter(a[1] * b[1], np.inf)))
+
+
+def _sum_rows(x: _Pair) -> _Pair:
+    """The sum over the first axis, pairwise, each addition rounded outward."""
+    lo, hi = x
+    while lo.shape[0] > 1:
+        if lo.shape[0] % 2:
+            lo, hi = (np.concatenate([v, np.zeros_like(v[:1])]) for v in (lo, hi))
+        zero = (hi[0::2] == 0.0) & (hi[1::2] == 0.0)
+        lo = np.maximum(np.nextafter(lo[0::2] + lo[1::2], -np.inf), 0.0)
+        hi = np.where(zero, 0.0, np.nextafter(hi[0::2] + hi[1::2], np.inf))
+    return lo[0], hi[0]
+
+
+def _enclosed_memo_law(mechanism: LocalMechanism, levels: tuple[float, ...]) -> tuple[list[tuple[int, ...]], _Pair] | None:
+    """The memoized bits' patterns at ``levels`` and ``P(pattern | b)`` as intervals (shape ``(2, patterns)``).
+
+    The mechanism's :meth:`~protocol.local.LocalMechanism.enclosed_chain_law` (closed forms, enclosed);
+    ``None``: no bound in doubles.
+    """
+    law = mechanism.enclosed_chain_law(levels)
+    if law is None:
+        return None
+    patterns, weights = law
+    return patterns, (np.array([[w[0] for w in row] for row in weights]),
+                      np.array([[w[1] for w in row] for row in weights]))
+
+
+def _down(x: float) -> float:
+    return math.nextafter(x, -math.inf)
+
+
+def _up(x: float) -> float:
+    return math.nextafter(x, math.inf)
+
+
+def _factor_tables(irr: list[IrrLevel], flags: Sequence[bool]) -> list[_Pair]:
+    """Round ``r``'s ``P(S_r = y | S_{r-1} = s, memoized bits m then m')`` at ``[m, m', s, y]``, as intervals."""
+    def table(r: int) -> list[Fraction]:
+        step = irr_step_conditionals(irr[r - 1], irr[r]) if r and flags[r - 1] else None
+        out = []
+        for m, m_now, s, y in itertools.product((0, 1), repeat=4):
+            one = irr[r][m_now] if step is None or m != m_now else step[s + 2 * m_now]
+            out.append(one if y else 1 - one)
+        return out
+
+    tables = []
+    for r in range(len(irr)):
+        ends = [enclosed_fraction(v) for v in table(r)]
+        tables.append((np.array([e[0] for e in ends]).reshape(2, 2, 2, 2),
+                       np.array([e[1] for e in ends]).reshape(2, 2, 2, 2)))
+    return tables
+
+
+def _enclosed_report_law(randomizers: tuple[Randomizer, ...], flags: tuple[bool, ...]) -> _Pair | None:
+    """``P(reports | b)`` as intervals, shape ``(2, 2^rounds)``: the sum over memoized patterns of the pattern's
+    probability times the reports' (a Markov chain given the pattern, from exact IRR factors)."""
+    index, distinct = _round_levels(randomizers)
+    law = _enclosed_memo_law(randomizers[0].mechanism, distinct)
+    if law is None:
+        return None
+    patterns, weights = law
+    memo = np.array([[m[i] for m in patterns] for i in index])  # memo[r, pattern]
+    tables = _factor_tables([irr_level(r) for r in randomizers], flags)
+    # round 0: the memoized bit alone (the table's previous-state indices are unused there)
+    given: _Pair = (tables[0][0][0, memo[0], 0, :], tables[0][1][0, memo[0], 0, :])
+    for r in range(1, len(randomizers)):
+        last = np.arange(given[0].shape[1]) & 1  # the previous report: the low bit of the sequence's index
+        factor = tuple(t[memo[r - 1], memo[r]][:, last, :] for t in tables[r])
+        grown = _mul((given[0][:, :, None], given[1][:, :, None]), (factor[0], factor[1]))
+        given = (grown[0].reshape(len(patterns), -1), grown[1].reshape(len(patterns), -1))
+    per_bit = [_sum_rows(_mul((weights[0][b][:, None], weights[1][b][:, None]), given)) for b in (0, 1)]
+    return np.stack([p[0] for p in per_bit]), np.stack([p[1] for p in per_bit])
+
+
+def _round_levels(randomizers: Sequence[Randomizer]) -> tuple[list[int], tuple[float, ...]]:
+    levels = [float(r.level) for r in randomizers]
+    if any(b < a for a, b in itertools.pairwise(levels)):
+        raise ParameterError("levels", f"must not decrease from round to round, got {levels}")
+    distinct = sorted(set(levels))
+    return [distinct.index(lv) for lv in levels], tuple(distinct)
+
+
+def _enclosed_log_ratio(num: _Pair, den: _Pair) -> tuple[float, float]:
+    """``max_y ln(num_y / den_y)`` over the sequences ``num`` can send, enclosed (``inf`` when ``den`` cannot)."""
+    sent = num[1] > 0.0
+    if np.any(sent & (den[1] == 0.0)):
+        return math.inf, math.inf
+    with np.errstate(divide="ignore", over="ignore"):
+        low = np.nextafter(num[0][sent] / den[1][sent], -np.inf)
+        high = np.nextafter(num[1][sent] / den[0][sent], np.inf)
+    # both laws sum to 1, so the largest ratio is at least 1
+    return enclosed_log(max(1.0, float(low.max())), max(1.0, float(high.max())))
+
+
+def _chain_bound(mechanism: LocalMechanism, up: float, down: float, value_kind: str, num_hashes: int, upward: bool) -> float:
+    """The mechanism's ``chain_epsilon`` of two doubles in exact arithmetic, rounded to a double on one side.
+
+    The mechanisms combine ``up`` and ``down`` as ``k up``, ``k max(up, down)`` or ``k (up + down)``: a
+    finite result at an infinite argument does not use that argument.
+    """
+    combine = mechanism.chain_epsilon
+    if math.isinf(combine(up, down, value_kind, num_hashes)):
+        return math.inf
+    # Fractions through the float signature: the three forms are exact in rationals
+    ends: list[Any] = [Fraction(v) if math.isfinite(v) else Fraction(0) for v in (up, down)]
+    value = enclosed_fraction(Fraction(combine(ends[0], ends[1], value_kind, num_hashes)))
+    return value[1] if upward else value[0]
+
+
+@functools.lru_cache(maxsize=512)
+def _enclosed_chain(randomizers: tuple[Randomizer, ...], value_kind: str, num_hashes: int,
+                    flags: tuple[bool, ...]) -> tuple[float, float]:
+    law = _enclosed_report_law(randomizers, flags)
+    if law is None:
+        return 0.0, math.inf
+    lo, hi = law
+    up = _enclosed_log_ratio((lo[1], hi[1]), (lo[0], hi[0]))
+    down = _enclosed_log_ratio((lo[0], hi[0]), (lo[1], hi[1]))
+    mechanism = randomizers[0].mechanism
+    return (_chain_bound(mechanism, up[0], down[0], value_kind, num_hashes, upward=False),
+            _chain_bound(mechanism, up[1], down[1], value_kind, num_hashes, upward=True))
+
+
+def enclosed_report_chain_epsilon(
+    randomizers: Sequence[Randomizer], *, value_kind: ValueKind = "set", num_hashes: int = 1,
+    relaxed: bool | Sequence[bool] = True,
+) -> tuple[float, float]:
+    """``(lo, hi)`` with ``lo <= epsilon <= hi`` for one report per round: :func:`report_chain_epsilon`, proven.
+
+    The same law as :func:`report_chain_law` (each round's report from its memoized bit, relaxed from
+    the previous report or fresh), evaluated in double interval arithmetic, each operation rounded
+    outward: the memoized bits' law over the distinct levels is enclosed from its closed forms
+    (symmetric: :func:`~protocol.laplace_chain_rigorous.enclosed_pattern_probabilities`, the Laplace
+    chain the client samples with its noise; asymmetric: ``e^{-L/2}`` enclosed in integer arithmetic),
+    the IRR factors are exact rationals of the stated doubles, enclosed by the doubles next to them,
+    and the logs are checked against enclosed exponentials. Standard library and numpy only.
+    ``(0, inf)`` when doubles give no bound (levels within a few doubles of each other); ``inf`` at
+    both ends when a sequence is possible under one bit only (in a direction the mode protects).
+    Cached: a client asks for the same chain on every report of a window.
+
+    >>> kept = [Randomizer(mode="symmetric", level=2 * math.log(2), irr_p=p, irr_q=0.75) for p in (0.5, 0.25)]
+    >>> lo, hi = enclosed_report_chain_epsilon(kept)  # relaxed at one level: one report at (0.25, 0.75)
+    >>> round_up(hi), hi - lo < 1e-12
+    (0.510826, True)
+
+    Raises:
+        ParameterError: as :func:`report_chain_law` (fields ``randomizers``, ``mode``, ``levels``,
+            ``relaxed``, ``irr``); ``value_kind`` not ``set`` or ``categorical``; ``num_hashes`` < 1.
+    """
+    chain = tuple(randomizers)
+    if not chain:
+        raise ParameterError("randomizers", "must hold at least one round")
+    for later in chain[1:]:
+        _check_same_kind(chain[0], later)
+    if value_kind not in ("set", "categorical"):
+        raise ParameterError("value_kind", f"must be 'set' or 'categorical', got {value_kind!r}")
+    if isinstance(num_hashes, bool) or not isinstance(num_hashes, int) or num_hashes < 1:
+        raise ParameterError("num_hashes", f"must be an integer >= 1, got {num_hashes!r}")
+    return _enclosed_chain(chain, value_kind, num_hashes, tuple(_step_flags(relaxed, len(chain))))
+
+
+def enclosed_report_chain_charge(
+    randomizers: Sequence[Randomizer], *, value_kind: ValueKind = "set", num_hashes: int = 1,
+    relaxed: bool | Sequence[bool] = True,
+) -> tuple[float, bool]:
+    """``(charge, exact)``: the upper end of :func:`enclosed_report_chain_epsilon` rounded up (6 decimals),
+    and whether the enclosure is within :data:`~protocol.laplace_chain_rigorous.EXACT_WIDTH`."""
+    lo, hi = enclosed_report_chain_epsilon(randomizers, value_kind=value_kind, num_hashes=num_hashes, relaxed=relaxed)
+    return round_up(hi), hi - lo <= EXACT_WIDTH
 
 
 def report_agreement(before: Randomizer, after: Randomizer, permanent_one_share: float = 0.5) -> tuple[float, float]:

@@ -54,6 +54,10 @@ __all__ = [
     "certified_sequence_epsilon",
     "MAX_ENCLOSED_LAPLACE_LEVELS",
     "enclosed_charge",
+    "enclosed_exp",
+    "enclosed_fraction",
+    "enclosed_log",
+    "enclosed_pattern_probabilities",
     "enclosed_sequence_epsilon",
 ]
 
@@ -377,3 +381,56 @@ def certified_sequence_epsilon(levels: tuple[float, ...] | list[float], width: f
         if hi - lo <= width or prec >= _MAX_PREC:
             return CertifiedEpsilon(levels=seq, lo=lo, hi=hi, prec=prec)
         prec *= 2
+
+
+# --------------------------------------------------------------------------
+# Building blocks for other enclosures in doubles (the report chains of protocol.irr_relaxation)
+# --------------------------------------------------------------------------
+
+
+def enclosed_pattern_probabilities(levels: tuple[float, ...] | list[float]) -> dict[
+        tuple[int, ...], tuple[float, float]] | None:
+    """``P0(pattern)`` for every pattern as doubles ``(lo, hi)`` around it, ``0 <= lo``: standard library only.
+
+    The double interval arithmetic of :func:`enclosed_sequence_epsilon`; ``P(pattern | 1) = P0(not
+    pattern)``. Every pattern has a positive probability (the noise has a positive density everywhere).
+    ``None`` where doubles give no bound (rates within a few doubles of each other, or an exponent
+    beyond the enclosed range).
+    """
+    seq = _check_levels(levels)
+    try:
+        probs = _pattern_intervals(_DoubleContext(), seq)
+    except (ZeroDivisionError, ParameterError):
+        return None
+    return {pattern: (max(p.lo, 0.0), p.hi) for pattern, p in probs.items()}
+
+
+def enclosed_exp(x: float) -> tuple[float, float]:
+    """Doubles ``lo <= e^x <= hi`` for a double ``|x| <= 700`` (exact integer arithmetic, never libm)."""
+    return _exp_enclosure(float(x))
+
+
+def enclosed_fraction(value: Fraction) -> tuple[float, float]:
+    """The doubles ``lo <= value <= hi`` next to a rational (both equal when it is a double)."""
+    return (_to_double(value.numerator, value.denominator, upward=False),
+            _to_double(value.numerator, value.denominator, upward=True))
+
+
+def enclosed_log(low: float, high: float) -> tuple[float, float]:
+    """Doubles around ``ln x`` for every ``x`` in ``[low, high]``, ``1 <= low <= high`` (``high`` may be ``inf``).
+
+    ``math.log`` gives the candidates; each is stepped outward until :func:`_exp_enclosure` proves
+    ``e^lo <= low`` and ``e^hi >= high``. Above ``e^700`` (outside the enclosed exponentials) the
+    upper end is ``inf`` and the lower end 700.
+    """
+    if not 1.0 <= low <= high:
+        raise ParameterError("ratio", f"must satisfy 1 <= low <= high, got [{low}, {high}]")
+    lo = min(math.log(low), 700.0)
+    while lo > 0.0 and _exp_enclosure(lo)[1] > low:
+        lo = max(_down(lo), 0.0)
+    if math.isinf(high) or math.log(high) >= 699.0:
+        return lo, math.inf
+    hi = math.log(high)
+    while _exp_enclosure(hi)[0] < high:
+        hi = _up(hi)
+    return lo, hi

@@ -15,6 +15,7 @@ is deterministic. A shorter run takes a symmetric (RAPPOR) metric through the sa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -638,32 +639,35 @@ BROWSERS = MetricParams(name="browsers", encoding=DirectEncoding(domain=("firefo
 
 
 def test_a_symmetric_round_relaxing_level_and_irr_charges_no_more_than_a_fresh_irr(tmp_path: Path) -> None:
-    """docs/irr-relaxation.md's own example (RAPPOR's IRR, the level doubled, IRR (0.5, 0.75) -> (0.25, 0.75)).
+    """A symmetric round that raises the level far (1 -> 5) and relaxes the IRR (0.5, 0.75) -> (0.25, 0.75).
 
-    The ledger does not compute the exact law of a relaxed symmetric chain over two levels and charges it the
-    longitudinal bound (2.036882); a fresh IRR is charged the composition (1.124931). The client drew the re-send by
-    the relaxed step regardless (found by the months in the field); it now draws a fresh IRR where that is charged
-    less.
+    The relaxed chain then costs more than fresh reports: 1.283063 (its law, proven to 1e-9) against 1.243596, charged
+    1.255813 (the sum of the reports' epsilons). The client drew the re-send by the relaxed step regardless (found by
+    the months in the field, when the ledger still charged such chains the longitudinal bound: 2.036882 against
+    1.124931 for RAPPOR's level doubled); it now draws a fresh IRR where that is charged less.
     """
     server, clock, token = _small_deployment(tmp_path)
-    server.storage.put_metric(BROWSERS)
+    metric = dataclasses.replace(BROWSERS, name="level1", level=1.0)
+    server.storage.put_metric(metric)
     pinned = server.app.extensions["onesided"].keys.sign_public_raw
     client = Client("http://telemetry.test", tmp_path / "app.state", background=False, server_public_keys=b64e(pinned),
                     session=AppSession(server), clock=clock, max_epsilon=10.0, rng=5, insecure_rng_for_testing=True)
     try:
         client.sync()
-        client.report("browsers", "firefox")
+        client.report("level1", "firefox")
         irr = (0.25, 0.75)
         opened = server.app.test_client().post(
-            "/v1/metrics/browsers/rounds", json={"level_to": 2 * RAPPOR_LEVEL, "irr_p": irr[0], "irr_q": irr[1]},
+            "/v1/metrics/level1/rounds", json={"level_to": 5.0, "irr_p": irr[0], "irr_q": irr[1]},
             headers=bearer(token))
         assert opened.status_code == 201, opened.get_json()
         client.sync()  # joins the round: the window's value re-sent
         assert client.flush().delivered == 2
-        levels, irrs = [RAPPOR_LEVEL, 2 * RAPPOR_LEVEL], [None, irr]
-        relaxed, fresh = (window_cost(BROWSERS, levels, irrs, [flag])[0] for flag in (True, False))
-        assert client.ledger()["browsers"].spent in (relaxed, fresh)  # what it drew, charged as drawn
-        assert client.ledger()["browsers"].spent <= fresh
+        levels, irrs = [1.0, 5.0], [None, irr]
+        relaxed, fresh = (window_cost(metric, levels, irrs, [flag])[0] for flag in (True, False))
+        assert relaxed > fresh  # (1.283063 > 1.255813) the case
+        assert client.ledger()["level1"].spent == fresh
+        current = client._state.metrics["level1"].current
+        assert current is not None and current.relaxed == []  # drawn fresh, and so marked
     finally:
         client.close()
         server.stop()

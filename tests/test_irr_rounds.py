@@ -1,9 +1,10 @@
 """Rounds that relax the instantaneous randomized response (IRR): wire, storage, accounting, client.
 
 The accounting tests are exact computations on small cases (no sampling): a
-window's charge is ``report_chain_epsilon`` of the IRR levels its reports
-used, and never below the exact loss of what was sent, computed here from
-``report_chain_law`` for a one-bit metric.
+window's charge is the proven ``enclosed_report_chain_charge`` of the IRR
+levels its reports used (equal, on these chains, to the float
+``report_chain_epsilon``), and never below the loss of what was sent,
+computed here from ``report_chain_law`` for a one-bit metric.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from protocol.accounting import round_up, sequence_bit_epsilon, to_micro
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError, ReportRejected
-from protocol.irr_relaxation import check_irr_step, report_chain_epsilon, report_chain_law
+from protocol.irr_relaxation import (
+    check_irr_step,
+    enclosed_report_chain_charge,
+    report_chain_epsilon,
+    report_chain_law,
+)
 from protocol.params import MetricParams
 from protocol.wire import RoundAnnouncement, validate_config_payload, validate_round_announcement
 
@@ -182,14 +188,10 @@ def test_the_window_charge_is_the_exact_report_chain(
     randomizers = [with_irr(params, irr).randomizer(level) for level, irr in zip(levels, irrs, strict=True)]
     chain = report_chain_epsilon(randomizers, value_kind=params.value_kind, relaxed=relaxed)
     longitudinal = sequence_bit_epsilon(params.mode, tuple(dict.fromkeys(levels)))[0]
-    if len(set(levels)) > 1 and not params.local_mechanism.chain_law_proven:
-        # the memoized bits' law over several symmetric levels is a quadrature, not a proven law: only the
-        # longitudinal bound (proven) is charged, marked not exact
-        assert (to_micro(spent), exact) == (to_micro(longitudinal), False)
-        assert spent >= exact_loss(params, levels, irrs, relaxed)
-        return
-    assert exact
-    assert to_micro(spent) == min(to_micro(chain), to_micro(longitudinal))  # the smaller valid bound
+    proven, proven_exact = enclosed_report_chain_charge(randomizers, value_kind=params.value_kind, relaxed=relaxed)
+    assert exact and proven_exact
+    assert to_micro(spent) == min(to_micro(proven), to_micro(longitudinal))  # the smaller valid bound, proven
+    assert to_micro(spent) == min(to_micro(chain), to_micro(longitudinal))  # = the float law's, on these chains
     assert spent >= exact_loss(params, levels, irrs, relaxed)  # never below what was sent
     assert spent <= round_up(exact_loss(params, levels, irrs, relaxed)) + 1e-6 or spent == longitudinal
 

@@ -27,7 +27,7 @@ from client_sdk.ledger import window_cost, with_irr
 from client_sdk.memo import ReportPlan, noise_key
 from client_sdk.pools import IrrPool
 from protocol.encodings import DirectEncoding, canonical_value
-from protocol.irr_relaxation import report_chain_epsilon
+from protocol.irr_relaxation import enclosed_report_chain_charge, report_chain_epsilon
 from protocol.params import MetricParams
 from protocol.rng import SeededRandom
 from protocol.wire import seal_report, window_start
@@ -99,16 +99,10 @@ def test_a_round_relaxing_level_and_irr_decodes_within_its_error_bars(tmp_path: 
             entry = client.ledger()["apps"]
             assert entry.levels == (PARAMS.level, LEVEL_TO) and entry.irrs == (None, IRR_TO)
             chain = [PARAMS.randomizer(), with_irr(PARAMS, IRR_TO).randomizer(LEVEL_TO)]
-            current = client._state.metrics["apps"].current
-            assert current is not None
-            drawn = current.relaxed == [1]  # relaxed unless a fresh IRR costs less
-            charged = window_cost(PARAMS, [PARAMS.level, LEVEL_TO], [None, IRR_TO], [drawn])[0]
-            assert charged == min(window_cost(PARAMS, [PARAMS.level, LEVEL_TO], [None, IRR_TO], [f])[0]
-                                  for f in (True, False))
-            assert entry.spent == charged >= report_chain_epsilon(chain, relaxed=[drawn])
-            if PARAMS.local_mechanism.chain_law_proven:  # else only the longitudinal bound is charged
-                assert charged == report_chain_epsilon(chain)
-                assert entry.spent < window_cost(PARAMS, [PARAMS.level, LEVEL_TO], [None, IRR_TO], [False])[0]
+            charged = window_cost(PARAMS, [PARAMS.level, LEVEL_TO], [None, IRR_TO], [True])[0]
+            assert entry.spent == charged == min(report_chain_epsilon(chain), charged)
+            assert charged == enclosed_report_chain_charge(chain)[0]  # the proven charge of the report chain
+            assert entry.spent < window_cost(PARAMS, [PARAMS.level, LEVEL_TO], [None, IRR_TO], [False])[0]
             client.close()
         agg.admin.post(f"/v1/rounds/{opened['id']}/close")
         truth = {v: 0 for v in DOMAIN}

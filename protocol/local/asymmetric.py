@@ -16,12 +16,14 @@ from typing import ClassVar
 import numpy.typing as npt
 
 from ..errors import ParameterError, PolicyError
+from ..laplace_chain_rigorous import enclosed_exp
 from ..relaxation import exponential_keep_probability, relax_exponential, relax_exponential_bits
 from ..rng import FloatArray, RandomSource
 from ..rounding import round_up
 from .common import (
     BoolArray,
     ChainLaw,
+    EnclosedChainLaw,
     Mask,
     NeighbourRelation,
     StatesNeighbours,
@@ -41,7 +43,6 @@ class AsymmetricMechanism(StatesNeighbours):
     one_sided: ClassVar[bool] = True
     relaxable: ClassVar[bool] = True
     irr_relaxable: ClassVar[bool] = True
-    chain_law_proven: ClassVar[bool] = True
     neighbours: ClassVar[tuple[NeighbourRelation, ...]] = (
         NeighbourRelation("asymmetric", "set", "one member removed from the set (S' subset of S)", 1, True),
         NeighbourRelation("asymmetric", "categorical",
@@ -146,3 +147,18 @@ class AsymmetricMechanism(StatesNeighbours):
         ones = [Fraction(math.exp(-lv / 2.0)) for lv in levels] + [Fraction(0)]
         zero = {tuple(int(i < j) for i in range(n)): ones[j - 1] - ones[j] if j else 1 - ones[0] for j in range(n + 1)}
         return {k: v for k, v in zero.items() if v}, {(1,) * n: Fraction(1)}
+
+    def enclosed_chain_law(self, levels: tuple[float, ...]) -> EnclosedChainLaw | None:
+        """:meth:`permanent_chain_law` proven: a true 1 stays 1; a 0 reads ``j`` ones then zeros with
+        probability ``e^{-L_j/2} - e^{-L_{j+1}/2}``, the exponentials enclosed (never libm).
+        ``None`` where ``-L/2`` is not exactly a double.
+        """
+        if any(Fraction(-lv / 2.0) != -Fraction(lv) / 2 for lv in levels):
+            return None
+        ones = [enclosed_exp(-lv / 2.0) for lv in levels] + [(0.0, 0.0)]
+        n = len(levels)
+        patterns = [tuple(int(i < j) for i in range(n)) for j in range(n + 1)]
+        above = [(1.0, 1.0), *ones[:-1]]  # P(at least j ones | 0), j = 0..n
+        zero = [(max(math.nextafter(a[0] - b[1], -math.inf), 0.0), math.nextafter(a[1] - b[0], math.inf))
+                for a, b in zip(above, ones, strict=True)]
+        return patterns, [zero, [(0.0, 0.0)] * n + [(1.0, 1.0)]]

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from ..errors import ParameterError
 from ..rng import FloatArray, RandomSource
 from .asymmetric import AsymmetricMechanism
-from .common import BoolArray, ChainLaw, Mask, NeighbourRelation, ValueKind
+from .common import BoolArray, ChainLaw, EnclosedChainLaw, Mask, NeighbourRelation, ValueKind
 from .symmetric import SymmetricMechanism
 from .trusted import TrustedMechanism
 
@@ -45,9 +45,6 @@ class LocalMechanism(Protocol):
             the 1 -> 0 direction is protected.
         relaxable: a round may raise the level (lazy relaxation of the memoized noise).
         irr_relaxable: the IRR may be relaxed between rounds (:mod:`protocol.irr_relaxation`).
-        chain_law_proven: :meth:`permanent_chain_law` is the exact law of the memoized bits over
-            several levels (a closed form), so a privacy charge may be computed from it; ``False``
-            where it is a numerical approximation (the symmetric Laplace chain's quadrature).
         neighbours: the neighbour relation of each value kind, one sentence each.
     """
 
@@ -57,7 +54,6 @@ class LocalMechanism(Protocol):
     one_sided: ClassVar[bool]
     relaxable: ClassVar[bool]
     irr_relaxable: ClassVar[bool]
-    chain_law_proven: ClassVar[bool]
     neighbours: ClassVar[tuple[NeighbourRelation, ...]]
 
     def neighbour(self, value_kind: str) -> NeighbourRelation: ...
@@ -105,6 +101,8 @@ class LocalMechanism(Protocol):
     def check_sequence_privacy(self, levels: tuple[float, ...], epsilon: float) -> bool: ...
 
     def permanent_chain_law(self, levels: tuple[float, ...]) -> ChainLaw: ...
+
+    def enclosed_chain_law(self, levels: tuple[float, ...]) -> EnclosedChainLaw | None: ...
 
 
 # The one table from a mode's name to its mechanism.

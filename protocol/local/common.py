@@ -59,6 +59,8 @@ class NeighbourRelation:
 
 
 ChainLaw = tuple[dict[tuple[int, ...], Fraction], dict[tuple[int, ...], Fraction]]
+# Patterns of memoized bits over a chain's levels, and P(pattern | b) for b = 0, 1 as doubles (lo, hi) around it.
+EnclosedChainLaw = tuple[list[tuple[int, ...]], list[list[tuple[float, float]]]]
 """``P(pattern | b)`` for ``b = 0, 1``: a bit's memoized values along a chain of levels, exact rationals."""
 
 

@@ -17,7 +17,11 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from ..laplace_chain import laplace_permanent_probabilities
-from ..laplace_chain_rigorous import MAX_ENCLOSED_LAPLACE_LEVELS, enclosed_charge
+from ..laplace_chain_rigorous import (
+    MAX_ENCLOSED_LAPLACE_LEVELS,
+    enclosed_charge,
+    enclosed_pattern_probabilities,
+)
 from ..relaxation import (
     laplace_bit_conditionals,
     laplace_bit_law,
@@ -29,6 +33,7 @@ from ..rounding import round_up
 from .common import (
     BoolArray,
     ChainLaw,
+    EnclosedChainLaw,
     Mask,
     NeighbourRelation,
     StatesNeighbours,
@@ -47,7 +52,6 @@ class SymmetricMechanism(StatesNeighbours):
     one_sided: ClassVar[bool] = False
     relaxable: ClassVar[bool] = True
     irr_relaxable: ClassVar[bool] = True
-    chain_law_proven: ClassVar[bool] = False
     neighbours: ClassVar[tuple[NeighbourRelation, ...]] = (
         NeighbourRelation("symmetric", "set", "one member added to or removed from the set", 1, False),
         NeighbourRelation("symmetric", "categorical", "the value replaced by another value", 2, False),
@@ -164,3 +168,15 @@ class SymmetricMechanism(StatesNeighbours):
         patterns = [tuple((h >> i) & 1 for i in range(n)) for h in range(1 << n)]
         zero, one = ({patterns[h]: p for h, p in enumerate(law[b]) if p} for b in (0, 1))
         return zero, one
+
+    def enclosed_chain_law(self, levels: tuple[float, ...]) -> EnclosedChainLaw | None:
+        """:meth:`permanent_chain_law` proven: the closed forms of the Laplace chain the client samples, as intervals.
+
+        :func:`~protocol.laplace_chain_rigorous.enclosed_pattern_probabilities`; ``P(pattern | 1)`` is
+        ``P(complement | 0)`` by symmetry. ``None`` where doubles give no bound.
+        """
+        probs = enclosed_pattern_probabilities(levels)
+        if probs is None:
+            return None
+        patterns = list(probs)
+        return patterns, [[probs[m] for m in patterns], [probs[tuple(1 - v for v in m)] for m in patterns]]

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from ..rng import FloatArray, RandomSource
-from .common import BoolArray, ChainLaw, Mask, NeighbourRelation, StatesNeighbours
+from .common import BoolArray, ChainLaw, EnclosedChainLaw, Mask, NeighbourRelation, StatesNeighbours
 
 
 def _nothing_to_relax() -> ParameterError:
@@ -34,7 +34,6 @@ class TrustedMechanism(StatesNeighbours):
     one_sided: ClassVar[bool] = False
     relaxable: ClassVar[bool] = False
     irr_relaxable: ClassVar[bool] = False
-    chain_law_proven: ClassVar[bool] = True
     neighbours: ClassVar[tuple[NeighbourRelation, ...]] = (
         NeighbourRelation("trusted", "set", "one member added to or removed from the set", 1, False),
         NeighbourRelation("trusted", "categorical", "the value replaced by another value", 2, False),
@@ -109,4 +108,7 @@ class TrustedMechanism(StatesNeighbours):
         raise ParameterError("mode", f"no sequence accounting for mode {self.mode!r}")
 
     def permanent_chain_law(self, levels: tuple[float, ...]) -> ChainLaw:
+        raise ParameterError("mode", "the trusted mode has no IRR to relax")
+
+    def enclosed_chain_law(self, levels: tuple[float, ...]) -> EnclosedChainLaw | None:
         raise ParameterError("mode", "the trusted mode has no IRR to relax")

@@ -3,7 +3,7 @@
 >>> import tempfile
 >>> storage = Storage.open(f"sqlite:///{tempfile.mkdtemp()}/doc.db")
 >>> storage.schema_version()
-4
+5
 >>> storage.table_counts()["reports"]
 0
 >>> storage.close()
