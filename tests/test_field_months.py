@@ -389,10 +389,10 @@ def _check_estimates(estimates: Any, truth: dict[str, int], *, level: float, rep
     """Each candidate's estimate within ``Z_LIMIT`` of its standard errors (each below ``max_std_error``) of the truth.
 
     The runs are deterministic (seeded secrets and IRR draws). Over seeds, the check fails at the rate measured by
-    simulating the rounds' windows 4,000 times with fresh secrets through the same decoder: the places round 0.6%,
-    the IRR metric's IRR round 1.7% and level round 0.3%, the RAPPOR rounds 0 of 4,000 each. At 25-30 reports the
+    simulating the rounds' windows 8,000 times with fresh secrets through the same decoder: the places round 0.6%,
+    the IRR metric's IRR round 1.6% and level round 0.3%, the RAPPOR rounds 0 and 2 of 8,000. At 25-30 reports the
     one-sided decoder's standard errors are plug-in values with heavy tails (at 3 standard errors those rates are
-    3.4%, 7.9%, 5.0% and 1.2%), hence the wide limit.
+    3.8%, 7.9%, 4.7% and 1.2%), hence the wide limit.
     """
     assert (estimates["level"], estimates["reports"]) == (level, reports)
     rows = {row["candidate"]: row for row in estimates["rows"]}
