@@ -479,7 +479,7 @@ def _check_irr_metric(clients: list[Client], sessions: list[AppSession], params:
         charges[DECLINES] = base
         assert spent[day] == charges, (day, spent[day], charges)
     # the re-sends of the IRR-only round were drawn from the kept bits: a sent 0 stays 0 (a fresh IRR at q = 0.2
-    # would turn each of the ~40 zeros of the re-senders' reports into a 1 with probability 0.2: ~1e-4 to pass)
+    # would turn each of the re-senders' 30-odd zeros into a 1 with probability 0.2: at most 0.8^25 = 0.4% to pass)
     kept_zeros = dropped_ones = 0
     for i in (i for i in range(CLIENTS) if i != DECLINES):
         day = LATE_BACK if i in late else IRR_ROUND
@@ -491,7 +491,7 @@ def _check_irr_metric(clients: list[Client], sessions: list[AppSession], params:
         assert not (again & ~first).any(), (i, first, again)
         kept_zeros += int((~first).sum())
         dropped_ones += int((first & ~again).sum())
-    assert kept_zeros >= 20 and dropped_ones > 0, (kept_zeros, dropped_ones)  # the check has power; the IRR relaxed
+    assert kept_zeros >= 25 and dropped_ones > 0, (kept_zeros, dropped_ones)  # the check has power; the IRR relaxed
 
 
 # --- defects the months in the field found, pinned for the owners of the code (strict: they fail until fixed) ---
