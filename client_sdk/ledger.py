@@ -9,12 +9,12 @@ reports of one value at the levels ``levels[first..last]``, and the cost is:
 
 * one window: ``window_cost(params, levels[first..last])``: without IRR the
   exact epsilon of the released bit chain (``bits_changed *
-  sequence_bit_epsilon``); with IRR the smaller of that and the sum of the
-  per-report epsilons (RAPPOR's ``eps_1``; exact for one report); when a
-  round relaxed the IRR chain (docs/irr-relaxation.md) the second bound is
-  the epsilon of the window's reports instead, proven by an enclosure
-  (:func:`protocol.irr_relaxation.enclosed_report_chain_charge` of the IRR
-  levels used, each report relaxed or fresh as it was sent);
+  sequence_bit_epsilon``); with IRR the smaller of that and the epsilon of
+  the window's reports themselves (RAPPOR's ``eps_1`` for one report; for a
+  round's re-sends proven by an enclosure,
+  :func:`protocol.irr_relaxation.enclosed_report_chain_charge` of the IRR
+  levels used, each report relaxed (docs/irr-relaxation.md) or fresh as it
+  was sent);
 * the whole history: the sum over windows (independent releases compose
   additively, and the sum is attained when every window differs).
 
@@ -187,18 +187,20 @@ def _window_cost(
     released permanent bits; exact for the asymmetric mode, proven by an
     enclosure for symmetric chains; a level repeated by an IRR-only round
     releases the same bits again). With IRR the reports are a
-    post-processing of those bits *and* a composition of one IRR report per
-    level, so the smaller of the two bounds is charged; one report alone is
-    exactly RAPPOR's ``eps_1``. When some reports were drawn by the relaxed
-    IRR step, the second bound is the epsilon of the window's reports
-    themselves, enclosed in outward-rounded double intervals and charged at
-    the enclosure's upper end
+    post-processing of those bits, so that bound holds, and the smaller of
+    it and the epsilon of the window's reports themselves is charged; one
+    report alone is exactly RAPPOR's ``eps_1``. The reports' epsilon is
+    enclosed in outward-rounded double intervals and charged at the
+    enclosure's upper end
     (:func:`~protocol.irr_relaxation.enclosed_report_chain_charge` of the
     IRR levels used, each report relaxed or fresh as sent; a chain of
     relaxed reports at one permanent level costs one report at the last IRR
     level). Where it is out of reach (more than
-    :data:`MAX_EXACT_REPORT_CHAIN` reports, or no bound from doubles) only
-    the first bound is charged, marked not exact. ``bits_changed`` follows
+    :data:`MAX_EXACT_REPORT_CHAIN` reports, or no bound from doubles): with
+    a relaxed report only the first bound is charged; with fresh IRRs only,
+    the smaller of it and the composition of one ``eps_1`` per report (the
+    older charge; never below the enclosure in every case tested), marked
+    not exact. ``bits_changed`` follows
     the metric's neighbour relation (``k``; ``2k`` for a symmetric
     categorical value replaced). Trusted: ``inf``.
 
@@ -215,12 +217,12 @@ def _window_cost(
         return from_micro(chain), exact
     if len(levels) == 1:
         return from_micro(min(chain, to_micro(steps[0].guarantee(levels[0]).epsilon_per_report))), True
-    if any(relaxed):
-        found = _relaxed_reports(params, steps, levels, relaxed)
-        if found is None:
-            return from_micro(chain), False
+    found = _relaxed_reports(params, steps, levels, relaxed)
+    if found is not None:
         reports, reports_exact = found
         return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), reports_exact)
+    if any(relaxed):
+        return from_micro(chain), False
     reports = sum(to_micro(step.guarantee(level).epsilon_per_report) for step, level in zip(steps, levels, strict=True))
     return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
 

@@ -210,12 +210,16 @@ def test_a_relaxed_chain_at_one_level_costs_one_report_at_the_last_irr(
     assert fresh > spent  # drawing a fresh IRR every round composes
 
 
-def test_the_default_chain_is_charged_as_before() -> None:
-    """No IRR relaxed: the same charge as the ledger made before rounds could carry an IRR."""
+def test_the_default_chain_is_charged_its_reports_exact_epsilon() -> None:
+    """No IRR relaxed: the reports' own epsilon (fresh IRRs), proven, never above the older composition bound."""
     levels = (BIT_SYM.level, 2 * BIT_SYM.level)
-    reports = sum(to_micro(BIT_SYM.guarantee(v).epsilon_per_report) for v in levels)
+    composed = sum(to_micro(BIT_SYM.guarantee(v).epsilon_per_report) for v in levels)
     longitudinal = to_micro(sequence_bit_epsilon("symmetric", levels)[0])
-    assert to_micro(window_cost(BIT_SYM, levels)[0]) == min(reports, longitudinal)
+    fresh = to_micro(enclosed_report_chain_charge([BIT_SYM.randomizer(v) for v in levels], relaxed=False,
+                                                  value_kind=BIT_SYM.value_kind)[0])
+    spent, exact = window_cost(BIT_SYM, levels)
+    assert (to_micro(spent), exact) == (min(fresh, longitudinal), True)
+    assert to_micro(spent) <= min(composed, longitudinal)
 
 
 # --------------------------------------------------------------------------
