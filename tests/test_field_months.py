@@ -464,8 +464,8 @@ def _check_irr_metric(clients: list[Client], sessions: list[AppSession], params:
     base = window_cost(params, [APPS_LEVEL])[0]
     relaxed_a = window_cost(params, [APPS_LEVEL] * 2, [None, irr_a], [True])[0]
     relaxed_b = window_cost(params, [APPS_LEVEL, LEVEL_TO], [irr_a, irr_b], [True])[0]
-    assert relaxed_a < window_cost(params, [APPS_LEVEL] * 2, [None, irr_a], [False])[0]  # fresh IRR: 1.0
-    assert relaxed_b < window_cost(params, [APPS_LEVEL, LEVEL_TO], [irr_a, irr_b], [False])[0]  # fresh: 2.0
+    assert relaxed_a < window_cost(params, [APPS_LEVEL] * 2, [None, irr_a], [False])[0]  # fresh: 0.841435
+    assert relaxed_b < window_cost(params, [APPS_LEVEL, LEVEL_TO], [irr_a, irr_b], [False])[0]  # fresh: 1.875465
     one_a, one_b = window_cost(params, [APPS_LEVEL], [irr_a])[0], window_cost(params, [LEVEL_TO], [irr_b])[0]
     late = set(LATE)
     wanted = {
@@ -641,8 +641,8 @@ BROWSERS = MetricParams(name="browsers", encoding=DirectEncoding(domain=("firefo
 def test_a_symmetric_round_relaxing_level_and_irr_charges_no_more_than_a_fresh_irr(tmp_path: Path) -> None:
     """A symmetric round that raises the level far (1 -> 5) and relaxes the IRR (0.5, 0.75) -> (0.25, 0.75).
 
-    The relaxed chain then costs more than fresh reports: 1.283063 (its law, proven to 1e-9) against 1.243596, charged
-    1.255813 (the sum of the reports' epsilons). The client drew the re-send by the relaxed step regardless (found by
+    The relaxed chain then costs more than fresh reports, both charged their proven law: 1.283063 against 1.243596.
+    The client drew the re-send by the relaxed step regardless (found by
     the months in the field, when the ledger still charged such chains the longitudinal bound: 2.036882 against
     1.124931 for RAPPOR's level doubled); it now draws a fresh IRR where that is charged less.
     """
@@ -664,7 +664,7 @@ def test_a_symmetric_round_relaxing_level_and_irr_charges_no_more_than_a_fresh_i
         assert client.flush().delivered == 2
         levels, irrs = [1.0, 5.0], [None, irr]
         relaxed, fresh = (window_cost(metric, levels, irrs, [flag])[0] for flag in (True, False))
-        assert relaxed > fresh  # (1.283063 > 1.255813) the case
+        assert relaxed > fresh  # (1.283063 > 1.243596) the case
         assert client.ledger()["level1"].spent == fresh
         current = client._state.metrics["level1"].current
         assert current is not None and current.relaxed == []  # drawn fresh, and so marked
