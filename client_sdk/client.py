@@ -42,7 +42,7 @@ from protocol.validation import check_int, check_number
 from protocol.wire import ConfigPayload, MetricEntry, window_start
 
 from .background import Background
-from .following import Following
+from .following import Following, resend_relaxed
 from .ledger import (
     Budget,
     Irr,
@@ -404,9 +404,10 @@ class Client:
         docs/irr-relaxation.md). It must be a relaxation of the IRR the metric
         reports with now; the level may then stay. The re-send's IRR is drawn
         from the window's last report by the relaxed step when that report is
-        kept (a fresh IRR otherwise), and the ledger charges the window's
-        reports exactly (:func:`~client_sdk.ledger.window_cost`). Later
-        windows report with ``irr``.
+        kept and the window is charged no more so than with a fresh IRR (a
+        fresh IRR otherwise: :func:`~client_sdk.following.resend_relaxed`),
+        and the ledger charges the window's reports as drawn
+        (:func:`~client_sdk.ledger.window_cost`). Later windows report with ``irr``.
 
         Raises:
             TighteningRefused: ``level_to`` is below the current level.
@@ -438,7 +439,7 @@ class Client:
             relaxes_irr = irr is not None and irr != held
             if level_to != record.levels[-1] or relaxes_irr:
                 current = record.current
-                relaxed = irr is not None and current is not None and current.sent is not None
+                relaxed = resend_relaxed(record, params, float(level_to), irr)
                 ceiling = self._spending.ceiling.for_metric(metric)
                 prior = self._spending.relax_prior(metric, record)
                 try:

@@ -23,11 +23,28 @@ from protocol.errors import OnesidedError, ParameterError, ReportRejected, Signa
 from protocol.params import MetricParams
 from protocol.wire import ConfigPayload, MetricEntry, RoundAnnouncement, verify_config
 
-from .ledger import MetricRecord, check_relaxation
+from .ledger import Irr, MetricRecord, check_relaxation
 from .spending import Spending
 from .storage import Storage
 
 log = logging.getLogger("onesided.client")
+
+
+def resend_relaxed(record: MetricRecord, params: MetricParams, level_to: float, irr: Irr | None) -> bool:
+    """Whether a round's re-send is drawn from the window's kept report by the relaxed IRR step (else a fresh IRR).
+
+    Relaxed when the round sets an IRR, the window's last report is kept, and the window is charged no more so
+    than with a fresh IRR: where the exact law of the relaxed chain is out of reach (a symmetric chain over two
+    levels, or more than :data:`~client_sdk.ledger.MAX_EXACT_REPORT_CHAIN` reports) only the longitudinal bound
+    is charged for it, which can pass the fresh IRR's composition (docs/irr-relaxation.md, "Ledger").
+    """
+    current = record.current
+    if irr is None or current is None or current.sent is None:
+        return False
+    levels, irrs, flags = record.window_chain()
+    chain = (*levels, float(level_to)), (*irrs, (irr[0], irr[1]))
+    relaxed, fresh = (record.window_cost(params, (*chain, (*flags, flag)))[0] for flag in (True, False))
+    return relaxed <= fresh
 
 
 class FollowingHost(Protocol):
@@ -235,15 +252,14 @@ class Following:
         if self._accept_round is not None and not self._accept_round(announcement):
             return "declined by the app"
         self._host._settle(record, params)
-        current = record.current
         try:  # the check relax() makes, asked first so a refusal is recorded once, as a round refusal
             check_relaxation(record, params, announcement.level_to,
                              self._spending.ceiling.for_metric(announcement.metric),
                              self._spending.relax_prior(announcement.metric, record), irr=announcement.irr,
-                             relaxed=announcement.irr is not None and current is not None and current.sent is not None)
+                             relaxed=resend_relaxed(record, params, announcement.level_to, announcement.irr))
         except OnesidedError as exc:
             return str(exc)
         return None
 
 
-__all__ = ["Following", "FollowingHost"]
+__all__ = ["Following", "FollowingHost", "resend_relaxed"]

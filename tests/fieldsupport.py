@@ -5,6 +5,7 @@
 * :class:`AppSession` is the ``requests`` session interface the SDK's transport uses, answered in-process by that
   WSGI app (no sockets: thousands of daily uploads stay fast); it records what each client had accepted.
 * :func:`operator` runs the ``onesided`` CLI in-process (the documented commands), with its output.
+* :func:`seeded_secrets` makes the apps' client secrets (their memoized noise) come from a seed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import random
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from werkzeug.test import Client as WsgiClient
 
 from aggregator import create_app
 from aggregator.cli.main import main
+from client_sdk.state import ClientState
 from client_sdk.testing import FakeResponse
 from protocol.wire import encode_batch_json, parse_batch_binary, parse_batch_json
 
@@ -143,3 +146,15 @@ def operator(*argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
     return code, out.getvalue(), err.getvalue()
+
+
+def seeded_secrets(monkeypatch: Any, seed: int) -> None:
+    """New client states take their secrets from ``seed``, in the order they are created.
+
+    With the apps' ``rng`` seeded too (their IRR draws), every report's bits are fixed, so a statistical check of
+    the estimates is deterministic; otherwise the secrets come from the operating system and the check's outcome
+    varies from run to run at its false-failure rate.
+    """
+    draws = random.Random(seed)
+    monkeypatch.setattr(ClientState, "fresh", classmethod(lambda cls: cls(secret=draws.randbytes(32))))
+

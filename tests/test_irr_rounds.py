@@ -278,8 +278,13 @@ def test_a_round_that_also_relaxes_the_level_charges_the_chain(tmp_path: Path) -
     fake.open_round(announce(BIT_SYM, 1, BIT_SYM.level, level_to, irr_p=0.25, irr_q=0.75))
     client.sync()
     spent = client.ledger()["flag"].spent
-    assert spent == window_cost(BIT_SYM, [BIT_SYM.level, level_to], [None, (0.25, 0.75)], [True])[0]
-    assert spent >= exact_loss(BIT_SYM, [BIT_SYM.level, level_to], [None, (0.25, 0.75)], [True])
+    levels = [BIT_SYM.level, level_to]
+    irrs: list[tuple[float | None, float | None] | None] = [None, (0.25, 0.75)]
+    relaxed, fresh = (window_cost(BIT_SYM, levels, irrs, [flag])[0] for flag in (True, False))
+    assert spent == min(relaxed, fresh)  # the relaxed step only where it is charged no more than a fresh IRR
+    current = client._state.metrics["flag"].current
+    assert current is not None and current.relaxed == ([1] if relaxed <= fresh else [])
+    assert spent >= exact_loss(BIT_SYM, levels, irrs, [relaxed <= fresh])
     assert client.flush().delivered == 2
     assert [p.level for p in fake.payloads("flag")] == [BIT_SYM.level, level_to]
 
