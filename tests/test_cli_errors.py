@@ -104,6 +104,17 @@ def test_a_wrong_input_is_one_line_and_a_non_zero_exit(
     assert fragment in err
 
 
+def test_a_server_key_beginning_with_a_dash_is_a_value(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One key in 64 begins with "-" in base64url: `--server-key KEY` must still read it as the value."""
+    monkeypatch.delenv("ONESIDED_SERVER_KEY", raising=False)
+    key = next(k for k in (AggregatorKeys.generate().public_info()["sign_public"] for _ in range(5000))
+               if k.startswith("-"))
+    code = main(["client", "ledger", "--server-key", key, "--state", str(tmp_path / "c.state"), "--max-epsilon", "-1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == "error: max_epsilon: must be > 0, got -1.0", err  # parsed: the key was taken
+
+
 @pytest.mark.parametrize("argv", [
     ["round", "open", "places", "--level-to", "2", "--cohorts", "1,x"],
     ["release", "create", "--metric", "m", "--window", "soon", "--threshold", "1"],

@@ -151,11 +151,40 @@ def _flushed() -> bool:
     return True
 
 
+# Options whose values are raw base64url, which may begin with "-" (one key in 64): argparse would read such a
+# value as an option and stop with "expected one argument".
+DASH_VALUE_OPTIONS = ("--server-key",)
+
+
+def glue_dash_values(argv: Sequence[str]) -> list[str]:
+    """``--server-key -AbC...`` as ``--server-key=-AbC...``, so that a key beginning with ``-`` is read as a value.
+
+    >>> glue_dash_values(["client", "ledger", "--server-key", "-x1", "--json"])
+    ['client', 'ledger', '--server-key=-x1', '--json']
+    >>> glue_dash_values(["client", "ledger", "--server-key", "--json"])  # an option, not a value: argparse says so
+    ['client', 'ledger', '--server-key', '--json']
+    """
+    out: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        following = items[i + 1] if i + 1 < len(items) else None
+        if item in DASH_VALUE_OPTIONS and following is not None and following.startswith("-") \
+                and not following.startswith("--") and following != "-h":
+            out.append(f"{item}={following}")
+            i += 2
+            continue
+        out.append(item)
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``onesided`` console script; returns the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(glue_dash_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as done:  # --help, --version or a usage error: argparse printed and exits
         if not _flushed():
             return EXIT_BROKEN_PIPE
