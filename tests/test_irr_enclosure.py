@@ -13,7 +13,6 @@ import itertools
 import math
 import random
 import sys
-import time
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest
 
 from client_sdk import ledger
 from client_sdk.ledger import window_cost, with_irr
-from protocol.accounting import sequence_bit_epsilon, to_micro
+from protocol.accounting import round_up, sequence_bit_epsilon, to_micro
 from protocol.errors import ParameterError
 from protocol.irr_relaxation import (
     _enclosed_chain,
@@ -267,22 +266,21 @@ def test_the_ledger_charges_the_enclosure_on_random_chains() -> None:
         assert to_micro(spent) == min(to_micro(charge), to_micro(longitudinal))
 
 
-def test_the_charge_is_fast_enough_for_the_report_path() -> None:
-    """2 to 8 reports over as many symmetric levels (the slowest case), first call and cached."""
-    times = []
+def test_the_charge_is_computed_once_per_window_chain() -> None:
+    """2 to 8 reports over as many symmetric levels (the slowest case): narrow, and a repeat is a cache hit.
+
+    The report path asks for the same chain on every report of a window; its first-call cost is measured in
+    benchmarks/irr_chain.py (speed lives in benchmarks, not in tests).
+    """
     for n in range(2, 9):
         chain = [Randomizer(mode="symmetric", level=1.0 + 0.5 * i, irr_p=0.3 - 0.02 * i, irr_q=0.7 + 0.02 * i)
                  for i in range(n)]
         _enclosed_chain.cache_clear()
-        start = time.perf_counter()
         lo, hi = enclosed_report_chain_epsilon(chain)
-        times.append(time.perf_counter() - start)
         assert hi - lo < 1e-10
-        start = time.perf_counter()
-        enclosed_report_chain_charge(chain)
-        assert time.perf_counter() - start < 0.01  # cached
-    print("first-call seconds for 2..8 reports:", [round(t, 4) for t in times])
-    assert max(times) < 2.0  # measured 0.035-0.054 s at 8 reports on a loaded 2-core machine
+        misses = _enclosed_chain.cache_info().misses
+        assert enclosed_report_chain_charge(chain)[0] == round_up(hi)
+        assert _enclosed_chain.cache_info().misses == misses  # served from the cache
 
 
 def test_the_interval_steps_round_outward_and_keep_exact_zeros() -> None:
