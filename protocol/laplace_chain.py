@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ParameterError
-from .validation import check_number
+from .laplace_chain_rigorous import check_sequence
 
 __all__ = [
     "MAX_EXACT_LAPLACE_LEVELS",
@@ -280,15 +279,6 @@ def sequence_pattern_probabilities(levels: tuple[float, ...]) -> dict[tuple[int,
         pattern: _pattern_probability(levels, pattern)
         for pattern in itertools.product((0, 1), repeat=len(levels))
     }
-
-
-def check_sequence(levels: tuple[float, ...]) -> None:
-    if not levels:
-        raise ParameterError("levels", "must not be empty")
-    for i, lv in enumerate(levels):
-        check_number(f"levels[{i}]", lv, positive=True)
-    if any(b <= a for a, b in itertools.pairwise(levels)):
-        raise ParameterError("levels", f"must be strictly increasing, got {list(levels)}")
 
 
 def laplace_sequence_epsilon(levels: tuple[float, ...]) -> float:

@@ -83,14 +83,19 @@ def _context(prec: int) -> MPIntervalContext:
     return ctx
 
 
+def check_sequence(levels: tuple[float, ...]) -> None:
+    """A chain's levels: not empty, each positive and finite, strictly increasing (errors name ``levels``)."""
+    if not levels:
+        raise ParameterError("levels", "must not be empty")
+    for i, lv in enumerate(levels):
+        check_number(f"levels[{i}]", lv, positive=True)
+    if any(b <= a for a, b in itertools.pairwise(levels)):
+        raise ParameterError("levels", f"must be strictly increasing, got {list(levels)}")
+
+
 def _check_levels(levels: tuple[float, ...] | list[float]) -> tuple[float, ...]:
     seq = tuple(float(v) for v in levels)
-    if not seq:
-        raise ParameterError("levels", "must not be empty")
-    for i, lv in enumerate(seq):
-        check_number(f"levels[{i}]", lv, positive=True)
-    if any(b <= a for a, b in itertools.pairwise(seq)):
-        raise ParameterError("levels", f"must be strictly increasing, got {list(seq)}")
+    check_sequence(seq)
     return seq
 
 
