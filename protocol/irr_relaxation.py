@@ -348,14 +348,6 @@ def _enclosed_memo_law(mechanism: LocalMechanism, levels: tuple[float, ...]) -> 
                       np.array([[w[1] for w in row] for row in weights]))
 
 
-def _down(x: float) -> float:
-    return math.nextafter(x, -math.inf)
-
-
-def _up(x: float) -> float:
-    return math.nextafter(x, math.inf)
-
-
 def _factor_tables(irr: list[IrrLevel], flags: Sequence[bool]) -> list[_Pair]:
     """Round ``r``'s ``P(S_r = y | S_{r-1} = s, memoized bits m then m')`` at ``[m, m', s, y]``, as intervals."""
     def table(r: int) -> list[Fraction]:
