@@ -395,13 +395,6 @@ class MetricRecord:
         """Windows released so far."""
         return self.closed_windows + (self.current is not None)
 
-    def window_levels(self, last_step: int | None = None) -> list[float]:
-        """The current window's chain of levels (through ``last_step``, default its own)."""
-        if self.current is None:
-            return []
-        last = self.current.last_step if last_step is None else last_step
-        return self.levels[self.current.first_step : last + 1]
-
     def window_chain(self, last_step: int | None = None) -> Chain:
         """The current window's ``(levels, irrs, relaxed)`` (through ``last_step``): what its cost depends on."""
         current = self.current
