@@ -41,6 +41,8 @@ from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.params import MetricParams
 from protocol.validation import check_int, check_number
 
+from .memo import distinct_levels
+
 DEFAULT_KEY = "*"
 
 
@@ -172,11 +174,6 @@ def window_cost(
     return _window_cost(params, tuple(levels), irr_key, flags)
 
 
-def _distinct(levels: Sequence[float]) -> tuple[float, ...]:
-    """The chain of levels without the repeats of a round that kept the level (an IRR-only round)."""
-    return tuple(v for i, v in enumerate(levels) if i == 0 or v != levels[i - 1])
-
-
 @functools.lru_cache(maxsize=1024)
 def _window_cost(
     params: MetricParams, levels: tuple[float, ...], irrs: tuple[Irr | None, ...], relaxed: tuple[bool, ...]
@@ -210,7 +207,7 @@ def _window_cost(
     if not params.local_mechanism.randomized:
         return math.inf, True
     bits_changed = params.guarantee(levels[-1]).bits_changed
-    eps, exact = sequence_bit_epsilon(params.mode, _distinct(levels))
+    eps, exact = sequence_bit_epsilon(params.mode, distinct_levels(levels))
     chain = bits_changed * to_micro(eps)
     steps = [with_irr(params, irr) for irr in irrs]
     if all(step.irr_q is None for step in steps):
@@ -247,7 +244,7 @@ def _relaxed_reports(
     from protocol.irr_relaxation import enclosed_report_chain_charge
     from protocol.laplace_chain_rigorous import MAX_ENCLOSED_LAPLACE_LEVELS
 
-    if len(levels) > MAX_EXACT_REPORT_CHAIN or len(_distinct(levels)) > MAX_ENCLOSED_LAPLACE_LEVELS:
+    if len(levels) > MAX_EXACT_REPORT_CHAIN or len(distinct_levels(levels)) > MAX_ENCLOSED_LAPLACE_LEVELS:
         return None
     randomizers = [step.randomizer(level) for step, level in zip(steps, levels, strict=True)]
     try:
