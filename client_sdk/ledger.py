@@ -148,9 +148,7 @@ MAX_EXACT_REPORT_CHAIN = 8
 
 def with_irr(params: MetricParams, irr: Irr | None) -> MetricParams:
     """``params`` with the IRR ``irr`` (``None``: as they are): what a round that relaxed the IRR reports with."""
-    if irr is None or (irr[0], irr[1]) == (params.irr_p, params.irr_q):
-        return params
-    return dataclasses.replace(params, irr_p=irr[0], irr_q=irr[1])
+    return params.with_irr(irr)
 
 
 def window_cost(

@@ -11,7 +11,7 @@ import hashlib
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -142,6 +142,15 @@ class MetricParams:
         return Randomizer(
             mode=self.mode, level=self.level if level is None else level, irr_p=self.irr_p, irr_q=self.irr_q
         )
+
+    def with_irr(self, irr: tuple[float | None, float | None] | None) -> MetricParams:
+        """These parameters with the IRR ``irr = (irr_p, irr_q)`` (``None`` or the same IRR: ``self``).
+
+        What the reports of a round that relaxed the IRR are made with (and decoded with).
+        """
+        if irr is None or (irr[0], irr[1]) == (self.irr_p, self.irr_q):
+            return self
+        return replace(self, irr_p=irr[0], irr_q=irr[1])
 
     def guarantee(self, level: float | None = None) -> Guarantee:
         return guarantee(self.randomizer(level), num_hashes=self.encoding.num_hashes, value_kind=self.value_kind)

@@ -29,7 +29,6 @@ protocol.errors.ParameterError: alpha is required (the error level in [0, 1); 0:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -235,9 +234,7 @@ class Chosen:
 
 def round_params(params: MetricParams, record: RoundRecord | None) -> MetricParams:
     """``params`` with the IRR the reports of round ``record`` are made with (``None``: round 0, as they are)."""
-    if record is None or record.irr is None:
-        return params
-    return dataclasses.replace(params, irr_p=record.irr_p, irr_q=record.irr_q)
+    return params if record is None else params.with_irr(record.irr)
 
 
 def choose_collection(
