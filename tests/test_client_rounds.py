@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from roundsupport import NOW, announce
 
 from client_sdk import Client
 from client_sdk.testing import FakeAggregator
@@ -14,21 +15,13 @@ from protocol.crypto import AggregatorKeys
 from protocol.encodings import BloomEncoding
 from protocol.errors import SignatureError
 from protocol.params import MetricParams
-from protocol.wire import RoundAnnouncement
 
 ASYM = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_hashes=2, num_cohorts=4),
                     mode="asymmetric", level=1.0)
 SYM = MetricParams(name="urls", encoding=BloomEncoding(num_bits=32, num_hashes=2, num_cohorts=1),
                    mode="symmetric", level=1.0)
-NOW = 1_800_000_000.0
 
 
-def announce(params: MetricParams, round_id: int, level_from: float, level_to: float, **extra: Any) -> RoundAnnouncement:
-    fields: dict[str, Any] = dict(round_id=round_id, metric=params.name, params_digest=params.digest(),
-                                  level_from=level_from, level_to=level_to, cohorts=None,
-                                  opened_at=int(NOW) - 10, expires_at=int(NOW) + 3600)
-    fields.update(extra)
-    return RoundAnnouncement(**fields)
 
 
 def reporting_client(tmp_path: Path, fake: FakeAggregator, *, ceiling: float = 10.0,

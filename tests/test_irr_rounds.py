@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from aggsupport import BACKENDS, database_url
+from roundsupport import NOW, announce
 
 from aggregator.server.storage import Storage, migrations
 from client_sdk import Client
@@ -33,9 +34,8 @@ from protocol.irr_relaxation import (
     report_chain_law,
 )
 from protocol.params import MetricParams
-from protocol.wire import RoundAnnouncement, validate_config_payload, validate_round_announcement
+from protocol.wire import validate_config_payload, validate_round_announcement
 
-NOW = 1_800_000_000.0
 # One bit: a direct metric of one value (k = 1), so a window's cost is the cost of one bit's chain.
 BIT_SYM = MetricParams(name="flag", encoding=DirectEncoding(domain=("on",)), mode="symmetric",
                        level=2 * math.log(3), irr_p=0.5, irr_q=0.75)  # RAPPOR's f = 0.5... level 2 ln 3: f = 1/3
@@ -43,12 +43,6 @@ BIT_ASYM = MetricParams(name="seen", encoding=DirectEncoding(domain=("yes",)), m
                         irr_q=0.5)
 
 
-def announce(params: MetricParams, round_id: int, level_from: float, level_to: float, **extra: Any) -> RoundAnnouncement:
-    fields: dict[str, Any] = dict(round_id=round_id, metric=params.name, params_digest=params.digest(),
-                                  level_from=level_from, level_to=level_to, cohorts=None,
-                                  opened_at=int(NOW) - 10, expires_at=int(NOW) + 3600)
-    fields.update(extra)
-    return RoundAnnouncement(**fields)
 
 
 # --------------------------------------------------------------------------
