@@ -54,7 +54,7 @@ class TiedGenerator:
     """A generator whose 32-bit words all equal the cut of ``p``: every bit is a tie."""
 
     def __init__(self, p: float | Fraction) -> None:
-        self.cut, _ = arrays._cut(p)
+        self.cut, _ = arrays.word_cut(p)
 
     def integers(self, low: int, high: int, size: tuple[int, ...], dtype: Any) -> np.ndarray:
         return np.full(size, self.cut, dtype=np.int64)
@@ -62,7 +62,7 @@ class TiedGenerator:
 
 @pytest.mark.parametrize(("p", "remainder"), [(Fraction(1, 3), Fraction(1, 3)), (1.0, Fraction(1)), (0.0, Fraction(0))])  # 2^32 = 1 mod 3
 def test_ties_resolve_with_the_exact_remainder(p: float | Fraction, remainder: Fraction) -> None:
-    cut, rest = arrays._cut(p)
+    cut, rest = arrays.word_cut(p)
     assert rest == remainder and Fraction(cut) + rest == Fraction(p) * 2**32
     bits = exact_bits(np, TiedGenerator(p), [p], np.zeros(50_000, dtype=np.uint8), np.random.SeedSequence(3))
     if remainder in (0, 1):

@@ -97,11 +97,6 @@ def word_cut(p: float | Fraction, width: int = 32) -> tuple[int, Fraction]:
     return cut, scaled - cut
 
 
-def _cut(p: float | Fraction) -> tuple[int, Fraction]:
-    """:func:`word_cut` at 32 bits."""
-    return word_cut(p, 32)
-
-
 def cohort_sums(xp: Any, reports: Any, edges: Sequence[int]) -> np.ndarray:
     """Per-cohort column sums of 0/1 ``reports`` whose rows are in cohort order (cohort ``c``: rows ``edges[c]..edges[c+1]``).
 
@@ -132,7 +127,7 @@ def exact_bits(xp: Any, gen: Any, probabilities: Sequence[float | Fraction], cho
         xp: the namespace; ``gen``: its ``default_rng``; ``choice``: integer array of ``xp``.
         tie_seed: seeds the host draws of the (rare) ties.
     """
-    cuts = [_cut(p) for p in probabilities]
+    cuts = [word_cut(p) for p in probabilities]
     table = xp.asarray(np.array([c for c, _ in cuts], dtype=np.int64))
     word = _words(xp, gen, tuple(choice.shape))
     threshold = table[choice]
