@@ -81,6 +81,17 @@ STATUS_OUTDATED_CONFIG = "outdated_config"
 STATUS_TOO_EARLY = "too_early"
 STATUS_EXPIRED = "expired"
 STATUS_UNKNOWN_METRIC = "unknown_metric"
+#: Statuses a clock decides (the report's window against the server's clock). With a
+#: ``retry_after`` they are not final: the client keeps the report and resends it later.
+CLOCK_STATUSES: frozenset[str] = frozenset((STATUS_TOO_EARLY, STATUS_EXPIRED))
+#: Request header a client sends to say it reads ``retry_after`` and ``server_time`` in upload
+#: answers; without it the server answers as before (clients that predate the fields reject
+#: unknown keys, so the server never sends them one).
+WIRE_HEADER = "Onesided-Wire"
+#: The value of :data:`WIRE_HEADER` that asks for them.
+CLOCK_ANSWERS_VERSION = "2"
+#: Longest ``retry_after`` the wire carries (one year, in seconds); clients cap it lower.
+MAX_RETRY_AFTER = 366 * 86400
 STATUSES: tuple[str, ...] = (
     STATUS_ACCEPTED,
     STATUS_REPLAYED,
@@ -862,12 +873,20 @@ def open_report(
 
 @dataclass(frozen=True, kw_only=True)
 class ReportResult:
-    """The outcome of one report of a batch (``report_id`` in base64url)."""
+    """The outcome of one report of a batch (``report_id`` in base64url).
+
+    ``retry_after`` (seconds, ``1 <= retry_after <= MAX_RETRY_AFTER``) is set only on a
+    clock status (``too_early``, ``expired``) the server does not hold final: the report
+    was refused by a clock that may be wrong (the device's or the server's), so the client
+    keeps it and resends it no sooner than that many seconds later. ``None`` (the key absent
+    on the wire): the status is final, as every status was before the field existed.
+    """
 
     report_id: str
     status: str
     field: str | None = None
     detail: str | None = None
+    retry_after: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.report_id, str):
@@ -877,13 +896,27 @@ class ReportResult:
         for name in ("field", "detail"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise ReportRejected(name, "must be a string or null")
+        if self.retry_after is not None:
+            _int(self.retry_after, "retry_after", 1, MAX_RETRY_AFTER)
+            if self.status not in CLOCK_STATUSES:
+                raise ReportRejected("retry_after", f"only on {sorted(CLOCK_STATUSES)}, got {self.status!r}")
+
+    @property
+    def final(self) -> bool:
+        """Whether the client is done with this report (``False``: keep it, resend later)."""
+        return self.retry_after is None
 
     @classmethod
-    def of(cls, report_id: str, status: str, detail: str | None = None) -> ReportResult:
+    def of(
+        cls, report_id: str, status: str, detail: str | None = None, retry_after: int | None = None
+    ) -> ReportResult:
         """A result the aggregator makes itself: ``status`` one of :data:`STATUSES`, ``report_id`` and
-        ``detail`` strings (or ``detail`` ``None``), taken as they are (no checks, no field)."""
+        ``detail`` strings (or ``detail`` ``None``), ``retry_after`` as the class says, taken as they
+        are (no checks, no field)."""
         result = object.__new__(cls)
-        result.__dict__.update({"report_id": report_id, "status": status, "field": None, "detail": detail})
+        result.__dict__.update(
+            {"report_id": report_id, "status": status, "field": None, "detail": detail, "retry_after": retry_after}
+        )
         return result
 
     @classmethod
@@ -893,27 +926,37 @@ class ReportResult:
         return cls(report_id=b64e(report_id), status=status, field=error.field, detail=error.reason)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"report_id": self.report_id, "status": self.status, "field": self.field, "detail": self.detail}
+        """The JSON object; ``retry_after`` only when set (so final results are as before)."""
+        item = {"report_id": self.report_id, "status": self.status, "field": self.field, "detail": self.detail}
+        if self.retry_after is not None:
+            item["retry_after"] = self.retry_after
+        return item
 
     @classmethod
     def from_dict(cls, obj: Any) -> ReportResult:
-        data = _object(obj, "", ("report_id", "status"), ("field", "detail"))
+        data = _object(obj, "", ("report_id", "status"), ("field", "detail", "retry_after"))
         return cls(
-            report_id=data["report_id"], status=data["status"], field=data.get("field"), detail=data.get("detail")
+            report_id=data["report_id"], status=data["status"], field=data.get("field"), detail=data.get("detail"),
+            retry_after=data.get("retry_after"),
         )
 
 
-def upload_response(results: Sequence[ReportResult]) -> dict[str, Any]:
-    """``{"results": [...], "accepted": n}``."""
-    items = [
-        {"report_id": r.report_id, "status": r.status, "field": r.field, "detail": r.detail} for r in results
-    ]
-    return {"results": items, "accepted": [item["status"] for item in items].count(STATUS_ACCEPTED)}
+def upload_response(results: Sequence[ReportResult], server_time: int | None = None) -> dict[str, Any]:
+    """``{"results": [...], "accepted": n}``, with ``"server_time"`` (Unix seconds of the server's
+    clock when it judged the batch) when given: a client compares it with its own clock."""
+    items = [r.to_dict() for r in results]
+    body: dict[str, Any] = {
+        "results": items, "accepted": [item["status"] for item in items].count(STATUS_ACCEPTED)
+    }
+    if server_time is not None:
+        body["server_time"] = server_time
+    return body
 
 
 def parse_upload_response(obj: Any) -> list[ReportResult]:
-    """Validate a ``POST /v1/reports`` 200 body (client side)."""
-    data = _object(obj, "", ("results", "accepted"))
+    """Validate a ``POST /v1/reports`` 200 body (client side); :func:`upload_server_time` reads
+    its optional ``server_time``."""
+    data = _object(obj, "", ("results", "accepted"), ("server_time",))
     if not isinstance(data["results"], list):
         raise ReportRejected("results", "must be a list")
     results = []
@@ -925,7 +968,15 @@ def parse_upload_response(obj: Any) -> list[ReportResult]:
     accepted = sum(r.status == STATUS_ACCEPTED for r in results)
     if _int(data["accepted"], "accepted", 0, len(results)) != accepted:
         raise ReportRejected("accepted", f"says {data['accepted']} but {accepted} results are accepted")
+    upload_server_time(data)
     return results
+
+
+def upload_server_time(obj: Any) -> int | None:
+    """The ``server_time`` of an upload response (Unix seconds), or ``None`` when absent."""
+    if not isinstance(obj, dict) or obj.get("server_time") is None:
+        return None
+    return _int(obj["server_time"], "server_time", 0, MAX_WINDOW)
 
 
 # --- round announcements --------------------------------------------------------
@@ -1290,6 +1341,10 @@ def verify_config(document: Any, *, sign_public: bytes) -> ConfigPayload:
 
 __all__ = [
     "STATUSES",
+    "CLOCK_STATUSES",
+    "WIRE_HEADER",
+    "CLOCK_ANSWERS_VERSION",
+    "MAX_RETRY_AFTER",
     "SYNC_INTERVAL_RANGE",
     "AggregatorInfo",
     "ConfigPayload",
@@ -1308,6 +1363,7 @@ __all__ = [
     "parse_batch_binary",
     "parse_batch_json",
     "parse_upload_response",
+    "upload_server_time",
     "payload_header",
     "report_aad",
     "seal_report",

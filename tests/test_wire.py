@@ -613,3 +613,24 @@ def test_aggregator_info_announces_next_signing_key() -> None:
     with pytest.raises(ReportRejected) as caught:
         AggregatorInfo.from_dict(wrong)
     assert caught.value.field == "next_sign_key_id"
+
+
+def test_clock_answers_round_trip_and_stay_off_final_results() -> None:
+    from protocol.wire import MAX_RETRY_AFTER, upload_server_time
+
+    waiting = ReportResult(report_id=b64e(b"\x01" * 16), status="too_early", field="window", retry_after=3600)
+    final = ReportResult(report_id=b64e(b"\x02" * 16), status="expired")
+    body = upload_response([waiting, final], server_time=1_795_737_600)
+    assert body["server_time"] == 1_795_737_600
+    assert "retry_after" not in body["results"][1]  # a final result is byte for byte as before
+    assert parse_upload_response(body) == [waiting, final]
+    assert upload_server_time(body) == 1_795_737_600
+    assert not waiting.final and final.final
+    assert "server_time" not in upload_response([final])
+    for status, value in (("accepted", 5), ("too_early", 0), ("expired", MAX_RETRY_AFTER + 1), ("expired", 1.5)):
+        with pytest.raises(ReportRejected) as info:
+            ReportResult(report_id="AA", status=status, retry_after=value)
+        assert info.value.field == "retry_after"
+    with pytest.raises(ReportRejected) as info:
+        parse_upload_response({**body, "server_time": -1})
+    assert info.value.field == "server_time"
