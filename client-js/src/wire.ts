@@ -1,0 +1,166 @@
+/**
+ * The report envelope and batches (docs/wire.md 5-7): report ids bound to the sealed body, the
+ * associated data, sealing (X25519, HKDF-SHA256, AES-128-GCM), JSON and binary batches, and the
+ * upload answer (wire version 2: `server_time`, `retry_after`).
+ */
+
+import { x25519 } from "@noble/curves/ed25519";
+import { hkdf } from "@noble/hashes/hkdf";
+import { sha256 } from "@noble/hashes/sha2";
+import { b64d, b64e, concat, fromHex, u16be, u32be, u64be, u8, utf8 } from "./bytes.js";
+import { ParameterError, ProtocolError } from "./errors.js";
+
+export const CONTENT_TYPE_JSON = "application/json";
+export const CONTENT_TYPE_BINARY = "application/vnd.onesided.batch";
+export const WIRE_HEADER = "Onesided-Wire";
+export const CLOCK_ANSWERS_VERSION = "2";
+export const MAX_RETRY_AFTER = 31_622_400;
+
+export interface Envelope {
+  report_id: Uint8Array;
+  metric: string;
+  params_digest: string;
+  round: number;
+  window: number;
+  sealed: Uint8Array;
+}
+
+/** `SHA-256("onesided/report-id/v1" || enc)[:16]`: a sealed report's id. */
+export function sealedReportId(ephemeralPublic: Uint8Array): Uint8Array {
+  return sha256(concat(utf8("onesided/report-id/v1"), ephemeralPublic)).slice(0, 16);
+}
+
+function metadata(reportId: Uint8Array, metric: string, digest: string, round: number, window: number): Uint8Array {
+  const name = utf8(metric);
+  if (name.length < 1 || name.length > 64) throw new ParameterError("metric", "must be 1 to 64 bytes");
+  return concat(reportId, u8(name.length), name, fromHex(digest, "params_digest"), u32be(round), u64be(window));
+}
+
+/** The associated data bound into the sealed payload (docs/wire.md 5). */
+export function reportAad(reportId: Uint8Array, metric: string, digest: string, round: number, window: number): Uint8Array {
+  return concat(utf8("onesided/report/v1"), metadata(reportId, metric, digest, round, window));
+}
+
+export interface Ephemeral {
+  privateKey: Uint8Array;
+  publicKey: Uint8Array;
+}
+
+export function ephemeralKey(privateKey?: Uint8Array): Ephemeral {
+  const sk = privateKey ?? x25519.utils.randomPrivateKey();
+  return { privateKey: sk, publicKey: x25519.getPublicKey(sk) };
+}
+
+/** Key and nonce of one envelope: HKDF-SHA256(ikm = X25519(skE, pkR), info = label || pkE || pkR), 28 bytes. */
+export function sealingKey(ephemeral: Ephemeral, recipient: Uint8Array): { key: Uint8Array; nonce: Uint8Array } {
+  const shared = x25519.getSharedSecret(ephemeral.privateKey, recipient);
+  if (shared.every((b) => b === 0)) throw new ParameterError("seal_public", "is a low-order point");
+  const okm = hkdf(sha256, shared, undefined, concat(utf8("onesided/seal/v1"), ephemeral.publicKey, recipient), 28);
+  return { key: okm.slice(0, 16), nonce: okm.slice(16, 28) };
+}
+
+/** A copy on its own ArrayBuffer (what Web Crypto's types ask for). */
+export function own(data: Uint8Array): Uint8Array<ArrayBuffer> {
+  return new Uint8Array(data);
+}
+
+function subtle(): SubtleCrypto {
+  const s = globalThis.crypto?.subtle;
+  if (!s) throw new ParameterError("crypto", "Web Crypto (crypto.subtle) is required: install a polyfill on React Native");
+  return s;
+}
+
+/** `pkE || AES-128-GCM(key, nonce, plaintext, aad)` (docs/wire.md 6); Web Crypto, off the caller's path. */
+export async function seal(
+  plaintext: Uint8Array, aad: Uint8Array, recipient: Uint8Array, ephemeral: Ephemeral,
+): Promise<Uint8Array> {
+  const { key, nonce } = sealingKey(ephemeral, recipient);
+  const k = await subtle().importKey("raw", own(key), "AES-GCM", false, ["encrypt"]);
+  const ct = await subtle().encrypt({ name: "AES-GCM", iv: own(nonce), additionalData: own(aad), tagLength: 128 }, k, own(plaintext));
+  return concat(ephemeral.publicKey, new Uint8Array(ct));
+}
+
+/** Seal one report: its id comes from the ephemeral key, the AAD binds its metadata. */
+export async function buildReport(args: {
+  metric: string; params_digest: string; round: number; window: number; payload: Uint8Array;
+  seal_public: Uint8Array; ephemeral?: Ephemeral;
+}): Promise<Envelope> {
+  const ephemeral = args.ephemeral ?? ephemeralKey();
+  const reportId = sealedReportId(ephemeral.publicKey);
+  const aad = reportAad(reportId, args.metric, args.params_digest, args.round, args.window);
+  const sealed = await seal(args.payload, aad, args.seal_public, ephemeral);
+  return { report_id: reportId, metric: args.metric, params_digest: args.params_digest, round: args.round,
+    window: args.window, sealed };
+}
+
+export function envelopeToJson(e: Envelope): Record<string, unknown> {
+  return { report_id: b64e(e.report_id), metric: e.metric, round: e.round, window: e.window,
+    params_digest: e.params_digest, sealed: b64e(e.sealed) };
+}
+
+export function envelopeFromJson(x: Record<string, unknown>): Envelope {
+  return { report_id: b64d(x.report_id as string, "report_id"), metric: x.metric as string,
+    params_digest: x.params_digest as string, round: x.round as number, window: x.window as number,
+    sealed: b64d(x.sealed as string, "sealed") };
+}
+
+/** The JSON batch text (docs/wire.md 7.1). */
+export function encodeBatchJson(reports: Envelope[]): string {
+  return JSON.stringify({ version: 1, reports: reports.map(envelopeToJson) });
+}
+
+/** The binary batch (docs/wire.md 7.2). */
+export function encodeBatchBinary(reports: Envelope[]): Uint8Array {
+  const parts = [utf8("ONSB"), u8(1), u32be(reports.length)];
+  for (const r of reports) {
+    parts.push(metadata(r.report_id, r.metric, r.params_digest, r.round, r.window), u8(1), u16be(r.sealed.length),
+      r.sealed);
+  }
+  return concat(...parts);
+}
+
+export const STATUSES = ["accepted", "replayed", "invalid_message", "decrypt_error", "outdated_config",
+  "too_early", "expired", "unknown_metric"] as const;
+export type Status = (typeof STATUSES)[number];
+
+export interface ReportResult {
+  report_id: string;
+  status: Status;
+  field: string | null;
+  detail: string | null;
+  /** Wire version 2: keep the report and resend it no sooner than this many seconds. */
+  retry_after: number | null;
+}
+
+export interface UploadAnswer {
+  results: ReportResult[];
+  accepted: number;
+  server_time: number | null;
+}
+
+/** Read and check the upload answer (docs/wire.md 7.4, 13.3); errors name the field. */
+export function parseUploadResponse(body: unknown, count: number): UploadAnswer {
+  const b = body as Record<string, unknown>;
+  if (b === null || typeof b !== "object" || !Array.isArray(b.results)) throw new ProtocolError("results", "missing");
+  if (b.results.length !== count) throw new ProtocolError("results", `expected ${count} results`);
+  const results = b.results.map((r: Record<string, unknown>, i: number): ReportResult => {
+    if (r === null || typeof r !== "object" || !STATUSES.includes(r.status as Status)) {
+      throw new ProtocolError(`results[${i}].status`, "unknown status");
+    }
+    const retry = r.retry_after ?? null;
+    if (retry !== null && (!Number.isInteger(retry) || (retry as number) < 1 || (retry as number) > MAX_RETRY_AFTER
+        || (r.status !== "too_early" && r.status !== "expired"))) {
+      throw new ProtocolError(`results[${i}].retry_after`, "out of range or on a status that is not a clock's");
+    }
+    return { report_id: String(r.report_id), status: r.status as Status, field: (r.field as string) ?? null,
+      detail: (r.detail as string) ?? null, retry_after: retry as number | null };
+  });
+  const serverTime = b.server_time ?? null;
+  if (serverTime !== null && !Number.isInteger(serverTime)) throw new ProtocolError("server_time", "not an integer");
+  return { results, accepted: Number(b.accepted ?? 0), server_time: serverTime as number | null };
+}
+
+/** `floor(t / time_precision) * time_precision`. */
+export function windowStart(timestamp: number, timePrecision: number): number {
+  return Math.floor(Math.floor(timestamp) / timePrecision) * timePrecision;
+}
