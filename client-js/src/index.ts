@@ -20,3 +20,5 @@ export { keyFor, keyId, verifyConfig, verifyDocument } from "./config.js";
 export type { Config, MetricEntry, RoundAnnouncement } from "./config.js";
 export { secureRandom, wordsToUniforms } from "./random.js";
 export type { RandomSource } from "./random.js";
+export { bitsChanged, budgetOf, chargeNewWindow, chargeRelaxation, microCeil, newRecord, windowMicro } from "./ledger.js";
+export type { Budget, Ceiling, MetricRecord, WindowRelease } from "./ledger.js";
