@@ -22,3 +22,7 @@ export { secureRandom, wordsToUniforms } from "./random.js";
 export type { RandomSource } from "./random.js";
 export { bitsChanged, budgetOf, chargeNewWindow, chargeRelaxation, microCeil, newRecord, windowMicro } from "./ledger.js";
 export type { Budget, Ceiling, MetricRecord, WindowRelease } from "./ledger.js";
+export { Client } from "./client.js";
+export type { ClientEvent, ClientOptions, EventType, Logger, ReportOutcome, ReportStatus } from "./client.js";
+export { IndexedDBStorage, MemoryStorage } from "./storage.js";
+export type { BlobName, StorageAdapter } from "./storage.js";
