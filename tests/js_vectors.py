@@ -33,6 +33,7 @@ from client_sdk.memo import ReportPlan, distinct_levels, irr_masks, noise_key
 from protocol.crypto import public_key_info, sign_document
 from protocol.encodings import canonical_value
 from protocol.params import MetricParams
+from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource, SeededRandom, Shape
 from protocol.wire import PAYLOAD_HEADER, MetricEntry, RoundAnnouncement, build_config_payload
 
@@ -112,7 +113,7 @@ def report_scenario(index: int, params: MetricParams, cohort: int, value: Any, s
     irr: tuple[float | None, float | None] = (params.irr_p, params.irr_q)
     chain: list[float] = []
     sent = 0
-    before = None
+    before: Randomizer | None = None
     reports = []
     for number, (kind, level, new_irr) in enumerate(steps):
         irr = irr if new_irr is None else new_irr
@@ -121,6 +122,7 @@ def report_scenario(index: int, params: MetricParams, cohort: int, value: Any, s
         plan = ReportPlan(SECRET, current, cohort, level)
         tape = Tape(1000 * index + number)
         if kind == "relaxed":
+            assert before is not None, "a relaxed re-send follows a report"
             payload = plan.relaxed_payload(value_arg, key, tuple(chain), sent, before, tape)
         else:
             masks = irr_masks(plan.randomizer, tape.uniform(params.num_bits).reshape(1, -1))[0]
