@@ -172,6 +172,16 @@ def _charge_cases() -> list[ChargeCase]:
     cases.append((asym_irr, [1.5, 3.0, 3.0], [None, None, (None, 0.1)], [False, True]))
     cases.append((sym_cat, [2.0, 3.0], [None, (0.2, 0.8)], [True]))
     cases.append((sym_cat, [2.0, 2.0], [None, (0.2, 0.8)], [False]))
+    # symmetric chains enclosed up to 10 distinct levels; 11 are charged the continuous bound
+    for n in (4, 10, 11):
+        cases.append((sym, [1.0 + 0.5 * i for i in range(n)], [None] * n, [False] * (n - 1)))
+    cases.append((sym_cat, [2.0, 2.5, 2.5, 4.0], [None, None, (0.2, 0.8), (0.1, 0.9)], [False, True, True]))
+    cases.append((sym_cat, [2.0, 2.5, 3.0], [None, None, None], [False, False]))
+    cases.append((asym_irr, [1.5, 2.0, 2.0, 3.0, 3.0], [None, None, (None, 0.2), (None, 0.1), (None, 0.05)],
+                  [False, True, True, False]))
+    many = [1.5 + 0.25 * i for i in range(9)]
+    cases.append((asym_irr, many, [None] * 9, [False] * 8))  # past 8 reports: bounds only
+    cases.append((asym_irr, many, [None] * 8 + [(None, 0.1)], [False] * 7 + [True]))
     return cases
 
 

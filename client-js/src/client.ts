@@ -6,15 +6,18 @@
  * throws into the app; it is told through `onEvent` and the optional `logger`.
  */
 
-import { b64d, b64e } from "./bytes.js";
+import { b64d, b64e, fromHex, toHex } from "./bytes.js";
 import { canonicalValue, Value } from "./encodings.js";
 import { BudgetExceeded, OnesidedError, ParameterError, PolicyError, ProtocolError, TransportError } from "./errors.js";
 import { Config, keyFor, keyId, MetricEntry, RoundAnnouncement, verifyConfig } from "./config.js";
 import { parseJson } from "./json.js";
-import { budgetOf, Budget, Ceiling, chargeNewWindow, chargeRelaxation, MetricRecord, newRecord } from "./ledger.js";
-import { withIrr } from "./params.js";
+import { irrGarbling, irrLevel } from "./irr.js";
+import {
+  budgetOf, Budget, Ceiling, chargeNewWindow, chargeRelaxation, MetricRecord, newRecord, resendRelaxed,
+} from "./ledger.js";
+import { Irr, withIrr } from "./params.js";
 import { RandomSource, secureRandom } from "./random.js";
-import { reportPayload } from "./report.js";
+import { PAYLOAD_HEADER_BYTES, relaxedPayload, reportPayload, unpackBits } from "./report.js";
 import { MemoryStorage, StateBox, StorageAdapter } from "./storage.js";
 import {
   buildReport, CLOCK_ANSWERS_VERSION, CONTENT_TYPE_JSON, encodeBatchJson, envelopeFromJson, envelopeToJson,
@@ -236,11 +239,9 @@ export class Client {
       if (current.value === key) return { status: "repeated" };
       throw new PolicyError("value", `'${metric}' already reported another value in this window`);
     }
-    const irr = [params.irr_p, params.irr_q] as [number | null, number | null];
-    const reporting = withIrr(params, irr);
-    const payload = reportPayload({ secret: b64d(state.secret, "secret"), params: reporting, cohort: record.cohort,
-      window, value }, [record.level], this.random.uniforms(params.num_bits));
-    chargeNewWindow(record, params, this.ceiling(metric), window, key);
+    const payload = reportPayload({ secret: b64d(state.secret, "secret"), params: withIrr(params, record.irr),
+      cohort: record.cohort, window, value }, [record.level], this.random.uniforms(params.num_bits));
+    chargeNewWindow(record, params, this.ceiling(metric), window, key, toHex(payload.slice(PAYLOAD_HEADER_BYTES)));
     this.enqueue({ metric, digest: entry.digest, round: record.round, window, payload: b64e(payload), notBefore: 0 });
     return { status: "queued" };
   }
@@ -410,28 +411,44 @@ export class Client {
       if (!record || record.digest !== round.params_digest || round.round_id <= record.round) continue;
       if (round.cohorts && !round.cohorts.includes(record.cohort)) continue;
       if (round.expires_at <= now) continue;
-      const entry = config.metrics.get(round.metric) as MetricEntry;
       try {
-        if (round.irr_q !== null) throw new PolicyError("irr", "rounds that relax the IRR are not followed by this client");
-        if (this.options.acceptRound && !this.options.acceptRound(round)) {
-          throw new PolicyError("round", "the app did not accept the round");
-        }
-        const current = record.current;
-        const chain = current ? [...current.levels, round.level_to] : [];
-        chargeRelaxation(record, entry.params, this.ceiling(round.metric), round.level_to, round.round_id);
-        if (current) {
-          const payload = reportPayload({ secret: b64d(state.secret, "secret"), params: entry.params,
-            cohort: record.cohort, window: current.window, value: this.valueOf(current.value) },
-          chain, this.random.uniforms(entry.params.num_bits));
-          this.enqueue({ metric: round.metric, digest: entry.digest, round: round.round_id, window: current.window,
-            payload: b64e(payload), notBefore: 0 });
-        }
-        this.dirty = true;
+        this.join(round, config.metrics.get(round.metric) as MetricEntry, record);
         this.event("round_joined", round.metric, `round ${round.round_id}: level ${round.level_to}`);
       } catch (e) {
         this.event("round_refused", round.metric, `round ${round.round_id}: ${(e as Error).message}`);
       }
     }
+  }
+
+  /** Relax the metric for `round` (the ledger's checks first) and re-send the current window's value. */
+  private join(round: RoundAnnouncement, entry: MetricEntry, record: MetricRecord): void {
+    const params = entry.params;
+    const irr: Irr | null = round.irr_q === null ? null : [round.irr_p, round.irr_q];
+    if (irr) irrGarbling(irrLevel(withIrr(params, record.irr)), irrLevel(withIrr(params, irr))); // a relaxation only
+    if (this.options.acceptRound && !this.options.acceptRound(round)) {
+      throw new PolicyError("round", "the app did not accept the round");
+    }
+    const changesIrr = irr !== null && (irr[0] !== record.irr[0] || irr[1] !== record.irr[1]);
+    if (round.level_to === record.level && !changesIrr) {
+      record.round = round.round_id; // nothing moves: later reports carry the round
+      this.dirty = true;
+      return;
+    }
+    const current = record.current ? { ...record.current, levels: [...record.current.levels] } : null;
+    const relaxed = resendRelaxed(record, params, round.level_to, irr);
+    const before = current ? withIrr(params, current.irrs[current.irrs.length - 1]) : null;
+    chargeRelaxation(record, params, this.ceiling(round.metric), round.level_to, round.round_id, irr, relaxed);
+    this.dirty = true;
+    if (!current || !record.current) return;
+    const w = { secret: b64d((this.state as State).secret, "secret"), params: withIrr(params, record.irr),
+      cohort: record.cohort, window: current.window, value: this.valueOf(current.value) };
+    const chain = [...current.levels, round.level_to];
+    const payload = relaxed && current.sent !== null && before
+      ? relaxedPayload(w, chain, unpackBits(fromHex(current.sent), params.num_bits), before, (n) => this.random.bytes(n))
+      : reportPayload(w, chain, this.random.uniforms(params.num_bits));
+    record.current.sent = toHex(payload.slice(PAYLOAD_HEADER_BYTES));
+    this.enqueue({ metric: round.metric, digest: entry.digest, round: round.round_id, window: current.window,
+      payload: b64e(payload), notBefore: 0 });
   }
 
   private valueOf(key: string): string | string[] {

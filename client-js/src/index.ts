@@ -20,7 +20,11 @@ export { keyFor, keyId, verifyConfig, verifyDocument } from "./config.js";
 export type { Config, MetricEntry, RoundAnnouncement } from "./config.js";
 export { secureRandom, wordsToUniforms } from "./random.js";
 export type { RandomSource } from "./random.js";
-export { bitsChanged, budgetOf, chargeNewWindow, chargeRelaxation, microCeil, newRecord, windowMicro } from "./ledger.js";
+export {
+  bitsChanged, budgetOf, chargeNewWindow, chargeRelaxation, microCeil, newRecord, resendRelaxed, windowMicro,
+} from "./ledger.js";
+export { enclosedExp, enclosedLog, enclosedSequenceEpsilon, nextDown, nextUp } from "./interval.js";
+export { enclosedReportChainEpsilon } from "./reportchain.js";
 export type { Budget, Ceiling, MetricRecord, WindowRelease } from "./ledger.js";
 export { Client } from "./client.js";
 export type { ClientEvent, ClientOptions, EventType, Logger, ReportOutcome, ReportStatus } from "./client.js";

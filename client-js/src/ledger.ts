@@ -3,20 +3,23 @@
  * charges it (`client_sdk.ledger.window_cost`), and the records that keep a metric within its
  * ceiling (one value per window, lifetime or renewing budgets, no tightening).
  *
- * Charges this client computes itself: a window's first report in every mode, with or without
- * IRR, and asymmetric relaxation chains without IRR (exactly `k * L_last / 2`). The reference
- * charges other chains (symmetric relaxations, IRR report chains) at the upper end of enclosures
- * this port does not carry; such a chain is refused ({@link ChargeUnproven}), never guessed, and a
- * round that needs it is not joined (the aggregator sees non-participation).
+ * Every chain the reference charges is charged here the same way: asymmetric chains exactly
+ * (`k * L_last / 2`), symmetric chains and windows of reports with IRR at the upper end of the
+ * same proven enclosures (`interval.ts`, `reportchain.ts`: outward-rounded doubles, exponentials
+ * in exact integer arithmetic), the smaller of the memoized bits' charge and the reports' charge.
  *
- * A charge computed with `Math.log`/`Math.exp` is accepted only when every double within a relative
- * 1e-12 of it rounds up to the same micro-epsilon, so libm differences between JavaScript engines
- * and the reference cannot change it; otherwise it is refused too.
+ * A charge that passes through `Math.log`/`Math.exp` (a first report's epsilon, the starting point
+ * of a proven logarithm) is accepted only when every double within a relative 1e-12 of it rounds up
+ * to the same micro-epsilon, so a last-digit difference between JavaScript engines and the
+ * reference's libm cannot change it; otherwise it is refused ({@link ChargeUnproven}), never
+ * guessed, and a round that needs it is not joined (the aggregator sees non-participation).
  */
 
-import { BudgetExceeded, ChargeUnproven, TighteningRefused } from "./errors.js";
+import { BudgetExceeded, ChargeUnproven, ParameterError, TighteningRefused } from "./errors.js";
 import { Rational } from "./exact.js";
+import { enclosedSequenceEpsilon } from "./interval.js";
 import { distinctLevels } from "./noise.js";
+import { enclosedReportChainEpsilon } from "./reportchain.js";
 import { Irr, MetricParams, withIrr } from "./params.js";
 
 const MICRO = new Rational(1_000_000n);
@@ -79,19 +82,42 @@ function bitMicro(params: MetricParams, levels: number[]): number {
     const halfF = Math.exp(-last / 2.0) / 2.0;
     return provenMicro(Math.log((1.0 - halfF) / halfF), "a symmetric bit's epsilon");
   }
-  throw new ChargeUnproven("a symmetric relaxation chain is charged by an enclosure this client does not carry");
+  if (levels.length <= MAX_ENCLOSED_LAPLACE_LEVELS) {
+    const [, hi] = enclosedSequenceEpsilon(levels);
+    if (hi < last) return provenMicro(hi, "a symmetric chain's enclosure");
+  }
+  return microCeil(last); // the continuous process's bound
+}
+
+/** The symmetric chains enclosed (longer ones are charged the continuous bound `levels[-1]`). */
+export const MAX_ENCLOSED_LAPLACE_LEVELS = 10;
+/** The longest window chain whose reports' joint law is enclosed (`2^n` report sequences). */
+export const MAX_EXACT_REPORT_CHAIN = 8;
+
+/** The window's reports with IRR, enclosed; null where no proven bound is at hand. */
+function reportsMicro(steps: MetricParams[], levels: number[], relaxed: boolean[]): number | null {
+  if (levels.length > MAX_EXACT_REPORT_CHAIN || distinctLevels(levels).length > MAX_ENCLOSED_LAPLACE_LEVELS) return null;
+  let hi: number;
+  try {
+    hi = enclosedReportChainEpsilon(steps, levels, relaxed)[1];
+  } catch (e) {
+    if (e instanceof ParameterError) return null; // a chain the law does not cover
+    throw e;
+  }
+  return hi >= 0 && hi < Infinity ? provenMicro(hi, "a window's reports") : null;
 }
 
 /**
  * Micro-epsilons one window costs: a report at each of `levels`, with the IRR `irrs[i]` (null: the
  * metric's), `relaxed[i]` when report `i + 1` was drawn from report `i` by the relaxed IRR step.
+ * As the reference: the memoized bits' charge, or the reports' when smaller (a post-processing).
  *
- * @throws ChargeUnproven where the reference charges an enclosure this port does not carry.
+ * @throws ChargeUnproven where a libm difference could move the micro-epsilon.
  */
 export function windowMicro(
   params: MetricParams, levels: number[], irrs: (Irr | null)[] = levels.map(() => null), relaxed: boolean[] = [],
 ): number {
-  // A pure function of public parameters, remembered: every new window asks it (exact arithmetic, ~30 us).
+  // A pure function of public parameters, remembered: every new window asks it.
   const key = JSON.stringify([params.mode, params.value_kind, params.num_hashes, params.irr_p, params.irr_q, levels,
     irrs, relaxed]);
   let micro = remembered.get(key);
@@ -107,14 +133,20 @@ const remembered = new Map<string, number>();
 
 function computeWindowMicro(params: MetricParams, levels: number[], irrs: (Irr | null)[], relaxed: boolean[]): number {
   if (params.mode === "trusted") return Infinity;
+  if (irrs.length !== levels.length || relaxed.length !== Math.max(0, levels.length - 1)) {
+    throw new ParameterError("irrs", "need one IRR per level and one relaxed flag per level after the first");
+  }
   const chain = bitsChanged(params) * bitMicro(params, distinctLevels(levels));
   const steps = irrs.map((irr) => withIrr(params, irr));
   if (steps.every((s) => s.irr_q === null)) return chain;
   if (levels.length === 1) {
     return Math.min(chain, provenMicro(reportEpsilon(steps[0], levels[0]), "one report's epsilon"));
   }
-  void relaxed;
-  throw new ChargeUnproven("a window of several reports with IRR is charged by an enclosure this client does not carry");
+  const reports = reportsMicro(steps, levels, relaxed);
+  if (reports !== null) return Math.min(chain, reports);
+  if (relaxed.some(Boolean)) return chain;
+  const fresh = steps.reduce((sum, step, i) => sum + provenMicro(reportEpsilon(step, levels[i]), "one report's epsilon"), 0);
+  return Math.min(chain, fresh);
 }
 
 export const fromMicro = (micro: number): number => (micro === Infinity ? Infinity : micro / 1_000_000);
@@ -124,9 +156,13 @@ export interface WindowRelease {
   window: number;
   /** base64url of the canonical value. */
   value: string;
-  /** The window's chain of levels and IRRs (its first report, then each round's re-send). */
+  /** The window's chain: each report's level and IRR (its first report, then each round's re-send). */
   levels: number[];
-  irrs: (Irr | null)[];
+  irrs: Irr[];
+  /** `relaxed[i]`: report `i + 1` was drawn from report `i` by the relaxed IRR step. */
+  relaxed: boolean[];
+  /** The last report's bits as sent (hex, packed): what a relaxed IRR step draws from. */
+  sent: string | null;
   /** Micro-epsilons charged for the window so far. */
   micro: number;
 }
@@ -134,17 +170,19 @@ export interface WindowRelease {
 export interface MetricRecord {
   digest: string;
   cohort: number;
-  /** The level and round reports are made at now. */
+  /** The level, IRR and round reports are made with now. */
   level: number;
+  irr: Irr;
   round: number;
-  /** Micro-epsilons of windows closed, and of each budget period (renewing budgets). */
+  /** Micro-epsilons of windows closed, and of the latest budget period (renewing budgets). */
   closed: number;
   periods: Record<string, number>;
   current: WindowRelease | null;
 }
 
 export function newRecord(params: MetricParams, digest: string, cohort: number): MetricRecord {
-  return { digest, cohort, level: params.level, round: 0, closed: 0, periods: {}, current: null };
+  return { digest, cohort, level: params.level, irr: [params.irr_p, params.irr_q], round: 0, closed: 0, periods: {},
+    current: null };
 }
 
 /** A metric's ceiling: lifetime, or per period (seconds, aligned to the Unix epoch). */
@@ -166,20 +204,20 @@ function spentFor(record: MetricRecord, window: number, ceiling: Ceiling): numbe
 }
 
 /**
- * Charge a new window's first report (closing the window before it). Throws (nothing charged)
- * when the ceiling would be passed or the charge cannot be proven.
+ * Charge a new window's first report (closing the window before it); `sent` is the report's bits.
+ * Throws (nothing charged) when the ceiling would be passed or the charge cannot be proven.
  */
 export function chargeNewWindow(
-  record: MetricRecord, params: MetricParams, ceiling: Ceiling, window: number, value: string,
+  record: MetricRecord, params: MetricParams, ceiling: Ceiling, window: number, value: string, sent: string,
 ): void {
-  const micro = windowMicro(params, [record.level]);
+  const micro = windowMicro(params, [record.level], [record.irr], []);
   const before = spentFor(record, window, ceiling);
   if (before + micro > ceiling.micro) {
     throw new BudgetExceeded(fromMicro(micro), fromMicro(Math.max(0, ceiling.micro - before)),
       `metric '${params.name}': a report in a new window costs ${fromMicro(micro)}`);
   }
   closeWindow(record, ceiling);
-  record.current = { window, value, levels: [record.level], irrs: [[params.irr_p, params.irr_q]], micro };
+  record.current = { window, value, levels: [record.level], irrs: [record.irr], relaxed: [], sent, micro };
 }
 
 function closeWindow(record: MetricRecord, ceiling: Ceiling): void {
@@ -192,29 +230,45 @@ function closeWindow(record: MetricRecord, ceiling: Ceiling): void {
 }
 
 /**
- * Move the metric to `levelTo` for round `roundId`; returns the micro-epsilons the current window's
- * re-send adds (0 without a current window). Throws when it lowers the level, passes the ceiling or
- * cannot be proven (nothing changes then).
+ * Whether a round's re-send is drawn from the window's last report by the relaxed IRR step (else a
+ * fresh IRR): when the round sets an IRR, that report was kept, and the window costs no more so.
+ */
+export function resendRelaxed(record: MetricRecord, params: MetricParams, levelTo: number, irr: Irr | null): boolean {
+  const c = record.current;
+  if (irr === null || !c || c.sent === null) return false;
+  const cost = (flag: boolean) => windowMicro(params, [...c.levels, levelTo], [...c.irrs, irr], [...c.relaxed, flag]);
+  return cost(true) <= cost(false);
+}
+
+/**
+ * Move the metric to `levelTo` and the IRR `irr` (null: kept) for round `roundId`, the current
+ * window's re-send `relaxed` or fresh; returns the micro-epsilons the re-send adds (0 without a
+ * current window). Throws when it lowers the level, passes the ceiling or cannot be proven
+ * (nothing changes then).
  */
 export function chargeRelaxation(
   record: MetricRecord, params: MetricParams, ceiling: Ceiling, levelTo: number, roundId: number,
+  irr: Irr | null = null, relaxed = false,
 ): number {
   if (levelTo < record.level) throw new TighteningRefused(record.level, levelTo);
+  const after = irr ?? record.irr;
   const c = record.current;
   let extra = 0;
   if (c) {
-    const after = windowMicro(params, [...c.levels, levelTo], [...c.irrs, null]);
-    extra = after - c.micro;
+    const total = windowMicro(params, [...c.levels, levelTo], [...c.irrs, after], [...c.relaxed, relaxed]);
+    extra = total - c.micro;
     const before = spentFor(record, c.window, ceiling);
     if (before + extra > ceiling.micro) {
       throw new BudgetExceeded(fromMicro(extra), fromMicro(Math.max(0, ceiling.micro - before)),
         `metric '${params.name}': relaxing to level ${levelTo}`);
     }
     c.levels.push(levelTo);
-    c.irrs.push(null);
-    c.micro = after;
+    c.irrs.push(after);
+    c.relaxed.push(relaxed);
+    c.micro = total;
   }
   record.level = levelTo;
+  record.irr = after;
   record.round = roundId;
   return extra;
 }

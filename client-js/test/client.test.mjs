@@ -118,16 +118,35 @@ test("rounds: a relaxation round re-sends the window's value at the new level, c
   assert.ok(events.some((e) => e.type === "round_refused" && /cannot go from level 4 down to 3/.test(e.detail)));
 });
 
-test("symmetric rounds are refused (their charge is not proven here): nothing is sent for them", async () => {
-  const server = new FakeServer({ metrics: [metric("s", { mode: "symmetric" })] });
+test("symmetric and IRR rounds: re-sends charged as the reference's enclosures, relaxed IRR drawn from the last report", async () => {
+  const F = (x) => new os.JsonFloat(x);
+  const server = new FakeServer({ metrics: [metric("s", { mode: "symmetric", irr_p: F(0.25), irr_q: F(0.75),
+    value_kind: "categorical" })] });
   const { c, events } = client(server);
   await c.sync();
   c.report("s", "home");
   server.openRound("s", 2.0, 3.0);
   await c.sync();
+  const m = server.metrics[0];
+  server.rounds.push(server.sign({ version: 1, round_id: 2, metric: "s", params_digest: server.digest(m),
+    level_from: F(3.0), level_to: F(3.0), cohorts: null, opened_at: 0, expires_at: 4_000_000_000,
+    irr_p: F(0.2), irr_q: F(0.8) }));
+  server.issuedAt++;
+  await c.sync();
+  assert.deepEqual(events.filter((e) => e.type.startsWith("round")).map((e) => e.type), ["round_joined", "round_joined"]);
   await c.flush();
-  assert.ok(events.some((e) => e.type === "round_refused" && /enclosure/.test(e.detail)));
-  assert.deepEqual(server.batches.flatMap((b) => b.batch.reports).map((r) => r.round), [0]);
+  assert.deepEqual(server.batches.flatMap((b) => b.batch.reports).map((r) => r.round), [0, 1, 2]);
+  const params = os.metricParams(os.parseJson(os.canonicalJson(m)));
+  const relaxed = os.resendRelaxed({ ...c.ledger()[0], current: { levels: [2, 3], irrs: [[0.25, 0.75], [0.25, 0.75]],
+    relaxed: [false], sent: "00" } }, params, 3, [0.2, 0.8]);
+  const expected = os.windowMicro(params, [2, 3, 3], [[0.25, 0.75], [0.25, 0.75], [0.2, 0.8]], [false, relaxed]);
+  assert.equal(Math.round(c.ledger()[0].spent * 1e6), expected);
+  server.rounds.push(server.sign({ version: 1, round_id: 3, metric: "s", params_digest: server.digest(m),
+    level_from: F(3.0), level_to: F(3.0), cohorts: null, opened_at: 0, expires_at: 4_000_000_000,
+    irr_p: F(0.3), irr_q: F(0.7) }));
+  server.issuedAt++;
+  await c.sync();
+  assert.ok(events.some((e) => e.type === "round_refused" && /post-processing/.test(e.detail)), "an IRR that tightens");
 });
 
 test("state: encrypted in files (0600), the ledger survives a restart, a second value in the window is refused", async () => {
