@@ -36,7 +36,25 @@ try {
       makeStorage: async (i) => new os.IndexedDBStorage(`onesided-e2e-${i}`) });
     return { ...result, ms: performance.now() - started };
   }, { url, pin, token, clients: Number(clients) });
-  process.stdout.write(JSON.stringify({ ...outcome, pageErrors }));
+  // Page hide: a client with its background sender (next send in 10 minutes) flushes when the page is hidden.
+  const hide = await page.evaluate(async ({ url, pin }) => {
+    const os = await import("/e2e/onesided.min.js");
+    const events = [];
+    let configured;
+    const ready = new Promise((resolve) => { configured = resolve; });
+    const c = new os.Client({ serverUrl: url, serverPublicKeys: pin, maxEpsilon: 20, sendInterval: 600,
+      storage: new os.IndexedDBStorage("onesided-hide"),
+      onEvent: (e) => { events.push(e); if (e.type === "config") configured(); } });
+    await ready;
+    await new Promise((r) => setTimeout(r, 200)); // the first background turn ends
+    const status = c.report("hidden", ["park"]).status;
+    const before = c.pending();
+    Object.defineProperty(document, "visibilityState", { value: "hidden", configurable: true });
+    document.dispatchEvent(new Event("visibilitychange"));
+    for (let i = 0; i < 100 && c.pending() > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    return { status, before, after: c.pending(), sent: events.filter((e) => e.type === "sent").length };
+  }, { url, pin });
+  process.stdout.write(JSON.stringify({ ...outcome, hide, pageErrors }));
 } finally {
   await browser.close();
 }

@@ -11,7 +11,8 @@ export function valuesOf(i) {
   return out;
 }
 
-export async function scenario({ os, url, pin, token, clients, makeStorage, setOffline, fetchFn }) {
+export async function scenario({ os, url, pin, token, clients, makeStorage, setOffline, fetchFn, metric = "places",
+  round = { level_to: 4.0 } }) {
   const events = [];
   const made = [];
   await setOffline(true);
@@ -22,16 +23,16 @@ export async function scenario({ os, url, pin, token, clients, makeStorage, setO
     }));
   }
   const window = Math.floor(Date.now() / 1000 / 3600) * 3600;
-  const offline = made.map((c, i) => c.report("places", valuesOf(i)).status);
+  const offline = made.map((c, i) => c.report(metric, valuesOf(i)).status);
   await Promise.all(made.map((c) => c.flush({ deadline: 5 })));
   await setOffline(false);
   const online = events.length; // what follows happens with the network up
   const first = await Promise.all(made.map((c) => c.flush({ deadline: 60 })));
-  const opened = await (fetchFn ?? fetch)(`${url}/v1/metrics/places/rounds`, {
+  const opened = await (fetchFn ?? fetch)(`${url}/v1/metrics/${metric}/rounds`, {
     method: "POST", headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
-    body: JSON.stringify({ level_to: 4.0 }),
+    body: JSON.stringify(round),
   });
-  const round = await opened.json();
+  const opening = await opened.json();
   const joined = [];
   for (const c of made) {
     await c.sync();
@@ -41,7 +42,7 @@ export async function scenario({ os, url, pin, token, clients, makeStorage, setO
   await Promise.all(made.map((c) => c.close()));
   const truth = Object.fromEntries(DOMAIN.map((d) => [d, 0]));
   for (let i = 0; i < clients; i++) for (const v of valuesOf(i)) truth[v]++;
-  return { window, round_id: round.id, offline, first: first.map((f) => f.sent), joined, truth, ledger,
+  return { window, round_id: opening.id, offline, first: first.map((f) => f.sent), joined, truth, ledger,
     offlineErrors: events.slice(0, online).filter((e) => e.type === "transport_error").length,
     errors: events.slice(online).filter((e) => ["transport_error", "storage_error", "rejected", "round_refused", "dropped"].includes(e.type)) };
 }
