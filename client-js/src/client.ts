@@ -134,6 +134,8 @@ export class Client {
   private nextSendAt = 0;
   private nextSyncAt = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** Sends run one at a time: a report is sealed once, so it leaves under one id only. */
+  private sending: Promise<unknown> = Promise.resolve();
   private running: Promise<void> | null = null;
   private closed = false;
   private readonly ready: Promise<void>;
@@ -282,7 +284,7 @@ export class Client {
     const m = this.options.maxEpsilon;
     const value = typeof m === "number" ? m : (m[metric] ?? m["*"]);
     if (value === undefined) throw new PolicyError("metric", `no ceiling for '${metric}' (maxEpsilon has no "*")`);
-    return { micro: Math.floor(value * 1_000_000 + 1e-6), period: this.period };
+    return { epsilon: value, period: this.period };
   }
 
   /** What each metric has spent and has left. */
@@ -525,7 +527,13 @@ export class Client {
   }
 
   /** One pass: seal, persist (a report is durably charged before it leaves), send due batches. */
-  private async sendDue(keepalive: boolean, force: boolean): Promise<number> {
+  private sendDue(keepalive: boolean, force: boolean): Promise<number> {
+    const pass = this.sending.then(() => this.sendPass(keepalive, force));
+    this.sending = pass.catch(() => undefined);
+    return pass;
+  }
+
+  private async sendPass(keepalive: boolean, force: boolean): Promise<number> {
     const state = this.state;
     if (!state || !this.config) {
       await this.save();

@@ -185,10 +185,19 @@ export function newRecord(params: MetricParams, digest: string, cohort: number):
     current: null };
 }
 
-/** A metric's ceiling: lifetime, or per period (seconds, aligned to the Unix epoch). */
+/** A metric's ceiling (epsilon): lifetime, or per period (seconds, aligned to the Unix epoch). */
 export interface Ceiling {
-  micro: number;
+  epsilon: number;
   period: number | null;
+}
+
+/** Whether a total of `micro` micro-epsilons passes the ceiling (the printed decimal against it, as the reference). */
+function passes(micro: number, ceiling: Ceiling): boolean {
+  return fromMicro(micro) > ceiling.epsilon;
+}
+
+function remaining(ceiling: Ceiling, before: number): number {
+  return Math.max(0, Math.floor(ceiling.epsilon * 1e6 * (1 + 1e-15)) - before) / 1e6;
 }
 
 function periodOf(window: number, period: number | null): string {
@@ -212,8 +221,8 @@ export function chargeNewWindow(
 ): void {
   const micro = windowMicro(params, [record.level], [record.irr], []);
   const before = spentFor(record, window, ceiling);
-  if (before + micro > ceiling.micro) {
-    throw new BudgetExceeded(fromMicro(micro), fromMicro(Math.max(0, ceiling.micro - before)),
+  if (passes(before + micro, ceiling)) {
+    throw new BudgetExceeded(fromMicro(micro), remaining(ceiling, before),
       `metric '${params.name}': a report in a new window costs ${fromMicro(micro)}`);
   }
   closeWindow(record, ceiling);
@@ -258,8 +267,8 @@ export function chargeRelaxation(
     const total = windowMicro(params, [...c.levels, levelTo], [...c.irrs, after], [...c.relaxed, relaxed]);
     extra = total - c.micro;
     const before = spentFor(record, c.window, ceiling);
-    if (before + extra > ceiling.micro) {
-      throw new BudgetExceeded(fromMicro(extra), fromMicro(Math.max(0, ceiling.micro - before)),
+    if (passes(before + extra, ceiling)) {
+      throw new BudgetExceeded(fromMicro(extra), remaining(ceiling, before),
         `metric '${params.name}': relaxing to level ${levelTo}`);
     }
     c.levels.push(levelTo);
@@ -285,6 +294,6 @@ export interface Budget {
 
 export function budgetOf(name: string, record: MetricRecord, ceiling: Ceiling, now: number): Budget {
   const spent = spentFor(record, now, ceiling);
-  return { metric: name, spent: fromMicro(spent), ceiling: fromMicro(ceiling.micro),
-    remaining: fromMicro(Math.max(0, ceiling.micro - spent)), level: record.level, round: record.round };
+  return { metric: name, spent: fromMicro(spent), ceiling: ceiling.epsilon, remaining: remaining(ceiling, spent),
+    level: record.level, round: record.round };
 }

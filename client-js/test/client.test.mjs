@@ -91,6 +91,17 @@ test("a 400 on a batch isolates the bad report instead of dropping the queue", a
   assert.deepEqual(events.filter((e) => e.type === "rejected").map((e) => e.metric), ["b"]);
 });
 
+test("flushes at the same time seal each report once: one id, never two", async () => {
+  const server = new FakeServer();
+  const { c } = client(server);
+  await c.sync();
+  c.report("places", "home");
+  const results = await Promise.all([c.flush(), c.flush(), c.flush()]);
+  assert.equal(results.reduce((n, r) => n + r.sent, 0), 1);
+  const ids = new Set(server.batches.flatMap((b) => b.batch.reports.map((r) => r.report_id)));
+  assert.equal(ids.size, 1);
+});
+
 test("5xx and Retry-After: kept, backoff capped, nothing thrown", async () => {
   const server = new FakeServer();
   const { c, events } = client(server, { retryAfterCap: 30 });

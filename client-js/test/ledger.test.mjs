@@ -43,7 +43,7 @@ test("ledger: a new window within the ceiling, refusals, relaxation and tighteni
     mode: "asymmetric", level: 1, irr_p: null, irr_q: null, value_kind: "set", none_value: null,
     time_precision: 3600, min_batch_size: 1,
   })));
-  const ceiling = { micro: 3_000_000, period: null };
+  const ceiling = { epsilon: 3, period: null };
   const r = os.newRecord(params, "d", 0);
   os.chargeNewWindow(r, params, ceiling, 0, "a", "00");
   assert.equal(r.current.micro, 1_000_000);
@@ -52,10 +52,14 @@ test("ledger: a new window within the ceiling, refusals, relaxation and tighteni
   assert.throws(() => os.chargeNewWindow(r, params, ceiling, 3600, "b", "00"), (e) => e instanceof os.BudgetExceeded
     && e.requested === 2 && e.remaining === 1);
   assert.equal(r.current.window, 0, "nothing changed by a refusal");
-  const renewing = { micro: 2_000_000, period: 86400 };
+  const renewing = { epsilon: 2, period: 86400 };
   const r2 = os.newRecord(params, "d", 0);
   os.chargeNewWindow(r2, params, renewing, 0, "a", "00");
   os.chargeNewWindow(r2, params, renewing, 3600, "a", "00");
   assert.throws(() => os.chargeNewWindow(r2, params, renewing, 7200, "a", "00"), os.BudgetExceeded);
   os.chargeNewWindow(r2, params, renewing, 86400, "a", "00"); // the next day's budget
+  // A ceiling that is no exact double of its decimal (2.9) still allows a charge of exactly 2.9.
+  const odd = os.newRecord({ ...params, level: 2.9 }, "d", 0);
+  os.chargeNewWindow(odd, { ...params, level: 2.9 }, { epsilon: 2.9, period: null }, 0, "a", "00");
+  assert.equal(os.budgetOf("m", odd, { epsilon: 2.9, period: null }, 0).remaining, 0);
 });
