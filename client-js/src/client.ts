@@ -83,6 +83,8 @@ export interface ClientOptions {
   fetch?: typeof fetch;
   /** Wall clock in milliseconds (tests); corrected by the server's when the device's is off. */
   clock?: () => number;
+  /** Monotonic milliseconds (tests): what backoff and sync schedules wait on. */
+  monotonic?: () => number;
   random?: RandomSource;
 }
 
@@ -131,6 +133,7 @@ export class Client {
   private offsetMs = 0;
   private dirty = false;
   private failures = 0;
+  private syncFailed = false;
   private nextSendAt = 0;
   private nextSyncAt = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
@@ -360,12 +363,16 @@ export class Client {
       const document = parseJson(text);
       const config = this.verify(document);
       this.adopt(text, config);
+      this.syncFailed = false;
       return true;
     } catch (e) {
       this.event("transport_error", null, `sync: ${(e as Error).message}`);
+      this.syncFailed = true;
       return false;
     } finally {
-      this.nextSyncAt = Date.now() + 1000 * (this.config?.sync_interval ?? positive("syncInterval", this.options.syncInterval, 3600));
+      // after a failure, again within a minute (a round opened meanwhile is joined soon after the network returns)
+      const interval = this.syncFailed ? 60 : this.config?.sync_interval ?? positive("syncInterval", this.options.syncInterval, 3600);
+      this.nextSyncAt = this.mono() + 1000 * interval;
     }
   }
 
@@ -465,6 +472,11 @@ export class Client {
     return out.length === 1 ? out[0] : out;
   }
 
+  /** Waits and schedules run on the monotonic clock: a wall clock moved back never freezes them. */
+  private mono(): number {
+    return (this.options.monotonic ?? (() => performance.now()))();
+  }
+
   /** The wall clock, corrected by the server's when the device's is off by more than two minutes. */
   private now(): number {
     return (this.options.clock ?? Date.now)() + this.offsetMs;
@@ -539,8 +551,10 @@ export class Client {
       await this.save();
       return 0;
     }
-    if (!force && Date.now() < this.nextSendAt) return 0;
+    if (!force && this.mono() < this.nextSendAt) return 0;
     const now = this.now();
+    const cap = 1000 * positive("retryAfterCap", this.options.retryAfterCap, 3600);
+    for (const item of state.queue) if (item.notBefore > now + cap) item.notBefore = now + cap; // the clock moved back
     const due = state.queue.filter((i) => i.notBefore <= now);
     for (const item of due) await this.seal(item);
     if (!(await this.save())) return 0; // a report is durably charged before it leaves: nothing leaves yet
@@ -619,7 +633,7 @@ export class Client {
     const cap = 1000 * positive("retryAfterCap", this.options.retryAfterCap, 3600);
     const exp = Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(this.failures, 20));
     const wait = retryAfter !== null ? Math.min(1000 * retryAfter, cap) : exp * (0.5 + 0.5 * this.random.uniforms(1)[0]);
-    this.nextSendAt = Date.now() + wait;
+    this.nextSendAt = this.mono() + wait;
     this.event("transport_error", null, `${why}; retrying in ${Math.round(wait / 1000)} s`);
     return -1;
   }
@@ -640,7 +654,7 @@ export class Client {
       try {
         await this.ready;
         const wasFailing = this.failures > 0;
-        if (!this.config || Date.now() >= this.nextSyncAt) await this.sync();
+        if (!this.config || this.mono() >= this.nextSyncAt) await this.sync();
         await this.sendDue(false, false);
         if (wasFailing && this.failures === 0) await this.sync(); // back online: catch up with rounds
       } catch (e) {

@@ -78,6 +78,36 @@ test("clock answers: retry_after keeps the report (capped), a final status drops
   assert.ok(id.length === 22);
 });
 
+test("a wait decided by the server survives the clock moving back days: at most the cap", async () => {
+  const server = new FakeServer();
+  let now = Date.UTC(2030, 0, 10);
+  const { c } = client(server, { retryAfterCap: 60, clock: () => now });
+  await c.sync();
+  c.report("places", "home");
+  server.answer = () => ({ status: "too_early", field: "window", detail: "ahead", retry_after: 60 });
+  assert.equal((await c.flush()).left, 1);
+  server.answer = null;
+  now -= 3 * 86_400_000; // the device clock is set back three days
+  assert.equal((await c.flush()).sent, 0, "not at once");
+  now += 61_000;
+  assert.equal((await c.flush()).sent, 1, "after the cap, not after three days");
+});
+
+test("a failed sync is retried within a minute, not after the config's hour", async () => {
+  const server = new FakeServer();
+  let mono = 0;
+  const { c } = client(server, { monotonic: () => mono, background: false });
+  await c.sync();
+  server.online = false;
+  mono += 3_600_001;
+  assert.equal(await c.sync(), false);
+  server.online = true;
+  const before = server.requests.filter((r) => r.url.endsWith("/v1/config")).length;
+  mono += 61_000;
+  await c["turn"]();
+  assert.equal(server.requests.filter((r) => r.url.endsWith("/v1/config")).length, before + 1);
+});
+
 test("a 400 on a batch isolates the bad report instead of dropping the queue", async () => {
   const server = new FakeServer({ metrics: [metric("a"), metric("b"), metric("c")] });
   const { c, events } = client(server);
