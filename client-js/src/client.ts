@@ -61,6 +61,11 @@ export interface ClientOptions {
   stateKey?: Uint8Array;
   /** Every call a cheap no-op (an opt-out switch). */
   disabled?: boolean;
+  /**
+   * A stored state that does not decrypt or cannot be read: "stop" (default) reports nothing this
+   * session and keeps the stored state as it is; "reset" starts a new state (the old ledger is lost).
+   */
+  onCorrupt?: "stop" | "reset";
   /** Programmer errors (an unknown metric, a value outside a domain) throw instead of returning "refused". */
   strict?: boolean;
   onEvent?: (event: ClientEvent) => void;
@@ -134,6 +139,8 @@ export class Client {
   private dirty = false;
   private failures = 0;
   private syncFailed = false;
+  /** Why reporting stopped (a stored state that cannot be read), or null. */
+  private stopped: string | null = null;
   private nextSendAt = 0;
   private nextSyncAt = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
@@ -192,6 +199,7 @@ export class Client {
    */
   report(metric: string, value: Value | Iterable<Value>): ReportOutcome {
     if (this.options.disabled) return { status: "disabled" };
+    if (this.stopped) return { status: "refused", reason: this.stopped };
     try {
       const kept = this.keepable(value);
       const at = this.now();
@@ -309,7 +317,13 @@ export class Client {
     try {
       text = await this.box.load();
     } catch (e) {
-      this.event("storage_error", null, `${(e as Error).message}; starting a new state`);
+      if (this.options.onCorrupt !== "reset") {
+        // Without its ledger the client cannot keep its promises: it reports nothing this session.
+        this.stopped = `${(e as Error).message}: reporting is stopped (onCorrupt: "reset" starts a new state)`;
+        this.event("storage_error", null, this.stopped);
+        return;
+      }
+      this.event("storage_error", null, `${(e as Error).message}; starting a new state (onCorrupt: "reset")`);
     }
     const state: State = text ? JSON.parse(text) : {
       version: 1, secret: b64e(this.random.bytes(32)), config: null, learned: [], metrics: {}, pending: [], queue: [],
@@ -356,6 +370,7 @@ export class Client {
   async sync(): Promise<boolean> {
     if (this.options.disabled) return false;
     await this.ready;
+    if (this.stopped) return false;
     try {
       const response = await this.request("/v1/config", { method: "GET" });
       const text = await response.text();

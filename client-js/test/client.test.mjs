@@ -208,6 +208,25 @@ test("state: encrypted in files (0600), the ledger survives a restart, a second 
   assert.equal(second.report("places", "secret-place").status, "repeated");
 });
 
+test("a state that does not decrypt stops reporting (the ledger is not silently reset), unless onCorrupt: reset", async () => {
+  const server = new FakeServer();
+  const storage = new os.MemoryStorage();
+  const first = client(server, { storage }).c;
+  await first.sync();
+  first.report("places", "home");
+  await first.close();
+  await storage.write("key", new Uint8Array(32).fill(7)); // another key
+  const { c, events } = client(server, { storage });
+  assert.equal(await c.sync(), false);
+  const outcome = c.report("places", "work");
+  assert.equal(outcome.status, "refused");
+  assert.match(outcome.reason, /does not decrypt/);
+  assert.ok(events.some((e) => e.type === "storage_error"));
+  const reset = client(server, { storage, onCorrupt: "reset" }).c;
+  await reset.sync();
+  assert.equal(reset.report("places", "work").status, "queued");
+});
+
 test("a storage that fails: reports still work, nothing leaves before it is written", async () => {
   const server = new FakeServer();
   const broken = { read: async () => null, write: async () => { throw new Error("disk full"); } };
