@@ -15,6 +15,10 @@ export async function scenario({ os, url, pin, token, clients, makeStorage, setO
   round = { level_to: 4.0 } }) {
   const events = [];
   const made = [];
+  // One window holds the whole run (a round re-sends the current window's value only): start after
+  // the hour turns when it is about to.
+  const toNextHour = 3_600_000 - (Date.now() % 3_600_000);
+  if (toNextHour < 120_000) await new Promise((r) => setTimeout(r, toNextHour + 1000));
   await setOffline(true);
   for (let i = 0; i < clients; i++) {
     made.push(new os.Client({

@@ -13,7 +13,7 @@ import { Config, keyFor, keyId, MetricEntry, RoundAnnouncement, verifyConfig } f
 import { parseJson } from "./json.js";
 import { irrGarbling, irrLevel } from "./irr.js";
 import {
-  budgetOf, Budget, Ceiling, chargeNewWindow, chargeRelaxation, MetricRecord, newRecord, resendRelaxed,
+  budgetOf, Budget, Ceiling, chargeNewWindow, chargeRelaxation, MetricRecord, newRecord, resendRelaxed, settle,
 } from "./ledger.js";
 import { Irr, withIrr } from "./params.js";
 import { RandomSource, secureRandom } from "./random.js";
@@ -458,10 +458,12 @@ export class Client {
       this.dirty = true;
       return;
     }
+    const ceiling = this.ceiling(round.metric);
+    settle(record, ceiling, windowStart(this.now() / 1000, params.time_precision)); // past windows are final
     const current = record.current ? { ...record.current, levels: [...record.current.levels] } : null;
     const relaxed = resendRelaxed(record, params, round.level_to, irr);
     const before = current ? withIrr(params, current.irrs[current.irrs.length - 1]) : null;
-    chargeRelaxation(record, params, this.ceiling(round.metric), round.level_to, round.round_id, irr, relaxed);
+    chargeRelaxation(record, params, ceiling, round.level_to, round.round_id, irr, relaxed);
     this.dirty = true;
     if (!current || !record.current) return;
     const w = { secret: b64d((this.state as State).secret, "secret"), params: withIrr(params, record.irr),

@@ -229,6 +229,11 @@ export function chargeNewWindow(
   record.current = { window, value, levels: [record.level], irrs: [record.irr], relaxed: [], sent, micro };
 }
 
+/** Close the current window's release once its window has passed (`window` is now's): it is never re-sent. */
+export function settle(record: MetricRecord, ceiling: Ceiling, window: number): void {
+  if (record.current && record.current.window < window) closeWindow(record, ceiling);
+}
+
 function closeWindow(record: MetricRecord, ceiling: Ceiling): void {
   const c = record.current;
   if (!c) return;

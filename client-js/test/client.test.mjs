@@ -159,6 +159,20 @@ test("rounds: a relaxation round re-sends the window's value at the new level, c
   assert.ok(events.some((e) => e.type === "round_refused" && /cannot go from level 4 down to 3/.test(e.detail)));
 });
 
+test("a round opened after the window passed re-sends nothing: past windows are final", async () => {
+  let now = Date.UTC(2030, 0, 1, 10, 30);
+  const server = new FakeServer({ now: () => now });
+  const { c } = client(server, { clock: () => now });
+  await c.sync();
+  c.report("places", "home");
+  now += 3_600_000; // the next hour
+  server.openRound("places", 2.0, 4.0);
+  await c.sync();
+  await c.flush();
+  assert.deepEqual(server.batches.flatMap((b) => b.batch.reports).map((r) => r.round), [0]);
+  assert.deepEqual(c.ledger().map((b) => [b.spent, b.level, b.round]), [[2, 4, 1]]);
+});
+
 test("symmetric and IRR rounds: re-sends charged as the reference's enclosures, relaxed IRR drawn from the last report", async () => {
   const F = (x) => new os.JsonFloat(x);
   const server = new FakeServer({ metrics: [metric("s", { mode: "symmetric", irr_p: F(0.25), irr_q: F(0.75),
