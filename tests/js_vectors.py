@@ -9,6 +9,8 @@ tests. Three files under ``tests/vectors/``:
   replays it and must produce the same payload bytes.
 * ``charges.json``: what the Python ledger charges one window for a chain of reports
   (``client_sdk.ledger.window_cost``), to the micro-epsilon.
+* ``ledger.json``: sequences of a client's ledger operations (a report in a new window, a round's
+  relaxation, lifetime and renewing ceilings) with what the Python ledger allows, refuses and spends.
 * ``configs.json``: signed configs (canonical JSON with floats, a round, a signing-key rotation)
   and documents that must be refused.
 
@@ -28,17 +30,26 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from client_sdk.ledger import window_cost
+from client_sdk.following import resend_relaxed
+from client_sdk.ledger import (
+    MetricRecord,
+    WindowRelease,
+    check_new_window,
+    check_relaxation,
+    window_cost,
+)
 from client_sdk.memo import ReportPlan, distinct_levels, irr_masks, noise_key
 from protocol.crypto import public_key_info, sign_document
 from protocol.encodings import canonical_value
+from protocol.errors import BudgetExceeded, TighteningRefused
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource, SeededRandom, Shape
+from protocol.rounding import to_micro
 from protocol.wire import PAYLOAD_HEADER, MetricEntry, RoundAnnouncement, build_config_payload
 
 VECTORS = Path(__file__).parent / "vectors"
-FILES = ("reports.json", "charges.json", "configs.json")
+FILES = ("reports.json", "charges.json", "ledger.json", "configs.json")
 
 SECRET = bytes(range(32, 64))
 
@@ -196,6 +207,64 @@ def make_charges() -> dict[str, Any]:
             "cases": cases}
 
 
+Op = tuple[str, int, float, tuple[float | None, float | None] | None]  # (kind, window, level_to, irr)
+LEDGER_SCENARIOS: list[tuple[MetricParams, float, int | None, list[Op]]] = [
+    (_metric("a", BLOOM, "asymmetric", 1.5), 5.0, None, [
+        ("report", 0, 0, None), ("round", 0, 3.0, None), ("report", 3600, 0, None), ("round", 3600, 2.0, None),
+        ("round", 3600, 3.5, None), ("report", 7200, 0, None)]),
+    (_metric("c", BLOOM, "symmetric", 2.0, irr=(0.25, 0.75), value_kind="categorical"), 12.0, 86_400, [
+        ("report", 0, 0, None), ("round", 0, 3.0, (0.2, 0.8)), ("report", 3600, 0, None), ("report", 7200, 0, None),
+        ("report", 86_400, 0, None), ("round", 86_400, 3.0, (0.1, 0.9)), ("report", 90_000, 0, None)]),
+    (_metric("s", BLOOM, "symmetric", 1.0), 2.9, None, [
+        ("report", 0, 0, None), ("round", 0, 1.5, None), ("round", 0, 2.0, None), ("round", 3600, 3.0, None),
+        ("report", 3600, 0, None)]),
+]
+
+
+def _ledger_step(record: MetricRecord, params: MetricParams, ceiling: float, op: Op, round_id: int) -> dict[str, Any]:
+    """One operation as client_sdk.Client does it (its _report_at and relax), on the record."""
+    kind, window, level_to, irr = op
+    try:
+        if kind == "report":
+            check_new_window(record, params, ceiling, 0.0, window=window)
+            record.close_window(params)
+            step = len(record.levels) - 1
+            record.current = WindowRelease(window=window, value="v", first_step=step, last_step=step, report_id="r",
+                                           sent="00" if params.with_irr(record.irr).irr_q is not None else None)
+        else:
+            if record.current is not None and record.current.window < window:
+                record.close_window(params)  # Client._settle: a past window is final
+            relaxed = resend_relaxed(record, params, level_to, irr)
+            check_relaxation(record, params, level_to, ceiling, 0.0, irr=irr, relaxed=relaxed)
+            record.levels.append(level_to)
+            record.irrs.append(record.irrs[-1] if irr is None else irr)
+            record.rounds.append(round_id)
+            if record.current is not None:
+                record.current.last_step = record.step
+                if relaxed:
+                    record.current.relaxed.append(record.step)
+        outcome: dict[str, Any] = {"ok": True}
+    except BudgetExceeded as exc:
+        outcome = {"ok": False, "error": "budget_exceeded", "requested": exc.requested, "remaining": exc.remaining}
+    except TighteningRefused:
+        outcome = {"ok": False, "error": "tightening_refused"}
+    return {**outcome, "spent_micro": to_micro(record.spent(params)[0])}
+
+
+def make_ledger() -> dict[str, Any]:
+    cases = []
+    for params, ceiling, period, ops in LEDGER_SCENARIOS:
+        record = MetricRecord(params=params.to_dict(), digest="d", cohort=0, levels=[float(params.level or 0)],
+                              rounds=[0], period=period)
+        steps = []
+        for number, op in enumerate(ops, start=1):
+            steps.append({"op": op[0], "window": op[1], "level_to": op[2], "irr": None if op[3] is None else list(op[3]),
+                          **_ledger_step(record, params, ceiling, op, number)})
+        cases.append({"params": params.to_dict(), "ceiling": ceiling, "period": period, "steps": steps})
+    return {"section": "client_sdk.ledger: reports in new windows and rounds against lifetime and renewing ceilings",
+            "cases": cases}
+
+
 def _keys(seed: int) -> tuple[Ed25519PrivateKey, X25519PrivateKey]:
     return (Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32),
             X25519PrivateKey.from_private_bytes(bytes([seed + 1]) * 32))
@@ -233,7 +302,8 @@ def make_configs() -> dict[str, Any]:
                             sign_document(_keys(11)[0], payload))}]}
 
 
-MAKERS = {"reports.json": make_reports, "charges.json": make_charges, "configs.json": make_configs}
+MAKERS = {"reports.json": make_reports, "charges.json": make_charges, "ledger.json": make_ledger,
+          "configs.json": make_configs}
 
 
 def render(name: str) -> str:

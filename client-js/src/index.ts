@@ -21,7 +21,7 @@ export type { Config, MetricEntry, RoundAnnouncement } from "./config.js";
 export { secureRandom, wordsToUniforms } from "./random.js";
 export type { RandomSource } from "./random.js";
 export {
-  bitsChanged, budgetOf, chargeNewWindow, chargeRelaxation, microCeil, newRecord, resendRelaxed, windowMicro,
+  bitsChanged, budgetOf, chargeNewWindow, chargeRelaxation, microCeil, newRecord, resendRelaxed, settle, windowMicro,
 } from "./ledger.js";
 export { enclosedExp, enclosedLog, enclosedSequenceEpsilon, nextDown, nextUp } from "./interval.js";
 export { enclosedReportChainEpsilon } from "./reportchain.js";

@@ -191,13 +191,23 @@ export interface Ceiling {
   period: number | null;
 }
 
+/**
+ * `round_up(a + b)` of two printed epsilons (given in micro-epsilons), in micro-epsilons: the
+ * reference adds the doubles and rounds the sum up, so a sum one ulp above its decimal counts one
+ * micro-epsilon more; the ledger decides on that total, so this client does too.
+ */
+function roundUpSum(a: number, b: number): number {
+  return microCeil(fromMicro(a) + fromMicro(b));
+}
+
 /** Whether a total of `micro` micro-epsilons passes the ceiling (the printed decimal against it, as the reference). */
 function passes(micro: number, ceiling: Ceiling): boolean {
   return fromMicro(micro) > ceiling.epsilon;
 }
 
+/** What is left under the ceiling after `before` micro-epsilons (the reference's float, to the bit). */
 function remaining(ceiling: Ceiling, before: number): number {
-  return Math.max(0, Math.floor(ceiling.epsilon * 1e6 * (1 + 1e-15)) - before) / 1e6;
+  return Math.max(0, ceiling.epsilon - fromMicro(before));
 }
 
 function periodOf(window: number, period: number | null): string {
@@ -221,7 +231,7 @@ export function chargeNewWindow(
 ): void {
   const micro = windowMicro(params, [record.level], [record.irr], []);
   const before = spentFor(record, window, ceiling);
-  if (passes(before + micro, ceiling)) {
+  if (passes(roundUpSum(before, micro), ceiling)) {
     throw new BudgetExceeded(fromMicro(micro), remaining(ceiling, before),
       `metric '${params.name}': a report in a new window costs ${fromMicro(micro)}`);
   }
@@ -270,9 +280,11 @@ export function chargeRelaxation(
   let extra = 0;
   if (c) {
     const total = windowMicro(params, [...c.levels, levelTo], [...c.irrs, after], [...c.relaxed, relaxed]);
-    extra = total - c.micro;
+    // As client_sdk.ledger.check_relaxation: the extra is round_up(after - spent) of the printed totals.
+    extra = microCeil(fromMicro(record.closed + total) - fromMicro(record.closed + c.micro));
     const before = spentFor(record, c.window, ceiling);
-    if (passes(before + extra, ceiling)) {
+    const decided = ceiling.period === null ? record.closed + total : roundUpSum(before, extra);
+    if (passes(decided, ceiling)) {
       throw new BudgetExceeded(fromMicro(extra), remaining(ceiling, before),
         `metric '${params.name}': relaxing to level ${levelTo}`);
     }

@@ -30,6 +30,36 @@ test("enclosures: exponentials and logarithms are proven, nextUp/nextDown step o
   assert.ok(a <= Math.log(3) && Math.log(3) <= b);
 });
 
+test("ledger.json: reports and rounds against lifetime and renewing ceilings, as the Python ledger decides", () => {
+  const ledgerText = readFileSync(new URL("../../tests/vectors/ledger.json", import.meta.url), "utf8");
+  for (const raw of os.parseJson(ledgerText).cases) {
+    const c = { ...os.plain(raw), params: os.metricParams(raw.params) };
+    const ceiling = { epsilon: c.ceiling, period: c.period };
+    const record = os.newRecord(c.params, "d", 0);
+    c.steps.forEach((step, i) => {
+      const where = `${c.params.name} step ${i + 1} (${step.op})`;
+      let outcome = { ok: true };
+      try {
+        if (step.op === "report") {
+          os.chargeNewWindow(record, c.params, ceiling, step.window, "v", "00");
+        } else {
+          os.settle(record, ceiling, step.window);
+          const relaxed = os.resendRelaxed(record, c.params, step.level_to, step.irr);
+          os.chargeRelaxation(record, c.params, ceiling, step.level_to, i + 1, step.irr, relaxed);
+        }
+      } catch (e) {
+        if (e instanceof os.BudgetExceeded) {
+          outcome = { ok: false, error: "budget_exceeded", requested: e.requested, remaining: e.remaining };
+        } else if (e instanceof os.TighteningRefused) outcome = { ok: false, error: "tightening_refused" };
+        else throw e;
+      }
+      const { spent_micro: spent, op, window, level_to: levelTo, irr, ...expected } = step;
+      assert.deepEqual(outcome, expected, where);
+      assert.equal(record.closed + (record.current?.micro ?? 0), spent, where);
+    });
+  }
+});
+
 test("microCeil rounds up exactly, never down", () => {
   assert.equal(os.microCeil(1.0000000009), 1000001);
   assert.equal(os.microCeil(0.75), 750000);
