@@ -115,6 +115,7 @@ def run_node(script: str, *args: str, timeout: int = 300) -> dict[str, Any]:
     return outcome
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("params", "round_body"), [(PLACES, {"level_to": 4.0}), (APPS, APPS_ROUND)],
                          ids=["asymmetric", "symmetric-irr"])
 def test_node_clients_offline_then_online_follow_a_round(aggregator: Aggregator, tmp_path: Path,
@@ -126,6 +127,7 @@ def test_node_clients_offline_then_online_follow_a_round(aggregator: Aggregator,
     assert len(list((tmp_path / "states").glob("client-*/state.bin"))) == clients
 
 
+@pytest.mark.slow
 def test_chromium_page_offline_then_online_follows_a_round(aggregator: Aggregator) -> None:
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install -y chromium; .ci/setup --browser)")
