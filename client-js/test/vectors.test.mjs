@@ -76,6 +76,25 @@ test("sealed_report.json: AAD, X25519/HKDF/AES-128-GCM, JSON and binary batches"
   assert.ok(v.batch_binary_hex.slice(18).startsWith(sealedRecord));
 });
 
+test("a report sealed with a fresh key (Web Crypto's X25519 where present) opens with the recipient's key", async () => {
+  const { x25519 } = await import("@noble/curves/ed25519");
+  const recipientPrivate = x25519.utils.randomPrivateKey();
+  const recipient = x25519.getPublicKey(recipientPrivate);
+  const payload = new Uint8Array([1, 0, 3, 64, 0, 0, 0, 0, 0, 0, 0, 255]);
+  const digest = "ab".repeat(32);
+  const env = await os.buildReport({ metric: "m", params_digest: digest, round: 0, window: 3600, payload, seal_public: recipient });
+  const pkE = env.sealed.slice(0, 32);
+  assert.deepEqual(env.report_id, os.sealedReportId(pkE));
+  const shared = x25519.getSharedSecret(recipientPrivate, pkE);
+  const { hkdf } = await import("@noble/hashes/hkdf");
+  const { sha256 } = await import("@noble/hashes/sha2");
+  const okm = hkdf(sha256, shared, undefined, new Uint8Array([...new TextEncoder().encode("onesided/seal/v1"), ...pkE, ...recipient]), 28);
+  const k = await crypto.subtle.importKey("raw", okm.slice(0, 16), "AES-GCM", false, ["decrypt"]);
+  const plain = await crypto.subtle.decrypt({ name: "AES-GCM", iv: okm.slice(16, 28),
+    additionalData: os.reportAad(env.report_id, "m", digest, 0, 3600) }, k, env.sealed.slice(32));
+  assert.deepEqual(new Uint8Array(plain), payload);
+});
+
 test("signature.json: canonical JSON with floats, Ed25519", () => {
   const v = load("signature.json");
   const doc = loadExact("signature.json").document;
