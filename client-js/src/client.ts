@@ -8,7 +8,7 @@
 
 import { b64d, b64e, fromHex, toHex } from "./bytes.js";
 import { canonicalValue, Value } from "./encodings.js";
-import { BudgetExceeded, OnesidedError, ParameterError, PolicyError, ProtocolError, TransportError } from "./errors.js";
+import { OnesidedError, ParameterError, PolicyError, ProtocolError, TransportError } from "./errors.js";
 import { Config, keyFor, keyId, MetricEntry, RoundAnnouncement, verifyConfig } from "./config.js";
 import { parseJson } from "./json.js";
 import { irrGarbling, irrLevel } from "./irr.js";
@@ -177,7 +177,9 @@ export class Client {
       ["exitDeadline", 2], ["batchSize", 100], ["maxQueue", 10_000]] as const) {
       positive(name, options[name], fallback);
     }
-    this.fetchFn = options.fetch ?? globalThis.fetch.bind(globalThis);
+    const fetchFn = options.fetch ?? globalThis.fetch?.bind(globalThis);
+    if (typeof fetchFn !== "function") throw new ParameterError("fetch", "this platform has no fetch: pass options.fetch");
+    this.fetchFn = fetchFn;
     this.random = options.random ?? secureRandom;
     this.box = new StateBox(options.storage ?? new MemoryStorage(), options.stateKey ?? null, (n) => this.random.bytes(n));
     this.ready = options.disabled ? Promise.resolve() : this.open();
@@ -209,8 +211,9 @@ export class Client {
       const strictError = e instanceof ParameterError || e instanceof PolicyError;
       if (this.options.strict && strictError) throw e;
       const reason = e instanceof Error ? e.message : String(e);
-      this.event(strictError || e instanceof BudgetExceeded ? "refused" : "dropped", metric, reason);
-      return { status: strictError || e instanceof OnesidedError ? "refused" : "dropped", reason };
+      const status = e instanceof OnesidedError ? "refused" : "dropped"; // dropped: an unexpected failure, kept quiet
+      this.event(status, metric, reason);
+      return { status, reason };
     }
   }
 
