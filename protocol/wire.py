@@ -927,7 +927,7 @@ class ReportResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object; ``retry_after`` only when set (so final results are as before)."""
-        item = {"report_id": self.report_id, "status": self.status, "field": self.field, "detail": self.detail}
+        item: dict[str, Any] = {"report_id": self.report_id, "status": self.status, "field": self.field, "detail": self.detail}
         if self.retry_after is not None:
             item["retry_after"] = self.retry_after
         return item
