@@ -23,8 +23,9 @@ chunk of 10k users x 1,000 items), a streaming read (NumPy summing the reports' 
 kernel's rate over its floor's: generator ns per byte / ``simulate`` ns per bit, and
 streaming ns per byte / counting ns per byte.
 
-Every onesided count is checked equal to NumPy's. The load average is printed before and
-after (the timings mean little on a busy machine). Numbers go to benchmarks/RESULTS.md.
+Every onesided count is checked equal to NumPy's. Times are this thread's CPU time by default
+(``--clock wall`` for elapsed time; NumPy runs single-threaded here); the load average is printed
+before and after (wall times mean little on a busy machine). Numbers go to benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def numpy_counts(reports: np.ndarray, cohorts: np.ndarray, num_cohorts: int) -> 
     return np.stack([reports[cohorts == j].sum(0) for j in range(num_cohorts)])
 
 
-def counting_rows(n: int, m: int, h: int, repeat: int) -> list[tuple[str, float]]:
+def counting_rows(n: int, m: int, h: int, repeat: int, clock: Callable[[], float]) -> list[tuple[str, float]]:
     rng = np.random.default_rng(1)
     reports = rng.random((n, m), dtype=np.float32) < 0.3
     cohorts = rng.integers(0, h, n)
@@ -79,9 +80,9 @@ def counting_rows(n: int, m: int, h: int, repeat: int) -> list[tuple[str, float]
         raise SystemExit("from_reports disagrees with numpy")
     label = f"{n:,} x {m:,} bits, {h} cohort{'s' if h > 1 else ''}"
     return [
-        (f"{label}: numpy sum(0){' per cohort' if h > 1 else ''}", best_of(lambda: numpy_counts(reports, cohorts, h), repeat)),
-        (f"{label}: from_reports", best_of(lambda: BitCounts.from_reports(reports, cohorts, h), repeat)),
-        (f"{label}: previous (float32 matrix product)", best_of(lambda: matmul_counts(reports, cohorts, h), repeat)),
+        (f"{label}: numpy sum(0){' per cohort' if h > 1 else ''}", best_of(lambda: numpy_counts(reports, cohorts, h), repeat, clock)),
+        (f"{label}: from_reports", best_of(lambda: BitCounts.from_reports(reports, cohorts, h), repeat, clock)),
+        (f"{label}: previous (float32 matrix product)", best_of(lambda: matmul_counts(reports, cohorts, h), repeat, clock)),
     ]
 
 
@@ -119,7 +120,7 @@ def ratio_rounds(rounds: int, repeat: int, chunk: int = 10_000, items: int = 1_0
               f"| {reports.nbytes / stream / 1e9:.1f} | {reports.nbytes / count / 1e9:.1f} | {stream / count:.2f} |")
 
 
-def oracle_rows(users: int, items: int, chunk: int, repeat: int) -> list[tuple[str, float]]:
+def oracle_rows(users: int, items: int, chunk: int, repeat: int, clock: Callable[[], float]) -> list[tuple[str, float]]:
     bits = sue_bits(chunk, items)
     randomizer = sue()
     p0, p1 = randomizer.permanent_probabilities()
@@ -150,8 +151,9 @@ def oracle_rows(users: int, items: int, chunk: int, repeat: int) -> list[tuple[s
             total = total + BitCounts.from_reports(randomizer.simulate(bits, seeded), cohort, 1)
 
     label = f"frequency oracle {users:,} users x {items:,} items (randomize + count)"
-    return [(f"{label}: plain numpy", best_of(plain, repeat)), (f"{label}: tuned numpy (uint16 draws)", best_of(tuned, repeat)),
-            (f"{label}: simulate + from_reports", best_of(onesided, repeat))]
+    return [(f"{label}: plain numpy", best_of(plain, repeat, clock)),
+            (f"{label}: tuned numpy (uint16 draws)", best_of(tuned, repeat, clock)),
+            (f"{label}: simulate + from_reports", best_of(onesided, repeat, clock))]
 
 
 def main() -> None:
@@ -159,18 +161,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--ratios", type=int, default=0, metavar="R",
                     help="only the kernels against the generator and a streaming read, R interleaved rounds")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                    help="cpu: this thread's CPU time (default; a shared machine inflates it less), wall: elapsed time")
     args = ap.parse_args()
+    clock = CPU if args.clock == "cpu" else time.perf_counter
     if args.ratios:
         ratio_rounds(args.ratios, args.repeat)
         return
     load_before = os.getloadavg()
     groups = [
-        counting_rows(100_000, 1_000, 1, args.repeat),
-        counting_rows(100_000, 1_000, 8, args.repeat),
-        counting_rows(1_000_000, 128, 8, args.repeat),
-        oracle_rows(100_000, 1_000, 10_000, args.repeat),
+        counting_rows(100_000, 1_000, 1, args.repeat, clock),
+        counting_rows(100_000, 1_000, 8, args.repeat, clock),
+        counting_rows(1_000_000, 128, 8, args.repeat, clock),
+        oracle_rows(100_000, 1_000, 10_000, args.repeat, clock),
     ]
-    print(f"| {'what':82s} | {'seconds':>8s} | {'vs numpy':>8s} |")
+    print(f"| {'what':82s} | {args.clock + ' s':>8s} | {'vs numpy':>8s} |")
     print(f"|{'-' * 84}|{'-' * 10}:|{'-' * 10}:|")
     for rows in groups:
         base = rows[0][1]
