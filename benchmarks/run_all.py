@@ -10,9 +10,10 @@ Sections (``--only`` picks some; the default runs all, about 10-15 minutes on a 
 * ``randomizer``: ``benchmarks/randomizer.py`` (the peers only with ``--peer-venv``, which installs
   them there if needed);
 * ``device``: ``benchmarks/device_cost.py``: the device's CPU per report and its battery figure;
-* ``per-client``: ``onesided simulate relaxation --clients 100000`` (per-client, local engine), with
-  and without the engine's allocator setting (:func:`aggregator.research.engine.retain_freed_memory`),
-  alternated twice: wall and CPU seconds, minor page faults, and whether the figures are identical;
+* ``per-client``: ``onesided simulate SCENARIO --clients 100000`` (per-client, local engine; the
+  relaxation and city scenarios), with and without the engine's allocator setting
+  (:func:`aggregator.research.engine.retain_freed_memory`), alternated twice: wall, user and system
+  seconds, minor page faults, and whether the figures are identical;
 * ``fused``: ``benchmarks/gpu_relaxation.py --cpu --clients 200000``: the fused kernel's host build
   against the array block (needs g++).
 
@@ -41,7 +42,7 @@ SIMULATE = ("import sys; from aggregator.cli.main import main; "
             "import aggregator.research.engine as engine; "
             "engine.retain_freed_memory = (lambda: False) if sys.argv[1] == 'off' else engine.retain_freed_memory; "
             "sys.argv = ['onesided'] + sys.argv[2:]; main()")
-TIMING_KEYS = {"seconds", "peak_rss_mib"}
+RUN_KEYS = {"seconds", "peak_rss_mib", "plot", "data"}  # timings and file paths: differ run to run
 
 
 def load() -> str:
@@ -65,21 +66,21 @@ def run_script(title: str, args: list[str], env: dict[str, str] | None = None) -
 
 
 def figures(path: Path) -> object:
-    """The scenario's JSON without its timing keys (what must be identical)."""
+    """The scenario's JSON without its timings and file paths (what must be identical)."""
     def strip(value: object) -> object:
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in TIMING_KEYS}
+            return {k: strip(v) for k, v in value.items() if k not in RUN_KEYS}
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
     return strip(json.loads(path.read_text()))
 
 
-def per_client(clients: int) -> None:
-    header("Per-client simulation with and without the engine's allocator setting",
-           f"onesided simulate relaxation --clients {clients} --json, the setting off / on, alternated twice")
-    print("| run | allocator setting | load (1 min) | wall s | CPU s (user + sys) | minor page faults |")
-    print("|--:|---|--:|--:|--:|--:|")
+def per_client(scenario: str, clients: int) -> None:
+    header(f"Per-client simulation ({scenario}) with and without the engine's allocator setting",
+           f"onesided simulate {scenario} --clients {clients} --json, the setting off / on, alternated twice")
+    print("| run | allocator setting | load (1 min) | wall s | user s | sys s | minor page faults |")
+    print("|--:|---|--:|--:|--:|--:|--:|")
     seen: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="onesided-bench-") as folder:
         for i, setting in enumerate(["off", "on", "off", "on"]):
@@ -87,15 +88,14 @@ def per_client(clients: int) -> None:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             load1 = os.getloadavg()[0]
             t0 = time.perf_counter()
-            subprocess.run([PYTHON, "-c", SIMULATE, setting, "simulate", "relaxation", "--clients", str(clients),
+            subprocess.run([PYTHON, "-c", SIMULATE, setting, "simulate", scenario, "--clients", str(clients),
                             "--method", "per-client", "--out", str(out), "--json"], cwd=ROOT, check=True,
                            env={**os.environ, **SINGLE_BLAS}, capture_output=True)
             wall = time.perf_counter() - t0
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-            print(f"| {i + 1} | {setting} | {load1:.2f} | {wall:.1f} | {cpu:.1f} | "
-                  f"{after.ru_minflt - before.ru_minflt:,} |", flush=True)
-            seen.setdefault(setting, figures(out / "relaxation.json"))
+            print(f"| {i + 1} | {setting} | {load1:.2f} | {wall:.1f} | {after.ru_utime - before.ru_utime:.2f} | "
+                  f"{after.ru_stime - before.ru_stime:.2f} | {after.ru_minflt - before.ru_minflt:,} |", flush=True)
+            seen.setdefault(setting, figures(out / f"{scenario}.json"))
     print(f"\nfigures identical with and without the setting: {seen['off'] == seen['on']}; "
           f"load average after: {load()}")
 
@@ -106,6 +106,8 @@ def main() -> None:
                     choices=["ratios", "counting", "randomizer", "device", "per-client", "fused"])
     ap.add_argument("--peer-venv", type=Path, default=None)
     ap.add_argument("--clients", type=int, default=100_000, help="clients of the per-client comparison")
+    ap.add_argument("--scenarios", nargs="*", default=["relaxation", "city"],
+                    help="scenarios of the per-client comparison")
     ap.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     args = ap.parse_args()
     if args.out is not None:
@@ -122,7 +124,8 @@ def main() -> None:
     if "device" in wanted:
         run_script("The device's CPU per report", ["benchmarks/device_cost.py"])
     if "per-client" in wanted:
-        per_client(args.clients)
+        for scenario in args.scenarios:
+            per_client(scenario, args.clients)
     if "fused" in wanted:
         run_script("Fused kernel, host build", ["benchmarks/gpu_relaxation.py", "--cpu", "--clients", "200000"],
                    SINGLE_BLAS)
