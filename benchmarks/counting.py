@@ -21,7 +21,8 @@ the generator (PCG64's raw words, the bytes ``simulate`` consumes), ``simulate``
 chunk of 10k users x 1,000 items), a streaming read (NumPy summing the reports' bytes as
 64-bit words) and ``from_reports`` on those reports (1 cohort). It prints per round the
 kernel's rate over its floor's: generator ns per byte / ``simulate`` ns per bit, and
-streaming ns per byte / counting ns per byte.
+streaming ns per byte / counting ns per byte; beside them, the least a NumPy randomizer can do
+(each chunk's bytes drawn, then one ``less`` against the input into the output) over the generator.
 
 Every onesided count is checked equal to NumPy's. Times are this thread's CPU time by default
 (``--clock wall`` for elapsed time; NumPy runs single-threaded here); the load average is printed
@@ -40,6 +41,7 @@ import numpy as np
 
 from aggregator.analysis.decoding import BitCounts
 from protocol import Randomizer, SeededRandom
+from protocol.exact import BERNOULLI_CHUNK
 
 EPSILON = 2.0
 CPU = time.thread_time
@@ -107,17 +109,27 @@ def ratio_rounds(rounds: int, repeat: int, chunk: int = 10_000, items: int = 1_0
     words = reports.view(np.uint64).reshape(-1)
     cohort = np.zeros(reports.shape[0], dtype=np.int64)
     n = bits.size
-    print("| round | load (1 min) | generator ns/B | simulate ns/bit | ratio | streaming read GB/s "
-          "| counting GB/s | ratio |")
-    print("|--:|--:|--:|--:|--:|--:|--:|--:|")
+    flat, out = bits.reshape(-1).view(np.uint8), np.empty(n, dtype=bool)
+
+    def one_pass() -> None:
+        # the least a NumPy randomizer does: the chunk's bytes drawn, then one comparison with the input
+        for start in range(0, n, BERNOULLI_CHUNK):
+            stop = min(start + BERNOULLI_CHUNK, n)
+            u = generator.random_raw(-(-(stop - start) // 8)).view(np.uint8)[: stop - start]
+            np.less(u, flat[start:stop], out=out[start:stop])
+
+    print("| round | load (1 min) | generator ns/B | simulate ns/bit | ratio | one NumPy pass: ns/bit, ratio "
+          "| streaming read GB/s | counting GB/s | ratio |")
+    print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for i in range(rounds):
         load = os.getloadavg()[0]
         gen = best_of(lambda: generator.random_raw(n // 8), repeat, CPU) / n
         kernel = best_of(lambda: randomizer.simulate(bits, seeded), repeat, CPU) / n
+        floor = best_of(one_pass, repeat, CPU) / n
         stream = best_of(lambda: np.add.reduce(words), repeat, CPU)
         count = best_of(lambda: BitCounts.from_reports(reports, cohort, 1), repeat, CPU)
         print(f"| {i + 1} | {load:.2f} | {gen * 1e9:.3f} | {kernel * 1e9:.3f} | {gen / kernel:.2f} "
-              f"| {reports.nbytes / stream / 1e9:.1f} | {reports.nbytes / count / 1e9:.1f} | {stream / count:.2f} |")
+              f"| {floor * 1e9:.3f}, {gen / floor:.2f} | {reports.nbytes / stream / 1e9:.1f} | {reports.nbytes / count / 1e9:.1f} | {stream / count:.2f} |")
 
 
 def oracle_rows(users: int, items: int, chunk: int, repeat: int, clock: Callable[[], float]) -> list[tuple[str, float]]:
