@@ -10,11 +10,23 @@ Rows, each the best of ``--repeat`` runs:
 * the same with 8 cohorts in random order (NumPy: one masked ``sum(0)`` per cohort),
   and 1M reports x 128 bits in 8 cohorts (the decoding benchmark's shape);
 * the whole frequency-oracle run, 100k users x 1,000 items, SUE at epsilon 2 in
-  chunks of 10k users: plain NumPy (``random(float32)``, ``where``, ``sum(0)``)
-  against ``Randomizer.simulate`` then ``from_reports``, seeded.
+  chunks of 10k users: plain NumPy (``random(float32)``, ``where``, ``sum(0)``), a
+  tuned NumPy (16-bit integer draws from the raw generator against 16-bit cuts, a
+  cut select by multiply-add, ``sum(0)``) and ``Randomizer.simulate`` then
+  ``from_reports``, seeded.
 
-Every onesided count is checked equal to NumPy's. The load average is printed before and
-after (the timings mean little on a busy machine). Numbers go to benchmarks/RESULTS.md.
+``--ratios R``: the kernels against the machine, R interleaved rounds (each round times
+every item once more, best of ``--repeat``, thread CPU time, the load average beside it):
+the generator (PCG64's raw words, the bytes ``simulate`` consumes), ``simulate`` (one
+chunk of 10k users x 1,000 items), a streaming read (NumPy summing the reports' bytes as
+64-bit words) and ``from_reports`` on those reports (1 cohort). It prints per round the
+kernel's rate over its floor's: generator ns per byte / ``simulate`` ns per bit, and
+streaming ns per byte / counting ns per byte; beside them, the least a NumPy randomizer can do
+(each chunk's bytes drawn, then one ``less`` against the input into the output) over the generator.
+
+Every onesided count is checked equal to NumPy's. Times are this thread's CPU time by default
+(``--clock wall`` for elapsed time; NumPy runs single-threaded here); the load average is printed
+before and after (wall times mean little on a busy machine). Numbers go to benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -29,16 +41,19 @@ import numpy as np
 
 from aggregator.analysis.decoding import BitCounts
 from protocol import Randomizer, SeededRandom
+from protocol.exact import BERNOULLI_CHUNK
 
 EPSILON = 2.0
+CPU = time.thread_time
 
 
-def best_of(fn: Callable[[], object], repeat: int) -> float:
+def best_of(fn: Callable[[], object], repeat: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Best of ``repeat`` calls on ``clock`` (``time.thread_time``: CPU time, which a busy machine inflates less)."""
     best = math.inf
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return best
 
 
@@ -58,7 +73,7 @@ def numpy_counts(reports: np.ndarray, cohorts: np.ndarray, num_cohorts: int) -> 
     return np.stack([reports[cohorts == j].sum(0) for j in range(num_cohorts)])
 
 
-def counting_rows(n: int, m: int, h: int, repeat: int) -> list[tuple[str, float]]:
+def counting_rows(n: int, m: int, h: int, repeat: int, clock: Callable[[], float]) -> list[tuple[str, float]]:
     rng = np.random.default_rng(1)
     reports = rng.random((n, m), dtype=np.float32) < 0.3
     cohorts = rng.integers(0, h, n)
@@ -67,19 +82,62 @@ def counting_rows(n: int, m: int, h: int, repeat: int) -> list[tuple[str, float]
         raise SystemExit("from_reports disagrees with numpy")
     label = f"{n:,} x {m:,} bits, {h} cohort{'s' if h > 1 else ''}"
     return [
-        (f"{label}: numpy sum(0){' per cohort' if h > 1 else ''}", best_of(lambda: numpy_counts(reports, cohorts, h), repeat)),
-        (f"{label}: from_reports", best_of(lambda: BitCounts.from_reports(reports, cohorts, h), repeat)),
-        (f"{label}: previous (float32 matrix product)", best_of(lambda: matmul_counts(reports, cohorts, h), repeat)),
+        (f"{label}: numpy sum(0){' per cohort' if h > 1 else ''}", best_of(lambda: numpy_counts(reports, cohorts, h), repeat, clock)),
+        (f"{label}: from_reports", best_of(lambda: BitCounts.from_reports(reports, cohorts, h), repeat, clock)),
+        (f"{label}: previous (float32 matrix product)", best_of(lambda: matmul_counts(reports, cohorts, h), repeat, clock)),
     ]
 
 
-def oracle_rows(users: int, items: int, chunk: int, repeat: int) -> list[tuple[str, float]]:
+def sue_bits(chunk: int, items: int) -> np.ndarray:
     bits = np.zeros((chunk, items), dtype=bool)
     bits[np.arange(chunk), np.random.default_rng(0).integers(items, size=chunk)] = True
+    return bits
+
+
+def sue() -> Randomizer:
     flip = 1.0 / (math.exp(EPSILON / 2) + 1.0)
-    sue = Randomizer(mode="symmetric", level=-2.0 * math.log(2.0 * flip))
-    p0, p1 = sue.permanent_probabilities()
+    return Randomizer(mode="symmetric", level=-2.0 * math.log(2.0 * flip))
+
+
+def ratio_rounds(rounds: int, repeat: int, chunk: int = 10_000, items: int = 1_000) -> None:
+    """The kernels over their floors, interleaved: see the module docstring (``--ratios``)."""
+    bits = sue_bits(chunk, items)
+    randomizer = sue()
+    seeded = SeededRandom(5)
+    generator = np.random.Generator(np.random.PCG64(1)).bit_generator
+    reports = np.random.default_rng(1).random((100_000, items), dtype=np.float32) < 0.3
+    words = reports.view(np.uint64).reshape(-1)
+    cohort = np.zeros(reports.shape[0], dtype=np.int64)
+    n = bits.size
+    flat, out = bits.reshape(-1).view(np.uint8), np.empty(n, dtype=bool)
+
+    def one_pass() -> None:
+        # the least a NumPy randomizer does: the chunk's bytes drawn, then one comparison with the input
+        for start in range(0, n, BERNOULLI_CHUNK):
+            stop = min(start + BERNOULLI_CHUNK, n)
+            u = generator.random_raw(-(-(stop - start) // 8)).view(np.uint8)[: stop - start]
+            np.less(u, flat[start:stop], out=out[start:stop])
+
+    print("| round | load (1 min) | generator ns/B | simulate ns/bit | ratio | one NumPy pass: ns/bit, ratio "
+          "| streaming read GB/s | counting GB/s | ratio |")
+    print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for i in range(rounds):
+        load = os.getloadavg()[0]
+        gen = best_of(lambda: generator.random_raw(n // 8), repeat, CPU) / n
+        kernel = best_of(lambda: randomizer.simulate(bits, seeded), repeat, CPU) / n
+        floor = best_of(one_pass, repeat, CPU) / n
+        stream = best_of(lambda: np.add.reduce(words), repeat, CPU)
+        count = best_of(lambda: BitCounts.from_reports(reports, cohort, 1), repeat, CPU)
+        print(f"| {i + 1} | {load:.2f} | {gen * 1e9:.3f} | {kernel * 1e9:.3f} | {gen / kernel:.2f} "
+              f"| {floor * 1e9:.3f}, {gen / floor:.2f} | {reports.nbytes / stream / 1e9:.1f} | {reports.nbytes / count / 1e9:.1f} | {stream / count:.2f} |")
+
+
+def oracle_rows(users: int, items: int, chunk: int, repeat: int, clock: Callable[[], float]) -> list[tuple[str, float]]:
+    bits = sue_bits(chunk, items)
+    randomizer = sue()
+    p0, p1 = randomizer.permanent_probabilities()
     numpy_rng = np.random.Generator(np.random.PCG64(1))
+    low, high = np.uint16(math.floor(p0 * 65536)), np.uint16(math.floor(p1 * 65536))
     seeded = SeededRandom(5)
     cohort = np.zeros(chunk, dtype=np.int64)
 
@@ -89,27 +147,47 @@ def oracle_rows(users: int, items: int, chunk: int, repeat: int) -> list[tuple[s
             u = numpy_rng.random(bits.shape, dtype=np.float32)
             total += np.where(bits, u < p1, u < p0).sum(0)
 
+    def tuned() -> None:
+        # 16-bit draws (probabilities rounded down to 2^-16: not exact, as a tuned user would accept)
+        total = np.zeros(items, dtype=np.int64)
+        cut = np.empty(bits.shape, dtype=np.uint16)
+        for _ in range(users // chunk):
+            u = numpy_rng.bit_generator.random_raw(bits.size // 4).view(np.uint16).reshape(bits.shape)
+            np.multiply(bits, high - low, out=cut)
+            cut += low
+            total += (u < cut).sum(0)
+
     def onesided() -> None:
         total = BitCounts.zeros(1, items)
         for _ in range(users // chunk):
-            total = total + BitCounts.from_reports(sue.simulate(bits, seeded), cohort, 1)
+            total = total + BitCounts.from_reports(randomizer.simulate(bits, seeded), cohort, 1)
 
     label = f"frequency oracle {users:,} users x {items:,} items (randomize + count)"
-    return [(f"{label}: plain numpy", best_of(plain, repeat)), (f"{label}: simulate + from_reports", best_of(onesided, repeat))]
+    return [(f"{label}: plain numpy", best_of(plain, repeat, clock)),
+            (f"{label}: tuned numpy (uint16 draws)", best_of(tuned, repeat, clock)),
+            (f"{label}: simulate + from_reports", best_of(onesided, repeat, clock))]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--ratios", type=int, default=0, metavar="R",
+                    help="only the kernels against the generator and a streaming read, R interleaved rounds")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                    help="cpu: this thread's CPU time (default; a shared machine inflates it less), wall: elapsed time")
     args = ap.parse_args()
+    clock = CPU if args.clock == "cpu" else time.perf_counter
+    if args.ratios:
+        ratio_rounds(args.ratios, args.repeat)
+        return
     load_before = os.getloadavg()
     groups = [
-        counting_rows(100_000, 1_000, 1, args.repeat),
-        counting_rows(100_000, 1_000, 8, args.repeat),
-        counting_rows(1_000_000, 128, 8, args.repeat),
-        oracle_rows(100_000, 1_000, 10_000, args.repeat),
+        counting_rows(100_000, 1_000, 1, args.repeat, clock),
+        counting_rows(100_000, 1_000, 8, args.repeat, clock),
+        counting_rows(1_000_000, 128, 8, args.repeat, clock),
+        oracle_rows(100_000, 1_000, 10_000, args.repeat, clock),
     ]
-    print(f"| {'what':82s} | {'seconds':>8s} | {'vs numpy':>8s} |")
+    print(f"| {'what':82s} | {args.clock + ' s':>8s} | {'vs numpy':>8s} |")
     print(f"|{'-' * 84}|{'-' * 10}:|{'-' * 10}:|")
     for rows in groups:
         base = rows[0][1]

@@ -16,7 +16,8 @@ user), symmetric randomized response at epsilon 2 (SUE / basic one-time RAPPOR:
   first (untimed: multi-freq-ldpy compiles numba kernels on its first call,
   a one-time cost), then timed on ``--peer-users`` users (default: all of
   ``--users``; a smaller number is scaled to ``--users`` and the row says
-  so). Skipped with a printed note when they cannot be installed.
+  so). Skipped with a printed note when they cannot be installed, or left out
+  with ``--no-peers``.
 
 Every row works in chunks of ``--chunk`` users (memory stays flat) and is the
 best of ``--repeat`` runs. Run: .venv/bin/python benchmarks/randomizer.py
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -120,6 +122,7 @@ def main() -> None:
                     help="users the peers are timed on (default: --users; fewer are scaled up, and say so)")
     ap.add_argument("--peer-venv", type=Path, default=None, help="reuse this venv for the peers")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-peers", action="store_true", help="leave out the peers (no venv, no install)")
     args = ap.parse_args()
     n, m, chunks = args.users, args.items, max(1, args.users // args.chunk)
     bits = np.zeros((args.chunk, m), dtype=bool)
@@ -168,12 +171,13 @@ def main() -> None:
     peer_users = args.peer_users or n
     with tempfile.TemporaryDirectory(prefix="onesided-peers-") as tmp:
         venv = args.peer_venv or Path(tmp) / "venv"
-        for name in PEERS:
+        for name in () if args.no_peers else PEERS:
             got = peer_seconds(name, peer_users, m, venv)
             label = f"{name} UE client, warm" + (f" (scaled from {peer_users:,} users)" if peer_users != n else "")
             rows.append((label, got * n / peer_users if isinstance(got, float) else got))
 
     base = rows[0][1]
+    print(f"load average (1, 5, 15 min) after the rows: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{n:,} users x {m:,} items (SUE, eps {EPSILON:g}), chunks of {args.chunk:,} users, best of {args.repeat}")
     print(f"| {'path':62s} | {'seconds':>8s} | {'vs numpy':>8s} |")
     print(f"|{'-' * 64}|{'-' * 10}:|{'-' * 10}:|")

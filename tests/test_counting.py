@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator.analysis.decoding import BitCounts
+from aggregator.analysis.decoding import counts as counts_module
 from aggregator.analysis.decoding.counts import _BLOCK, _RUN
 from protocol.errors import ParameterError
 
@@ -30,6 +31,19 @@ def check(reports: np.ndarray, cohorts: np.ndarray, num_cohorts: int) -> None:
 def test_one_cohort_every_run_boundary(rows: int) -> None:
     rng = np.random.default_rng(rows)
     check(rng.random((rows, 37)) < 0.4, np.zeros(rows, dtype=np.int64), 1)
+
+
+@pytest.mark.parametrize("accumulator", [1, 64, 1000])
+@pytest.mark.parametrize("bits", [1, 7, 64, 100])
+@pytest.mark.parametrize("rows", [254, 255, 256, 3 * _RUN + 1, 10 * _RUN + 254, 23 * _RUN])
+def test_grouped_runs_every_group_boundary(monkeypatch: pytest.MonkeyPatch, accumulator: int, bits: int,
+                                           rows: int) -> None:
+    # A small accumulator makes the (255, groups x bits) views take every shape on small inputs: one group
+    # (accumulator < bits), several, a last span with fewer groups, and fewer than 255 rows left over.
+    monkeypatch.setattr(counts_module, "_ACCUMULATOR_BYTES", accumulator)
+    reports = np.random.default_rng(rows * bits + accumulator).random((rows, bits)) < 0.5
+    check(reports, np.zeros(rows, dtype=np.int64), 1)
+    check(np.ones((rows, bits), dtype=bool), np.zeros(rows, dtype=np.int64), 1)
 
 
 def test_all_ones_fill_every_uint8_partial_sum() -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.research.engine import BlockCounts, BlockFunction, add_counts
+from aggregator.research.engine import BlockCounts, BlockFunction, add_counts, retain_freed_memory
 from protocol.errors import ParameterError
 from protocol.exact import bernoulli_choose
 from protocol.rng import SeededRandom
@@ -214,6 +214,7 @@ class ArrayEngine:
             progress: Callable[[str], None]) -> BlockCounts:
         xp = namespace(self.module)
         block = array_block(fn, self.uses_fused)
+        retain_freed_memory()  # the host's temporaries, block after block
         total: BlockCounts | None = None
         for index, seed in enumerate(seeds):
             total = add_counts(total, block(xp, setup, index, seed))

@@ -1,0 +1,144 @@
+"""Benchmark: the device's whole CPU cost per report, on the caller's thread and in total.
+
+Run: .venv/bin/python benchmarks/device_cost.py [--reports N] [--flush-every K] [--repeat R]
+
+One ``Client`` (Bloom 128 bits, 2 hashes, 64 cohorts, asymmetric + IRR q .1, autosave off, no
+background sender) reports ``--reports`` times, one new window per report, and hands its queue to
+an in-memory aggregator every ``--flush-every`` reports (the sender's work: sealing, the upload's
+encoding, refilling the ephemeral keys and the IRR masks). Measured with CPU clocks, which a busy
+machine inflates far less than wall time:
+
+* caller's thread: ``time.thread_time_ns`` around each ``report()`` (median and mean);
+* total: ``time.process_time_ns`` over the whole loop, every thread of the process (the key
+  filler's included), minus what the in-memory aggregator spends receiving and opening the
+  reports (timed around its upload handler), divided by the reports;
+* the parts, alone: one ephemeral X25519 key, one seal of a queued report, the X25519 exchange.
+
+The energy line is CPU time times an assumed power for one busy phone core (``--core-watts``,
+default 1.5 W: a performance core of a current phone SoC; efficiency cores draw less and run
+longer); the battery is ``--battery-wh`` (default 15 Wh, a 4,000 mAh cell at 3.85 V). The
+figures are this machine's CPU time: a phone's core may take longer per report.
+Numbers go to benchmarks/RESULTS.md (``benchmarks/run_all.py`` runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from client_sdk import Client
+from client_sdk.testing import FakeAggregator
+from protocol.crypto import AggregatorKeys, ephemeral_key, seal
+from protocol.encodings import BloomEncoding
+from protocol.params import MetricParams
+
+
+class ServerTimed(FakeAggregator):
+    """The in-memory aggregator, with the CPU time of its own work (parsing, opening, storing) counted apart."""
+
+    server_ns = 0
+
+    def _upload(self, data: bytes, content_type: str) -> Any:
+        t0 = time.thread_time_ns()
+        try:
+            return super()._upload(data, content_type)
+        finally:
+            self.server_ns += time.thread_time_ns() - t0
+
+
+def params() -> MetricParams:
+    return MetricParams(
+        name="places", encoding=BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=64),
+        mode="asymmetric", level=2.0, irr_q=0.1, value_kind="set", time_precision=1,
+    )
+
+
+def run_once(reports: int, flush_every: int) -> dict[str, float]:
+    """One client, ``reports`` reports: caller's-thread and total device CPU per report, in us."""
+    fake = ServerTimed([params()], max_reports=max(1000, flush_every))
+    now = [1_700_000_000.0]
+    with tempfile.TemporaryDirectory(prefix="onesided-device-") as folder:
+        client = Client("http://agg.invalid", Path(folder) / "state", background=False,
+                        server_public_keys=fake.sign_public, max_epsilon=1e9, session=fake,
+                        max_queue=10**7, autosave=False, clock=lambda: now[0])
+        client.sync()
+        values = [(f"place-{i}", f"place-{i + 7}") for i in range(50)]
+        caller: list[int] = []
+        fake.server_ns = 0
+        start = time.process_time_ns()
+        for i in range(reports):
+            now[0] += 1
+            t0 = time.thread_time_ns()
+            client.report("places", values[i % len(values)])
+            caller.append(time.thread_time_ns() - t0)
+            if (i + 1) % flush_every == 0:
+                client.flush()
+        client.flush()
+        total = time.process_time_ns() - start - fake.server_ns
+        if len(fake.stored) < reports:
+            raise SystemExit(f"only {len(fake.stored)} of {reports} reports were delivered")
+        client.close()
+    return {"caller_median": statistics.median(caller) / 1e3, "caller_mean": sum(caller) / len(caller) / 1e3,
+            "total": total / reports / 1e3, "server": fake.server_ns / reports / 1e3}
+
+
+def per_call_us(fn: Any, n: int) -> float:
+    """Median over 5 runs of the thread CPU time of one call, in us."""
+    runs = []
+    for _ in range(5):
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            fn()
+        runs.append((time.thread_time_ns() - t0) / n / 1e3)
+    return statistics.median(runs)
+
+
+def parts(n: int) -> dict[str, float]:
+    keys = AggregatorKeys.generate()
+    recipient = keys.seal_public_raw
+    key = ephemeral_key()[0]
+    plain = os.urandom(40)
+    return {
+        "ephemeral key": per_call_us(ephemeral_key, n),
+        "seal, key object given": per_call_us(lambda: seal(recipient, plain, b"aad", ephemeral_private=key), n),
+        "X25519 exchange alone": per_call_us(lambda: key.exchange(keys.seal_private.public_key()), n),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reports", type=int, default=3000)
+    ap.add_argument("--flush-every", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--core-watts", type=float, default=1.5)
+    ap.add_argument("--battery-wh", type=float, default=15.0)
+    args = ap.parse_args()
+    load_before = os.getloadavg()
+    runs = [run_once(args.reports, args.flush_every) for _ in range(args.repeat)]
+    best = min(runs, key=lambda r: r["total"])
+    print(f"{args.reports:,} reports, flush every {args.flush_every}, {args.repeat} runs (CPU time, us per report)")
+    print("| what | us per report (best run) | all runs |")
+    print("|---|--:|---|")
+    for key, label in (("caller_median", "caller's thread, median report()"),
+                       ("caller_mean", "caller's thread, mean report()"),
+                       ("total", "total device CPU (all threads, aggregator excluded)"),
+                       ("server", "(excluded: the in-memory aggregator's receiving and opening)")):
+        print(f"| {label} | {best[key]:.1f} | {', '.join(f'{r[key]:.1f}' for r in runs)} |")
+    for label, us in parts(500).items():
+        print(f"| part alone: {label} | {us:.1f} | |")
+    joules = best["total"] * 1e-6 * args.core_watts
+    per_charge = args.battery_wh * 3600 / joules
+    print(f"energy at {args.core_watts:g} W per busy core: {joules * 1e6:.0f} uJ per report; a {args.battery_wh:g} Wh "
+          f"battery pays for {per_charge:.3g} reports (1,000 reports a day: {1000 * joules / (args.battery_wh * 36):.2g}% "
+          "of a charge)")
+    print("load average (1, 5, 15 min): before " + " ".join(f"{x:.2f}" for x in load_before)
+          + ", after " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
+if __name__ == "__main__":
+    main()
