@@ -46,12 +46,17 @@ from protocol.validation import check_int, check_number
 from protocol.wire import (
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
+    CLOCK_ANSWERS_VERSION,
+    WIRE_HEADER,
     ReportEnvelope,
     ReportResult,
     encode_batch_binary,
     encode_batch_json,
     parse_upload_response,
+    upload_server_time,
 )
+
+from .servertime import http_date
 
 log = logging.getLogger("onesided.client")
 
@@ -106,6 +111,8 @@ class RetryPolicy:
         base_delay: the first backoff cap, seconds.
         max_delay: the largest backoff cap, seconds.
         max_retry_after: the longest ``Retry-After`` slept through, seconds.
+        retry_after_cap: the longest a server's ``Retry-After`` may stop a client from
+            sending, seconds (a longer one is read as this; default 5 minutes).
         timeout: per-request timeout, seconds.
     """
 
@@ -113,11 +120,12 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 30.0
     max_retry_after: float = 120.0
+    retry_after_cap: float = 300.0
     timeout: float = 10.0
 
     def __post_init__(self) -> None:
         check_int("max_attempts", self.max_attempts, low=1)
-        for name in ("base_delay", "max_delay", "max_retry_after", "timeout"):
+        for name in ("base_delay", "max_delay", "max_retry_after", "retry_after_cap", "timeout"):
             value = getattr(self, name)
             check_number(name, value, nonnegative=True)
         if self.timeout <= 0:
@@ -135,8 +143,13 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        return float(text)
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return seconds if seconds >= 0 else None  # NaN compares False: None
+
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
@@ -184,6 +197,8 @@ class Transport:
         max_config_bytes: the largest config accepted (default 4 MiB).
         max_response_bytes: the largest upload answer accepted (default 1 MiB).
         monotonic: the clock of deadlines (``time.monotonic``).
+        server_time: called with the server's clock (Unix seconds) read from an answer's
+            ``Date`` header or an upload answer's ``server_time``.
 
     ``sleep=None`` waits on an event that :meth:`stop_by` sets, so a
     shutdown cuts a backoff short.
@@ -202,6 +217,7 @@ class Transport:
         max_config_bytes: int = MAX_CONFIG_BYTES,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
+        server_time: Callable[[float], None] | None = None,
     ) -> None:
         if not isinstance(server_url, str) or not server_url.startswith(("http://", "https://")):
             raise ParameterError("server_url", f"must be an http(s) URL, got {server_url!r}")
@@ -220,6 +236,7 @@ class Transport:
         self.max_config_bytes = _check_limit("max_config_bytes", max_config_bytes)
         self.max_response_bytes = _check_limit("max_response_bytes", max_response_bytes)
         self._cutoff: float | None = None
+        self._server_time = server_time
 
     def close(self) -> None:
         if self._owns_session:
@@ -268,12 +285,16 @@ class Transport:
             content_type = CONTENT_TYPE_JSON
         status, body = self._request(
             "POST", "/v1/reports", limit=("max_response_bytes", self.max_response_bytes), deadline=deadline,
-            data=data, headers={"Content-Type": content_type},
+            data=data, headers={"Content-Type": content_type, WIRE_HEADER: CLOCK_ANSWERS_VERSION},
         )
         try:
-            results = parse_upload_response(json.loads(body))
+            answer = json.loads(body)
+            results = parse_upload_response(answer)
+            server_time = upload_server_time(answer)
         except (ValueError, ReportRejected) as exc:
             raise TransportError(f"malformed upload response: {exc}", status=status) from None
+        if server_time is not None and self._server_time is not None:
+            self._server_time(float(server_time))
         if [r.report_id for r in results] != [r.report_id_text for r in reports]:
             raise TransportError("upload response does not match the batch", status=status)
         return results
@@ -294,6 +315,7 @@ class Transport:
             timeout = self._timeout(method, path, attempt, deadline)
             try:
                 response = self.session.request(method, url, timeout=timeout, stream=True, **kwargs)
+                self._observe_date(response)
                 status = response.status_code
                 ok = 200 <= status <= 299
                 body = self._read(response, f"{method} {path}", limit if ok else ("error body", MAX_ERROR_BODY),
@@ -321,6 +343,15 @@ class Transport:
                 )
             self._wait(method, path, attempt, f"HTTP {status}", retry_after, deadline)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _observe_date(self, response: Any) -> None:
+        """Pass the answer's ``Date`` (the server's clock) on; an unreadable one is ignored."""
+        if self._server_time is None:
+            return
+        headers = getattr(response, "headers", None)
+        when = http_date(headers.get("Date")) if headers is not None else None
+        if when is not None:
+            self._server_time(when)
 
     def _timeout(self, method: str, path: str, attempt: int, deadline: float | None) -> float:
         """The next request's timeout: the policy's, capped by the time left; none left raises."""

@@ -35,7 +35,7 @@ DAY = 86400
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("clock", Clock(WINDOW + 3600.0))
-    return Client("http://agg.test", path, background=False, server_public_keys=[fake.sign_public], session=fake,
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=[fake.sign_public], session=fake,
                   rng=kwargs.pop("rng", 1), insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
 
