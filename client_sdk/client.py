@@ -199,6 +199,17 @@ class Client:
         else:
             self._disk_back()
 
+    def _save(self) -> None:
+        """The sender's write before it sends: raises, so nothing leaves before it is on disk."""
+        self._reopen()
+        try:
+            with self._lock:
+                self._disk.save()
+        except OSError as exc:
+            self._disk_error(exc)
+            raise
+        self._disk_back()
+
     def _write(self) -> int:
         """The background sender's write of what ``report()`` queued (a group commit, outside the
         client's lock); never raises. Returns how many reports are queued."""
@@ -276,7 +287,7 @@ class Client:
             self._commit()
             self._release_waiting()
             applied = self._following.apply_rounds(config)
-            self._background.schedule.synced(self._clock(), config.sync_interval)
+            self._background.schedule.synced(self._monotonic(), config.sync_interval)
         self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
                  applied)
