@@ -39,6 +39,7 @@ class BackgroundHost(Protocol):
     def _prepare(self) -> None: ...
     def _notify(self, error: Exception) -> None: ...
     def _write(self) -> int: ...
+    def _release_held(self) -> None: ...
 
 
 def _close_quietly(host: BackgroundHost) -> None:
@@ -90,10 +91,8 @@ class Background:
 
     def first(self) -> None:
         """The background sender's first turn: the first sync (when due), what an earlier run left
-        queued, then keys and IRR ahead."""
-        self.sync_if_due()
-        self._sender.flush(None, wait=False)
-        self._host._prepare()
+        queued, then keys and IRR ahead: a turn, at once."""
+        self.tick()
 
     def written(self) -> None:
         """``report()`` woke the thread: write what it queued (one write for a burst), send a full queue."""
@@ -102,8 +101,10 @@ class Background:
             self._sender.flush(None, wait=False)
 
     def tick(self) -> None:
-        """One turn of the background sender: sync when due, send what is queued, make keys and IRR ahead."""
+        """One turn of the background sender: sync when due, report what waited for the server's time,
+        send what is queued, make keys and IRR ahead."""
         self.sync_if_due()
+        self._host._release_held()
         self._sender.flush(None, wait=False)
         self._host._prepare()
 

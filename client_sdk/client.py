@@ -385,7 +385,15 @@ class Client:
             if self._following.config is None:
                 self._wait_for_config(metric, value_or_set)
                 return ReportStatus(st.WAITING, reason="kept until the first verified config")
-            return ReportStatus(st.QUEUED, self._report_at(metric, value_or_set, self._clock()))
+            now = self._clock()
+            if self.server_clock.suspect(now):  # never charge a window the server may refuse as too early
+                self._wait_for_config(metric, value_or_set)
+                self._background.schedule.now()  # the next turn asks the server's time
+                if self._sender.running:
+                    self._sender.nudge()
+                return ReportStatus(st.WAITING, reason="the device clock moved ahead of the server's time; kept, "
+                                    "uncharged, until the server's next answer confirms the time")
+            return ReportStatus(st.QUEUED, self._report_at(metric, value_or_set, now))
 
     def _refused(self, metric: object, exc: Exception) -> ReportStatus:
         """What ``report()`` answers for an error: raised (strict, programmer errors), or a status."""
@@ -474,7 +482,8 @@ class Client:
         Nothing is encoded, charged or sent yet; :meth:`_release_waiting`
         does all three with the time of this call when a config is verified.
         """
-        overflow = hold(self._state.waiting, metric, value_or_set, self._clock(), self.options.max_waiting)
+        overflow = hold(self._state.waiting, metric, value_or_set, self._clock(), self.options.max_waiting,
+                        offset=self.server_clock.offset)
         if overflow < 0:
             return  # the same value of the metric is already waiting
         if overflow:
@@ -483,6 +492,14 @@ class Client:
         self._disk.dirty = True
         self._persist()
         log.debug("metric %s: value kept until the first config", metric)
+
+    def _release_held(self) -> None:
+        """At the background sender's turn: report the values held while the clock was unverified, once
+        the server's time confirms it (never raises)."""
+        with self._lock:
+            if self._state.waiting and self._following.config is not None \
+                    and not self.server_clock.suspect(self._clock()):
+                self._release_waiting()
 
     def _release_waiting(self) -> int:
         """Report the values that waited for a config, each in the window of its own time.
@@ -493,9 +510,11 @@ class Client:
         """
         waiting, self._state.waiting = self._state.waiting, []
         reported = 0
-        for metric, value, at in released(waiting):
+        offset = self.server_clock.offset
+        for (metric, value, at), held in zip(released(waiting), waiting, strict=True):
             try:
-                self._report_at(metric, value, at)
+                # the time it was given, as the server's clock has it now (its offset may have changed since)
+                self._report_at(metric, value, at + offset - float(held.get("offset", offset)))
                 reported += 1
             except OnesidedError as exc:
                 self._event("refused", metric, f"a value that waited for the config: {exc}")

@@ -665,7 +665,8 @@ def ledger_entry(
         renewing = {
             "period": record.period, "period_start": start, "renews_at": start + record.period,
             "spent_this_period": this_period, "remaining": _remaining(ceiling, this_period),
-            "periods": None if first is None else (start - period_of(first, record.period)) // record.period + 1,
+            # at least 1: a clock set before the first report's period counts that period only
+            "periods": None if first is None else max(1, (start - period_of(first, record.period)) // record.period + 1),
         }
     return LedgerEntry(
         metric=params.name,

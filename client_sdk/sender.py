@@ -267,7 +267,7 @@ class Sender:
                 "kept and resent later", code="clock_refused"))
         for result in failed:
             self._host._notify(ReportRejected(result.field or "report", result.detail or result.status, code=result.status))
-        return len(results) - len(failed), len(failed)
+        return len(final) - len(failed), len(failed)
 
     @property
     def running(self) -> bool:

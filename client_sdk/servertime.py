@@ -31,6 +31,7 @@ from collections.abc import Callable
 TOLERANCE = 5.0  # seconds a device clock may be ahead uncorrected
 BEHIND_TOLERANCE = 86400.0  # seconds a device clock may be behind uncorrected
 OFF_THRESHOLD = 120.0  # a device clock further off than this is reported (``clock_off``)
+SUSPECT_AHEAD = 600.0  # ahead of the server's time (carried by the monotonic clock) by more: unverified
 
 
 def http_date(value: str | None) -> float | None:
@@ -64,6 +65,7 @@ class ServerClock:
         self.offset = 0.0
         self.learned = False  # an answer of the server set the offset
         self._last: tuple[float, float] | None = None
+        self._anchor: tuple[float, float] | None = None  # (server time, monotonic) of the last answer
         self._guard = threading.Lock()
 
     def now(self) -> float:
@@ -82,7 +84,17 @@ class ServerClock:
     def learn(self, server_time: float) -> None:
         """An answer's ``Date`` or ``server_time``: the server's clock now (Unix seconds)."""
         wall = self._clock()
+        self._anchor = (server_time, self._monotonic())
         self._set(server_time - wall, wall)
+
+    def suspect(self, now: float) -> bool:
+        """``now`` (a corrected time) runs ahead of the server's last answer, carried forward by the
+        monotonic clock, by more than :data:`SUSPECT_AHEAD`: the device clock jumped forward since (or
+        the device slept), and only the next answer tells which. A report then waits, uncharged."""
+        anchor = self._anchor
+        if anchor is None:
+            return False
+        return now - (anchor[0] + self._monotonic() - anchor[1]) > SUSPECT_AHEAD
 
     def learn_at_least(self, server_time: float) -> None:
         """The server's clock was at least ``server_time`` (a config's signing time)."""
@@ -104,4 +116,4 @@ class ServerClock:
             self._on_off(self.offset)
 
 
-__all__ = ["BEHIND_TOLERANCE", "OFF_THRESHOLD", "TOLERANCE", "ServerClock", "http_date"]
+__all__ = ["BEHIND_TOLERANCE", "OFF_THRESHOLD", "SUSPECT_AHEAD", "TOLERANCE", "ServerClock", "http_date"]

@@ -22,7 +22,7 @@ SAME_VALUE_SECONDS = 3600.0  # the same value of a metric given again within thi
 
 
 def hold(waiting: list[dict[str, Any]], metric: str, value_or_set: Value | tuple[Value, ...], at: float,
-         limit: int) -> int:
+         limit: int, *, offset: float = 0.0) -> int:
     """Append a value to ``waiting``; beyond ``limit`` the oldest go. Returns how many went, or ``-1``
     when the same value of the metric is already waiting from less than an hour before (an app that
     reports every few seconds while no config can be verified keeps one entry, not thousands).
@@ -39,7 +39,7 @@ def hold(waiting: list[dict[str, Any]], metric: str, value_or_set: Value | tuple
             if held["value"] == value and held["kind"] == kind:
                 return -1
             break
-    waiting.append({"metric": metric, "value": value, "kind": kind, "at": at})
+    waiting.append({"metric": metric, "value": value, "kind": kind, "at": at, "offset": offset})
     overflow = len(waiting) - limit
     if overflow <= 0:
         return 0

@@ -174,10 +174,10 @@ def test_a_400_batch_is_split_until_the_bad_report_is_alone(
     bad = ids[4]
     upload = fake._upload
 
-    def refuse_the_bad_one(data: bytes, content_type: str) -> FakeResponse:
+    def refuse_the_bad_one(data: bytes, content_type: str, wire2: bool = False) -> FakeResponse:
         if bad.encode() in data:
             return FakeResponse(status, {"error": "bad_request", "field": None, "detail": "refused"})
-        return upload(data, content_type)
+        return upload(data, content_type, wire2)
 
     monkeypatch.setattr(fake, "_upload", refuse_the_bad_one)
     result = client.flush()
