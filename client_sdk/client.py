@@ -39,19 +39,22 @@ from typing import Any
 
 from protocol.crypto import b64e
 from protocol.encodings import Value, canonical_value
-from protocol.errors import BudgetExceeded, OnesidedError, ParameterError, PolicyError, SignatureError
+from protocol.errors import (
+    BudgetExceeded,
+    OnesidedError,
+    ParameterError,
+    PolicyError,
+)
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL
 from protocol.validation import check_int, check_number
 from protocol.wire import ConfigPayload, MetricEntry, window_start
 
 from . import status as st
-
 from .background import Background
 from .following import Following, resend_relaxed
 from .ledger import (
     Budget,
-    period_of,
     Irr,
     Ledger,
     LedgerEntry,
@@ -59,6 +62,7 @@ from .ledger import (
     WindowRelease,
     check_new_window,
     check_relaxation,
+    period_of,
     with_irr,
 )
 from .options import ClientOptions, pinned_keys, seconds
@@ -67,7 +71,7 @@ from .reporting import AlreadyReported, Reporter, Reporting, check_kind, repeat
 from .sender import FlushResult, Sender
 from .servertime import OFF_THRESHOLD, ServerClock
 from .spending import Spending
-from .state import ClientState, StateCorrupted, StateStore
+from .state import ClientState, StateStore
 from .status import ClientEvent, ReportStatus, iso_utc
 from .storage import ReportsDropped, Storage, weak_callback
 from .transport import Transport, TransportError
@@ -243,12 +247,11 @@ class Client:
 
     # --- config -----------------------------------------------------------------
 
-    def sync(self) -> ConfigPayload | None:
+    def sync(self) -> ConfigPayload:
         """Fetch ``GET /v1/config``, verify it against the trusted (pinned or learned) keys, keep it.
 
-        Without ``strict``, what the environment causes (the network, a bad
-        signature, a malformed answer) is an event and the kept config
-        (``None`` before the first) is returned; with it, it raises.
+        The app asked for it, so it raises (the background sender's syncs
+        never do: their errors go to ``on_event`` and ``on_error``).
 
         Open round announcements come verified with it (``config.rounds``);
         the latest one of each metric this client reports is then applied
@@ -260,19 +263,14 @@ class Client:
         recorded once, and the kept config is returned.
 
         Raises:
-            SignatureError: unsigned, signed by another key, or tampered (``strict`` only).
-            ReportRejected: a malformed payload (field by path; ``strict`` only).
-            TransportError: the aggregator could not be reached (``strict`` only).
+            SignatureError: unsigned, signed by another key, or tampered.
+            ReportRejected: a malformed payload (field by path).
+            TransportError: the aggregator could not be reached.
+            ParameterError: the client is disabled or its state is unavailable (field ``client``).
         """
         if self._off is not None:
-            return None
-        try:
-            return self._sync()
-        except (TransportError, SignatureError, OnesidedError, OSError) as exc:
-            if self.strict:
-                raise
-            self._notify(exc)
-            return self._following.config
+            raise ParameterError("client", f"no config can be kept: {self._off.reason}")
+        return self._sync()
 
     def _sync(self) -> ConfigPayload:
         """:meth:`sync`, raising."""

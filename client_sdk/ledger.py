@@ -42,6 +42,7 @@ from protocol.params import MetricParams
 from protocol.validation import check_int, check_number
 
 from .memo import distinct_levels
+from .status import iso_utc
 
 DEFAULT_KEY = "*"
 
@@ -539,7 +540,7 @@ def check_new_window(
         renews = start + record.period
         before = _period_before(record, params, start, prior)
         return _checked(round_up(before + cost), before, cost, ceiling,
-                        lambda: f"{what()}; this period's budget is spent (it renews at {renews})")
+                        lambda: f"{what()}; this period's budget is spent (it renews at {iso_utc(renews)})")
     # spent is a count of micro-epsilons as a double (from_micro) or inf, which round_up returns as they
     # are (it is idempotent on its own results): without a prior the first rounding changes nothing.
     before = spent if prior == 0 else round_up(prior + spent)

@@ -175,7 +175,7 @@ class Sender:
                 self._host._save()
                 now = self._monotonic()
                 pending = {i for i in self._host._queue.ids() if self._later.get(i, now) <= now}
-            batches = []
+            batches: list[list[ReportEnvelope]] = []
             while batches or (batch := self._next_batch(pending)):
                 batch = batches.pop() if batches else batch
                 try:

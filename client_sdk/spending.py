@@ -23,6 +23,7 @@ from .ledger import (
     period_of,
     unused_entry,
 )
+from .status import iso_utc
 from .storage import Storage
 
 log = logging.getLogger("onesided.client")
@@ -74,7 +75,7 @@ class Spending:
         if (metric, start) in self._warned:
             return
         self._warned.add((metric, start))
-        renews = "" if period is None else f"; it renews at {start + period} (unix time)"
+        renews = "" if period is None else f"; it renews at {iso_utc(start + period)}"
         log.warning("metric %s: %.6g of its privacy budget of %.6g left%s", metric, max(0.0, left), ceiling, renews)
 
     def entry(self, metric: str, record: MetricRecord) -> LedgerEntry:

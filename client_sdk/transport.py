@@ -44,9 +44,9 @@ from protocol.errors import OnesidedError, ParameterError, ReportRejected
 from protocol.rng import RandomSource, as_rng
 from protocol.validation import check_int, check_number
 from protocol.wire import (
+    CLOCK_ANSWERS_VERSION,
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
-    CLOCK_ANSWERS_VERSION,
     WIRE_HEADER,
     ReportEnvelope,
     ReportResult,

@@ -17,7 +17,6 @@ from protocol.crypto import b64d, b64e
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import ParameterError
 
-
 SAME_VALUE_SECONDS = 3600.0  # the same value of a metric given again within this is kept once
 
 

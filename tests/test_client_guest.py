@@ -67,7 +67,7 @@ def queue_reports(client: Client, n: int) -> list[str]:
     assert isinstance(clock, Clock)
     if client.config is None:
         client.sync()
-    ids = []
+    ids: list[str] = []
     for i in range(n):
         clock.now += DAY
         ids.append(client.report("places", {f"p{i % 5}", "home"}))

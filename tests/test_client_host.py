@@ -66,7 +66,7 @@ def fake() -> FakeAggregator:
 def test_a_full_disk_never_raises_and_the_report_is_written_and_sent_later(
     fake: FakeAggregator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock, events = Clock(), []
+    clock, events = Clock(), list[ClientEvent]()
     client = make_client(fake, tmp_path / "s", clock, on_event=events.append)
     client.sync()
     real = state_module.write_atomically
@@ -125,7 +125,11 @@ def test_disabled_is_a_cheap_no_op(fake: FakeAggregator, tmp_path: Path) -> None
     client = make_client(fake, tmp_path / "s", Clock(), disabled=True, background=True)
     status = client.report("places", {"home"})
     assert isinstance(status, ReportStatus) and status.status == "disabled"
-    assert client.sync() is None and client.flush().delivered == 0 and client.close().remaining == 0
+    client.save()
+    assert client.flush().delivered == 0 and client.close().remaining == 0
+    with pytest.raises(ParameterError) as info:
+        client.sync()  # the one call that asks for a result: a disabled client has none
+    assert info.value.field == "client"
     assert client.ledger().entries == () and list(tmp_path.iterdir()) == [] and fake.requests == []
 
 

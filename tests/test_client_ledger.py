@@ -14,7 +14,7 @@ from client_sdk.ledger import MetricRecord, check_new_window, window_cost
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import sequence_bit_epsilon
 from protocol.encodings import BloomEncoding, DirectEncoding
-from protocol.errors import BudgetExceeded, ParameterError, PolicyError, TighteningRefused
+from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.irr_relaxation import enclosed_report_chain_charge
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL
@@ -40,7 +40,7 @@ def make_client(
 ) -> Client:
     fake = FakeAggregator(metrics or [ASYM, SYM, CAT, TRUSTED, SYM_IRR])
     client = Client("http://agg.test", tmp_path / "state", background=False, strict=True, server_public_keys=fake.sign_public,
-                    max_epsilon=max_epsilon, session=fake, rng=3, insecure_rng_for_testing=True,  # type: ignore[arg-type]
+                    max_epsilon=max_epsilon, session=fake, rng=3, insecure_rng_for_testing=True,
                     clock=clock or Clock(T0))
     client.sync()
     return client

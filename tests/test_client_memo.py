@@ -98,7 +98,8 @@ def test_any_iterable_is_a_set(tmp_path: Path) -> None:
     client.flush()
     (payload,) = fake.payloads("places")
     assert client.ledger()["places"].windows == 1
-    assert payload.bits[ASYM.encoding.encode({"a", "b"}, client.ledger()["places"].cohort)].all()
+    cohort = client.ledger()["places"].cohort
+    assert cohort is not None and payload.bits[ASYM.encoding.encode({"a", "b"}, cohort)].all()
 
 
 def test_a_window_survives_restarts_and_the_next_window_draws_new_noise(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ ASYM = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_hashe
 
 
 def make_client(session: Any, path: Path, keys: object) -> Client:
-    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=keys, max_epsilon=10.0,  # type: ignore[arg-type]
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=keys, max_epsilon=10.0,
                   session=session)
 
 

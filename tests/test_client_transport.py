@@ -50,7 +50,7 @@ def queue_reports(client: Client, n: int) -> list[str]:
     client.sync()
     clock = client.options.clock
     assert isinstance(clock, Clock)
-    ids = []
+    ids: list[str] = []
     for i in range(n):
         clock.now += DAY
         ids.append(client.report("places", {f"p{i % 7}", "home"}))
