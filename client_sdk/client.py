@@ -31,6 +31,7 @@ background turns (:mod:`~client_sdk.background`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -203,27 +204,24 @@ class Client:
         else:
             self._disk_back()
 
-    def _save(self) -> None:
-        """The sender's write before it sends: raises, so nothing leaves before it is on disk."""
+    def _save(self) -> list[str]:
+        """The sender's write (outside the client's lock, so ``report()`` never waits for it): raises,
+        so nothing leaves before it is on disk. Returns the ids of the reports now on disk."""
         self._reopen()
         try:
-            with self._lock:
-                self._disk.save()
+            durable = self._disk.write_behind()
         except OSError as exc:
             self._disk_error(exc)
             raise
         self._disk_back()
+        return durable
 
     def _write(self) -> int:
         """The background sender's write of what ``report()`` queued (a group commit, outside the
         client's lock); never raises. Returns how many reports are queued."""
         if self.autosave:
-            try:
-                self._disk.write_behind()
-            except OSError as exc:
-                self._disk_error(exc)
-            else:
-                self._disk_back()
+            with contextlib.suppress(OSError):  # _save told on_event; the next write tries again
+                self._save()
         return len(self._queue)
 
     def _disk_error(self, exc: OSError) -> None:

@@ -121,7 +121,7 @@ class SenderHost(Protocol):
     @property
     def _queue(self) -> ReportQueue: ...
 
-    def _save(self) -> None: ...
+    def _save(self) -> list[str]: ...
     def _config_outdated(self) -> None: ...
     def _reached(self) -> None: ...
     def _drop(self, ids: Sequence[str], why: str, notice: str, *, oldest: bool = False) -> int: ...
@@ -171,10 +171,10 @@ class Sender:
         delivered = rejected = dropped = 0
         error: Exception | None = None
         try:
-            with self._host._lock:
-                self._host._save()
-                now = self._monotonic()
-                pending = {i for i in self._host._queue.ids() if self._later.get(i, now) <= now}
+            durable = set(self._host._save())  # written first: only what is on disk may leave
+            now = self._monotonic()
+            self._later = {i: t for i, t in self._later.items() if i in durable}
+            pending = {i for i in durable if self._later.get(i, now) <= now}
             batches: list[list[ReportEnvelope]] = []
             while batches or (batch := self._next_batch(pending)):
                 batch = batches.pop() if batches else batch
@@ -220,7 +220,7 @@ class Sender:
             pending.difference_update(malformed)
             with self._host._lock:
                 self._host._drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
-                self._host._save()
+            self._host._save()
         return batch
 
     def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
@@ -239,7 +239,7 @@ class Sender:
         with self._host._lock:
             count = self._host._drop([r.report_id_text for r in batch], f"batch refused ({exc.error_code})",
                                f"the aggregator refused the batch: {exc}")
-            self._host._save()
+        self._host._save()
         return count
 
     def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
@@ -255,7 +255,7 @@ class Sender:
         with self._host._lock:
             self._host._queue.remove([r.report_id for r in final])
             self._host._held.forget(r.report_id for r in final)
-            self._host._save()
+        self._host._save()  # a removal lost to a crash only means a resend, answered "replayed"
         for result in final:
             self._later.pop(result.report_id, None)
         log.info("uploaded %d reports: %d delivered, %d rejected, %d kept for the server's clock", len(results),

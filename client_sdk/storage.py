@@ -166,24 +166,28 @@ class Storage:
                 self.dirty = False
             self.queue.persist(self.state.generation)
 
-    def write_behind(self) -> None:
+    def write_behind(self) -> list[str]:
         """:meth:`save`, with the disk written outside the client's lock (the background sender's
         group commit: every report queued since the last write in one state write and one append).
 
         The state and the queue's changes are taken under the lock, written
         without it; a failed write puts them back (nothing is lost from
         memory, nothing may be sent before it is on disk) and raises.
+
+        Returns:
+            The ids of the reports queued when the write began: on disk, charged, free to send.
         """
         with self._lock:
             while self._writing:
                 self._written.wait()
+            durable = self.queue.ids()
             if self.queue.dirty and self.queue.compaction_due:
                 self.save()  # rare: the queue file is rewritten, under the lock
-                return
+                return durable
             sealed = self.store.seal(self.state) if self.dirty else None
             taken = self.queue.take_append(self.state.generation)
             if sealed is None and taken is None:
-                return
+                return durable
             self.dirty = False
             self._writing = True
         try:
@@ -201,6 +205,7 @@ class Storage:
             with self._lock:
                 self._writing = False
                 self._written.notify_all()
+        return durable
 
     def event(self, kind: str, metric: str | None, detail: str) -> None:
         """Record a ledger event (the state is then to be saved)."""
