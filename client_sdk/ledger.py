@@ -42,7 +42,7 @@ from protocol.params import MetricParams
 from protocol.validation import check_int, check_number
 
 from .memo import distinct_levels
-from .status import iso_utc
+from .status import epsilon_text, iso_utc
 
 DEFAULT_KEY = "*"
 
@@ -534,7 +534,7 @@ def check_new_window(
     """
     spent, _ = record.spent(params)
     cost, _ = record.window_cost(params, record.new_window_chain())
-    what = lambda: f"metric {params.name!r}: a report in a new window costs {cost:.6g}"  # noqa: E731
+    what = lambda: f"metric {params.name!r}: a report in a new window costs {epsilon_text(cost)}"  # noqa: E731
     if record.period is not None and window is not None:
         start = period_of(window, record.period)
         renews = start + record.period

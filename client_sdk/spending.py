@@ -23,7 +23,7 @@ from .ledger import (
     period_of,
     unused_entry,
 )
-from .status import iso_utc
+from .status import epsilon_text, iso_utc
 from .storage import Storage
 
 log = logging.getLogger("onesided.client")
@@ -76,7 +76,8 @@ class Spending:
             return
         self._warned.add((metric, start))
         renews = "" if period is None else f"; it renews at {iso_utc(start + period)}"
-        log.warning("metric %s: %.6g of its privacy budget of %.6g left%s", metric, max(0.0, left), ceiling, renews)
+        log.warning("metric %s: %.6g of its privacy budget of %s left%s", metric, max(0.0, left), epsilon_text(ceiling),
+                    renews)
 
     def entry(self, metric: str, record: MetricRecord) -> LedgerEntry:
         """The ledger line of a metric this client reported."""

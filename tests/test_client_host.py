@@ -18,6 +18,7 @@ from client_sdk import Client, ClientEvent, ParameterError, ReportStatus, Transp
 from client_sdk import state as state_module
 from client_sdk.client import FLUSH_DEADLINE
 from client_sdk.lock import StateLock, StateLocked
+from client_sdk.status import epsilon_text
 from client_sdk.testing import FakeAggregator, FakeResponse
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -305,3 +306,11 @@ def test_a_burst_loses_nothing_below_max_queue_and_is_sent_meanwhile(fake: FakeA
     assert dropped == [] and client.ledger().dropped_reports == 0
     assert len(fake.stored) == burst and result.remaining == 0
     assert sent_meanwhile > 0  # a flush triggered by the queue's size, not by the interval (an hour here)
+
+
+def test_printed_epsilons_round_up() -> None:
+    assert epsilon_text(0.8996671) == "0.899668"  # 0.899667 would print less than the ledger charges
+    assert epsilon_text(0.899668) == "0.899668" and epsilon_text(1.0) == "1"
+    assert epsilon_text(0.000123456789) == "0.000123457" and epsilon_text(float("inf")) == "inf"
+    for value in (0.123456789, 3.14159265, 1e-7 * 3.3333333, 98765.4321):
+        assert float(epsilon_text(value)) >= value
