@@ -15,7 +15,10 @@ that spent little CPU waited for the processor (a loaded machine, the
 interpreter lock), not for a disk. ``--burst N`` then reports N values
 as fast as the loop can call (default settings, ``max_queue`` 10,000) and
 prints how many reports were delivered, are still queued, and were
-dropped. It runs against whichever ``client_sdk`` is importable, so the
+dropped. The aggregator is in memory: ``--server fake`` (default) opens
+every report as the real one does, on this process's CPU; ``--server
+null`` answers ``accepted`` without opening (the server's work off the
+client's processor, as in the field). It runs against whichever ``client_sdk`` is importable, so the
 same command measures an older checkout (``PYTHONPATH=<its folder>``).
 """
 
@@ -34,6 +37,7 @@ from client_sdk import Client
 from client_sdk.testing import FakeAggregator
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
+from protocol.wire import STATUS_ACCEPTED, ReportEnvelope, ReportResult
 
 DAY = 86400.0
 LOAD = """
@@ -51,6 +55,14 @@ while True:
 """
 
 
+class NullAggregator(FakeAggregator):
+    """Answers ``accepted`` for every report without opening it (the server's CPU is not the client's)."""
+
+    def _store(self, report: ReportEnvelope, wire2: bool = False) -> ReportResult:
+        self.stored[(report.metric, report.report_id_text)] = (report, None)  # type: ignore[assignment]
+        return ReportResult(report_id=report.report_id_text, status=STATUS_ACCEPTED)
+
+
 class StepClock:
     def __init__(self) -> None:
         self.now = 1_790_000_000.0
@@ -59,19 +71,19 @@ class StepClock:
         return self.now
 
 
-def make_client(folder: Path, clock: StepClock) -> tuple[Client, FakeAggregator]:
+def make_client(folder: Path, clock: StepClock, server: str) -> tuple[Client, FakeAggregator]:
     metric = MetricParams(name="words", encoding=BloomEncoding(num_bits=128, num_hashes=2, num_cohorts=8),
                           mode="asymmetric", level=1.0, irr_q=0.1)
-    fake = FakeAggregator([metric])
+    fake = (NullAggregator if server == "null" else FakeAggregator)([metric])
     client = Client("http://agg.test", folder / "app.state", server_public_keys=fake.sign_public, session=fake,
                     max_epsilon=1e12, clock=clock, rng=1, insecure_rng_for_testing=True)
     client.sync()
     return client, fake
 
 
-def latency(folder: Path, calls: int) -> None:
+def latency(folder: Path, calls: int, server: str) -> None:
     clock = StepClock()
-    client, _ = make_client(folder, clock)
+    client, _ = make_client(folder, clock, server)
     times, slow_cpu = [], [0.0]
     for i in range(calls):
         clock.now += DAY
@@ -89,9 +101,9 @@ def latency(folder: Path, calls: int) -> None:
           f"{max(slow_cpu) * 1e3:.2f} ms), over 100 ms: {sum(t > 100 for t in ms)}")
 
 
-def burst(folder: Path, count: int) -> None:
+def burst(folder: Path, count: int, server: str) -> None:
     clock = StepClock()
-    client, fake = make_client(folder, clock)
+    client, fake = make_client(folder, clock, server)
     start = time.perf_counter()
     for i in range(count):
         clock.now += DAY
@@ -108,6 +120,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--burst", type=int, default=0)
+    parser.add_argument("--server", choices=("fake", "null"), default="fake")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         folder = Path(tmp)
@@ -115,14 +128,15 @@ def main() -> None:
         try:
             time.sleep(1.0)
             (folder / "a").mkdir()
-            latency(folder / "a", args.calls)
+            latency(folder / "a", args.calls, args.server)
             if args.burst:
                 (folder / "b").mkdir()
-                burst(folder / "b", args.burst)
+                burst(folder / "b", args.burst, args.server)
         finally:
             load.kill()
             load.wait()
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, folder {args.dir or tempfile.gettempdir()}")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, folder {args.dir or tempfile.gettempdir()}, "
+          f"server {args.server}, load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
