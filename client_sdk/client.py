@@ -687,6 +687,11 @@ class Client:
         """An upload answer said the config changed: the background sender syncs at its next turn."""
         self._background.schedule.now()
 
+    def _undrop(self, count: int) -> None:
+        """Reports counted dropped (the queue was full) whose batch was in flight and was delivered."""
+        self._state.dropped = max(0, self._state.dropped - count)
+        self._disk.dirty = True
+
     def _reached(self) -> None:
         """An upload went through: after failed syncs, the background sender syncs at its next turn."""
         self._background.schedule.reached()

@@ -130,6 +130,10 @@ class ReportQueue(Sequence[Item]):
     def __getitem__(self, index: int | slice) -> Item | Sequence[Item]:
         return list(self)[index]
 
+    def holds(self, report_id: str) -> bool:
+        """Whether the report ``report_id`` is queued."""
+        return report_id in self._items
+
     def ids(self) -> list[str]:
         """The report ids, oldest first."""
         return list(self._items)

@@ -314,3 +314,24 @@ def test_printed_epsilons_round_up() -> None:
     assert epsilon_text(0.000123456789) == "0.000123457" and epsilon_text(float("inf")) == "inf"
     for value in (0.123456789, 3.14159265, 1e-7 * 3.3333333, 98765.4321):
         assert float(epsilon_text(value)) >= value
+
+
+def test_a_report_dropped_while_its_batch_is_in_flight_but_delivered_is_not_counted_dropped(
+    fake: FakeAggregator, tmp_path: Path
+) -> None:
+    clock = Clock()
+    client = make_client(fake, tmp_path / "s", clock, max_queue=3)
+    client.sync()
+    for _ in range(3):
+        client.report("places", {"home"})
+        clock.advance(DAY)
+    upload = fake._upload
+
+    def meanwhile(data: bytes, content_type: str, wire2: bool = False) -> FakeResponse:
+        client.report("places", {"park"})  # the queue is full: its oldest, in this batch, is dropped
+        return upload(data, content_type, wire2)
+
+    fake._upload = meanwhile  # type: ignore[method-assign]
+    result = client.flush()
+    assert result.delivered == 3 and len(fake.stored) == 3
+    assert client.ledger().dropped_reports == 0 and client.ledger().queued_reports == 1
