@@ -295,8 +295,8 @@ class Client:
 
     @property
     def config(self) -> ConfigPayload | None:
-        """The last verified config (``None`` before the first :meth:`sync`)."""
-        return self._following.config
+        """The last verified config (``None`` before the first :meth:`sync`, or when disabled)."""
+        return None if self._off is not None else self._following.config
 
     def _record(self, entry: MetricEntry) -> MetricRecord:
         """The metric's record, made on first use with a cohort drawn once, uniformly."""
@@ -586,10 +586,13 @@ class Client:
             TighteningRefused: ``level_to`` is below the current level.
             BudgetExceeded: the relaxation would pass the ceiling.
             ParameterError: bad ``round_id``, unknown metric, trusted mode, an ``irr`` that is not
-                a relaxation of the current IRR (field ``irr``) or not one of the mode.
+                a relaxation of the current IRR (field ``irr``) or not one of the mode; the client
+                is disabled or its state unavailable (field ``client``).
         """
         check_int("round_id", round_id, low=1, high=2**32 - 1)
         check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
+        if self._off is not None:
+            raise ParameterError("client", f"nothing to relax: {self._off.reason}")
         self._reopen()
         with self._lock:
             entry = self._following.entry(metric)
@@ -699,7 +702,7 @@ class Client:
     @property
     def batch_size(self) -> int:
         """Reports per upload (halved by the sender on a ``413``)."""
-        return self._sender.batch_size
+        return self.options.batch_size if self._off is not None else self._sender.batch_size
 
     def close(self, deadline: float | None = None, *, flush: bool = True) -> FlushResult:
         """Stop the background sender, send what is queued, save the state, close the HTTP session.

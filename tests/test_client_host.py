@@ -128,9 +128,11 @@ def test_disabled_is_a_cheap_no_op(fake: FakeAggregator, tmp_path: Path) -> None
     assert isinstance(status, ReportStatus) and status.status == "disabled"
     client.save()
     assert client.flush().delivered == 0 and client.close().remaining == 0
-    with pytest.raises(ParameterError) as info:
-        client.sync()  # the one call that asks for a result: a disabled client has none
-    assert info.value.field == "client"
+    assert client.config is None and client.ledger().queued_reports == 0
+    for explicit in (client.sync, lambda: client.relax("places", 2.0, 1)):  # they ask for a result: none
+        with pytest.raises(ParameterError) as info:
+            explicit()
+        assert info.value.field == "client"
     assert client.ledger().entries == () and list(tmp_path.iterdir()) == [] and fake.requests == []
 
 
