@@ -275,6 +275,8 @@ class Client:
         self._reopen()
         document = self.transport.fetch_config()
         config = self._following.verify(document)
+        if self.transport.last_date is not None:  # a verified config's answer: the aggregator's Date
+            self.server_clock.learn(self.transport.last_date)
         self.server_clock.learn_at_least(float(config.issued_at))  # the server's clock was at least this
         with self._lock:
             if not self._following.adopt(document, config):

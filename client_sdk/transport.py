@@ -197,8 +197,10 @@ class Transport:
         max_config_bytes: the largest config accepted (default 4 MiB).
         max_response_bytes: the largest upload answer accepted (default 1 MiB).
         monotonic: the clock of deadlines (``time.monotonic``).
-        server_time: called with the server's clock (Unix seconds) read from an answer's
-            ``Date`` header or an upload answer's ``server_time``.
+        server_time: called with the server's clock (Unix seconds) read from an upload answer
+            that matched its batch (its ``server_time``, else its ``Date``); a config's ``Date``
+            is in :attr:`last_date`, for the caller to trust once the config verifies. Error
+            answers (a proxy's, a captive portal's) teach nothing.
 
     ``sleep=None`` waits on an event that :meth:`stop_by` sets, so a
     shutdown cuts a backoff short.
@@ -237,6 +239,7 @@ class Transport:
         self.max_response_bytes = _check_limit("max_response_bytes", max_response_bytes)
         self._cutoff: float | None = None
         self._server_time = server_time
+        self.last_date: float | None = None  # the Date of the last 2xx answer (the config's: trusted once verified)
 
     def close(self) -> None:
         if self._owns_session:
@@ -293,8 +296,10 @@ class Transport:
             server_time = upload_server_time(answer)
         except (ValueError, ReportRejected) as exc:
             raise TransportError(f"malformed upload response: {exc}", status=status) from None
-        if server_time is not None and self._server_time is not None:
-            self._server_time(float(server_time))
+        # the answer matched the batch: it is the aggregator's, not a proxy's or a portal's
+        learned = float(server_time) if server_time is not None else self.last_date
+        if learned is not None and self._server_time is not None:
+            self._server_time(learned)
         if [r.report_id for r in results] != [r.report_id_text for r in reports]:
             raise TransportError("upload response does not match the batch", status=status)
         return results
@@ -315,7 +320,6 @@ class Transport:
             timeout = self._timeout(method, path, attempt, deadline)
             try:
                 response = self.session.request(method, url, timeout=timeout, stream=True, **kwargs)
-                self._observe_date(response)
                 status = response.status_code
                 ok = 200 <= status <= 299
                 body = self._read(response, f"{method} {path}", limit if ok else ("error body", MAX_ERROR_BODY),
@@ -328,6 +332,7 @@ class Transport:
                 self._wait(method, path, attempt, type(exc).__name__, None, deadline)
                 continue
             if ok:
+                self.last_date = self._date(response)
                 return status, body or b""
             code, field, detail = _error_body(status, body)
             if not _retryable(status):
@@ -344,14 +349,11 @@ class Transport:
             self._wait(method, path, attempt, f"HTTP {status}", retry_after, deadline)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _observe_date(self, response: Any) -> None:
-        """Pass the answer's ``Date`` (the server's clock) on; an unreadable one is ignored."""
-        if self._server_time is None:
-            return
+    @staticmethod
+    def _date(response: Any) -> float | None:
+        """The answer's ``Date`` (the server's clock), ``None`` when absent or unreadable."""
         headers = getattr(response, "headers", None)
-        when = http_date(headers.get("Date")) if headers is not None else None
-        if when is not None:
-            self._server_time(when)
+        return http_date(headers.get("Date")) if headers is not None else None
 
     def _timeout(self, method: str, path: str, attempt: int, deadline: float | None) -> float:
         """The next request's timeout: the policy's, capped by the time left; none left raises."""

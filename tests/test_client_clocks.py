@@ -5,14 +5,15 @@ are kept and resent (docs/wire.md 7.4)."""
 
 from __future__ import annotations
 
+import email.utils
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from client_sdk import Client, ClientEvent
+from client_sdk import Client, ClientEvent, RetryPolicy, TransportError
 from client_sdk.servertime import ServerClock, http_date
-from client_sdk.testing import FakeAggregator
+from client_sdk.testing import FakeAggregator, FakeResponse
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
 
@@ -176,3 +177,24 @@ def test_server_clock_reads_dates_and_keeps_time_continuous() -> None:
     assert clock.offset == 0.0
     clock.learn(T0 - 3 * DAY + 10 + 3600)  # behind by an hour: left alone (the server takes past windows)
     assert clock.offset == 0.0
+
+
+def test_a_proxy_or_portal_with_a_wrong_date_teaches_nothing(fake: FakeAggregator, world: World, tmp_path: Path) -> None:
+    client = make_client(fake, tmp_path / "s", world, retry=RetryPolicy(max_attempts=1))
+    client.sync()
+    client.report("places", {"home"})
+    wrong = email.utils.formatdate(world.true + 30 * DAY, usegmt=True)
+
+    def portal(method: str, url: str, **kwargs: Any) -> FakeResponse:
+        if url.endswith("/v1/config"):  # a captive portal's page, with its own clock
+            return FakeResponse(200, chunks=[b"<html>sign in</html>"], headers={"Date": wrong})
+        return FakeResponse(503, {"error": "unavailable"}, headers={"Date": wrong})
+
+    client.transport.session = type("Portal", (), {"request": staticmethod(portal), "close": lambda: None})
+    assert client.flush().delivered == 0
+    with pytest.raises(TransportError):
+        client.sync()
+    assert client.server_clock.offset == 0.0
+    world.advance(DAY)
+    client.transport.session = fake
+    assert client.report("places", {"park"}).queued and client.flush().delivered == 2
