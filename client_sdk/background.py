@@ -1,12 +1,17 @@
 """The background sender's schedule: when a client syncs, sends and makes work ahead, and its flush at exit.
 
 :class:`Background` drives the client's :class:`~client_sdk.sender.Sender`
-thread: at its first turn it syncs (when due) and makes keys and IRR ahead;
-then, every ``interval`` seconds, it syncs when the
-:class:`~client_sdk.sender.SyncSchedule` says so, sends what is queued and
-makes work ahead again. It also registers the flush at interpreter exit
-(``atexit``), within the client's ``exit_deadline``. Nothing here raises
-into the host app.
+thread: at its first turn it syncs (when due), sends what an earlier run
+left queued and makes keys and IRR ahead; then, every ``interval`` seconds,
+it syncs when the :class:`~client_sdk.sender.SyncSchedule` says so, sends
+what is queued and makes work ahead again. Between turns, ``report()``
+wakes it (:meth:`Background.written`): it writes the reports made since the
+last write in one go (the state, then the queue file: a group commit) and
+sends at once when the queue holds ``flush_at`` reports. It also registers
+the flush at interpreter exit (``atexit``), within the client's
+``exit_deadline``, holding the client weakly: a client the app drops
+without ``close()`` is freed, and its state lock with it. Nothing here
+raises into the host app.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ log = logging.getLogger("onesided.client")
 class BackgroundHost(Protocol):
     """What the schedule uses of the client."""
 
-    def sync(self) -> object: ...
+    def _sync(self) -> object: ...
     def close(self) -> object: ...
     def _prepare(self) -> None: ...
     def _notify(self, error: Exception) -> None: ...
+    def _write(self) -> int: ...
+    def _release_held(self) -> None: ...
 
 
 def _close_quietly(host: BackgroundHost) -> None:
@@ -43,6 +50,12 @@ def _close_quietly(host: BackgroundHost) -> None:
         host._notify(exc)
 
 
+def _close_if_alive(ref: weakref.ReferenceType[BackgroundHost]) -> None:
+    host = ref()
+    if host is not None:
+        _close_quietly(host)
+
+
 class Background:
     """One client's background turns and exit hook.
 
@@ -51,33 +64,47 @@ class Background:
             holds it while registered, as the interpreter would).
         sender: the client's sender (its thread and its flushes).
         sync_interval: seconds between syncs (the config's own announcement wins).
-        clock, rng: wall time, and the jitter of a failed sync's backoff.
+        monotonic, rng: the clock of the schedule, and the jitter of a failed sync's backoff.
+        flush_at: send at once when the queue holds this many reports.
     """
 
     def __init__(self, host: BackgroundHost, sender: Sender, *, sync_interval: float,
-                 clock: Callable[[], float], rng: RandomSource) -> None:
+                 monotonic: Callable[[], float], rng: RandomSource, flush_at: int) -> None:
         self._host = cast(BackgroundHost, weakref.proxy(host))
-        self._strong = weakref.ref(host)
+        self._ref = weakref.ref(host)
         self._sender = sender
         self.schedule = SyncSchedule(sync_interval)
-        self._clock = clock
+        self.flush_at = flush_at
+        self._clock = monotonic
         self._rng = rng
         self._guard = threading.Lock()
         self._exit_hook: Callable[[], None] | None = None
 
     def start(self, interval: float) -> None:
         """Start the sender's thread (:meth:`first`, then :meth:`tick` every ``interval``) and the exit hook."""
-        self._sender.start(interval, self.tick, self.first)
+        self._sender.start(interval, self.tick, self.first, self.written)
         self.register_exit()
 
+    @property
+    def running(self) -> bool:
+        return self._sender.running
+
     def first(self) -> None:
-        """The background sender's first turn: the first sync (when due), then keys and IRR ahead."""
-        self.sync_if_due()
-        self._host._prepare()
+        """The background sender's first turn: the first sync (when due), what an earlier run left
+        queued, then keys and IRR ahead: a turn, at once."""
+        self.tick()
+
+    def written(self) -> None:
+        """``report()`` woke the thread: write what it queued (one write for a burst), send a full queue."""
+        queued = self._host._write()
+        if queued >= self.flush_at:
+            self._sender.flush(None, wait=False)
 
     def tick(self) -> None:
-        """One turn of the background sender: sync when due, send what is queued, make keys and IRR ahead."""
+        """One turn of the background sender: sync when due, report what waited for the server's time,
+        send what is queued, make keys and IRR ahead."""
         self.sync_if_due()
+        self._host._release_held()
         self._sender.flush(None, wait=False)
         self._host._prepare()
 
@@ -86,7 +113,7 @@ class Background:
         if not self.schedule.due(self._clock()):
             return
         try:
-            self._host.sync()
+            self._host._sync()
         except Exception as exc:  # background work never raises into the app
             self.schedule.failed(self._clock(), float(self._rng.uniform(1)[0]))
             self._host._notify(exc)
@@ -94,9 +121,8 @@ class Background:
     def register_exit(self) -> None:
         """Flush at interpreter exit (once, however often asked)."""
         with self._guard:
-            host = self._strong()
-            if self._exit_hook is None and host is not None:
-                self._exit_hook = functools.partial(_close_quietly, host)
+            if self._exit_hook is None:
+                self._exit_hook = functools.partial(_close_if_alive, self._ref)
                 atexit.register(self._exit_hook)
 
     def unregister_exit(self) -> None:

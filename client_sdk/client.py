@@ -4,16 +4,20 @@ Usage (``docs/client.md``)::
 
     client = Client("https://telemetry.example", "/var/lib/app/onesided.state",
                     server_public_keys=["<base64url Ed25519 key>"], max_epsilon=1.0, budget_period="day")
-    client.report("places", {"cafe", "park"})  # encode, memoized noise, fresh IRR, queue; None while offline
+    client.report("places", {"cafe", "park"})  # charged and queued in memory: a ReportStatus
     client.budget("places")                    # left today, when it renews, the total so far
     client.close()                             # sends what is queued, within exit_deadline
 
-Foreground calls (:meth:`~Client.sync`, :meth:`~Client.report` once a config
-is known, :meth:`~Client.relax`) raise on bad input, bad signatures and
-refused budgets. :meth:`~Client.flush` and the background sender never raise
-(nor does :meth:`~Client.close`, but for a disk that refuses its final save):
-errors go to ``on_error`` and the ``onesided.client`` log, whose lines never
-hold secrets, values, bits or noise.
+Nothing the environment causes (a full or read-only disk, the network, a
+metric the operator has not registered, a device clock that is off, a
+server that misbehaves) raises into the app: :meth:`~Client.report`
+answers with a :class:`~client_sdk.status.ReportStatus`, and the reason
+goes to ``on_event``, ``on_error`` and the ``onesided`` logger (a
+``NullHandler``: silent unless the app configures logging), whose lines
+never hold secrets, values, bits or noise. Programmer errors (a wrong type,
+a value outside a declared domain, a second value in a window) raise only
+with ``strict=True``; :meth:`~Client.relax` (an explicit round step) raises
+as documented.
 
 ``Client`` keeps the public API and the ledger's rules (what may be reported,
 what it costs); it holds one collaborator per job: its settings
@@ -27,6 +31,7 @@ background turns (:mod:`~client_sdk.background`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -35,12 +40,18 @@ from typing import Any
 
 from protocol.crypto import b64e
 from protocol.encodings import Value, canonical_value
-from protocol.errors import BudgetExceeded, OnesidedError, ParameterError, PolicyError
+from protocol.errors import (
+    BudgetExceeded,
+    OnesidedError,
+    ParameterError,
+    PolicyError,
+)
 from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL
 from protocol.validation import check_int, check_number
 from protocol.wire import ConfigPayload, MetricEntry, window_start
 
+from . import status as st
 from .background import Background
 from .following import Following, resend_relaxed
 from .ledger import (
@@ -52,19 +63,32 @@ from .ledger import (
     WindowRelease,
     check_new_window,
     check_relaxation,
+    period_of,
     with_irr,
 )
 from .options import ClientOptions, pinned_keys, seconds
 from .queue import Item, ReportQueue
 from .reporting import AlreadyReported, Reporter, Reporting, check_kind, repeat
 from .sender import FlushResult, Sender
+from .servertime import OFF_THRESHOLD, ServerClock
 from .spending import Spending
 from .state import ClientState, StateStore
+from .status import ClientEvent, ReportStatus, iso_utc
 from .storage import ReportsDropped, Storage, weak_callback
-from .transport import Transport
+from .transport import Transport, TransportError
 from .waiting import hold, released
 
 log = logging.getLogger("onesided.client")
+
+FLUSH_DEADLINE = 60.0  # flush() without a deadline: at most this long, in all (seconds)
+
+
+class ClockBehind(PolicyError):
+    """The device clock is before a window this metric already reported, in an earlier budget period
+    (a renewing budget cannot tell what that period was charged): refused until the clock catches up
+    or the server's time corrects it. Never raised into the app: ``report()`` answers ``refused``."""
+
+    code = "clock_behind"
 
 
 class Client:
@@ -89,28 +113,50 @@ class Client:
             raise ParameterError("options", "pass a ClientOptions or keywords, not both")
         o = ClientOptions(**keywords) if options is None else options
         self.options = o
+        self.strict = o.strict
+        self._on_error, self._on_event = o.on_error, o.on_event
+        self._off: ReportStatus | None = None  # disabled, or the state could not be opened: every call a no-op
+        if o.disabled:
+            self._off = ReportStatus(st.DISABLED, reason="the client is disabled")
+            return
         self.exit_deadline, self.max_queue, self.autosave = o.exit_deadline, o.max_queue, o.autosave
         self.budget_refusals, self.budget_warning = o.budget_refusals, o.budget_warning
-        self._on_error, self._rng, self._clock, self._monotonic = o.on_error, o.random, o.clock, o.monotonic
+        self._rng, self._monotonic = o.random, o.monotonic
+        self.server_clock = ServerClock(o.clock, o.monotonic, on_off=weak_callback(self._clock_off))
+        self._clock = self.server_clock.now  # windows, periods and events: the corrected clock
         self.transport = Transport(
-            server_url, retry=o.retry, session=o.session, sleep=o.sleep, clock=o.clock, rng=o.random,
+            server_url, retry=o.retry, session=o.session, sleep=o.sleep, clock=self._clock, rng=o.random,
             batch_format=o.batch_format, max_config_bytes=o.max_config_bytes,
-            max_response_bytes=o.max_response_bytes, monotonic=o.monotonic,
+            max_response_bytes=o.max_response_bytes, monotonic=o.monotonic, server_time=self.server_clock.learn,
         )
         self._lock = threading.RLock()
-        self._sender = Sender(self, self.transport, batch_size=o.batch_size, clock=o.clock, monotonic=o.monotonic)
-        self._background = Background(self, self._sender, sync_interval=o.sync_interval, clock=o.clock, rng=o.random)
+        self._sender = Sender(self, self.transport, batch_size=o.batch_size, monotonic=o.monotonic,
+                              clock_retry_cap=o.clock_retry_cap)
+        self._background = Background(self, self._sender, sync_interval=o.sync_interval, monotonic=o.monotonic,
+                                      rng=o.random, flush_at=o.flush_at)
         store = StateStore(state_path, key=o.state_key, key_path=o.key_path, rollback_keyring=o.rollback_keyring)
-        self._disk = Storage(store, on_corrupt=o.on_corrupt, ceiling=o.ceiling, clock=o.clock,
-                             notify=weak_callback(self._notify))
+        self._disk = Storage(store, on_corrupt=o.on_corrupt, ceiling=o.ceiling, clock=self._clock,
+                             notify=weak_callback(self._notify), lock=self._lock)
         self._store, self._file_lock = store, self._disk.lock
-        self._spending = Spending(o.ceiling, o.budget_warning, self._disk, o.clock)
+        self._spending = Spending(o.ceiling, o.budget_warning, self._disk, self._clock)
         self._following = Following(self, o.keys, o.accept_round, disk=self._disk, spending=self._spending,
-                                    clock=o.clock)
+                                    clock=self._clock)
         self._reporter = Reporter(o.random)
         self._ephemeral, self._held, self._irr = self._reporter.ephemeral, self._reporter.held, self._reporter.irr
         self._plans = self._reporter.plans
-        self._open()
+        self._disk_failing = False
+        try:
+            self._open()
+        except OnesidedError:  # StateLocked, StateCorrupted: documented
+            raise
+        except OSError as exc:  # an unwritable folder, a full disk: no ledger, so nothing may be charged
+            if self.strict:
+                raise
+            self.transport.close()
+            self._off = ReportStatus(st.DROPPED, reason=f"the client's state is unavailable ({exc.strerror or exc})",
+                                     error=exc)
+            self._emit("state_unavailable", str(self._off.reason), error=exc, level=logging.WARNING)
+            return
         if o.background:
             self.start(o.send_interval)
         elif o.flush_at_exit:
@@ -140,11 +186,56 @@ class Client:
         """Write the state if it changed (atomic, fsync'ed), then append the queue's changes.
 
         In this order: a report reaches the queue file only once a state
-        charging it is on disk.
+        charging it is on disk. A disk that refuses the write (full,
+        read-only) raises only with ``strict``; otherwise the change stays in
+        memory, a ``disk_error`` event says why, and the next write retries it
+        (nothing is sent before it is on disk).
         """
+        if self._off is not None:
+            return
+        try:
+            self._reopen()
+            with self._lock:
+                self._disk.save()
+        except OSError as exc:
+            self._disk_error(exc)
+            if self.strict:
+                raise
+        else:
+            self._disk_back()
+
+    def _save(self) -> list[str]:
+        """The sender's write (outside the client's lock, so ``report()`` never waits for it): raises,
+        so nothing leaves before it is on disk. Returns the ids of the reports now on disk."""
         self._reopen()
-        with self._lock:
-            self._disk.save()
+        try:
+            durable = self._disk.write_behind()
+        except OSError as exc:
+            self._disk_error(exc)
+            raise
+        self._disk_back()
+        return durable
+
+    def _write(self) -> int:
+        """The background sender's write of what ``report()`` queued (a group commit, outside the
+        client's lock); never raises. Returns how many reports are queued."""
+        if self.autosave:
+            with contextlib.suppress(OSError):  # _save told on_event; the next write tries again
+                self._save()
+        return len(self._queue)
+
+    def _disk_error(self, exc: OSError) -> None:
+        """A write the disk refused: one event per run of failures (the change stays in memory)."""
+        if not self._disk_failing:
+            self._disk_failing = True
+            self._emit("disk_error", f"the state could not be written ({exc.strerror or exc}); kept in memory, "
+                       "retried at the next write, nothing sent before it is on disk", error=exc,
+                       level=logging.WARNING)
+
+    def _disk_back(self) -> None:
+        if self._disk_failing:
+            self._disk_failing = False
+            self._emit("disk_ok", "the state is written again")
 
     def _commit(self) -> None:
         """Mark the state changed and write it."""
@@ -156,6 +247,9 @@ class Client:
 
     def sync(self) -> ConfigPayload:
         """Fetch ``GET /v1/config``, verify it against the trusted (pinned or learned) keys, keep it.
+
+        The app asked for it, so it raises (the background sender's syncs
+        never do: their errors go to ``on_event`` and ``on_error``).
 
         Open round announcements come verified with it (``config.rounds``);
         the latest one of each metric this client reports is then applied
@@ -170,10 +264,20 @@ class Client:
             SignatureError: unsigned, signed by another key, or tampered.
             ReportRejected: a malformed payload (field by path).
             TransportError: the aggregator could not be reached.
+            ParameterError: the client is disabled or its state is unavailable (field ``client``).
         """
+        if self._off is not None:
+            raise ParameterError("client", f"no config can be kept: {self._off.reason}")
+        return self._sync()
+
+    def _sync(self) -> ConfigPayload:
+        """:meth:`sync`, raising."""
         self._reopen()
         document = self.transport.fetch_config()
         config = self._following.verify(document)
+        if self.transport.last_date is not None:  # a verified config's answer: the aggregator's Date
+            self.server_clock.learn(self.transport.last_date)
+        self.server_clock.learn_at_least(float(config.issued_at))  # the server's clock was at least this
         with self._lock:
             if not self._following.adopt(document, config):
                 return self._following.verified()  # the kept one, newer
@@ -181,7 +285,7 @@ class Client:
             self._commit()
             self._release_waiting()
             applied = self._following.apply_rounds(config)
-            self._background.schedule.synced(self._clock(), config.sync_interval)
+            self._background.schedule.synced(self._monotonic(), config.sync_interval)
         self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
                  applied)
@@ -193,8 +297,8 @@ class Client:
 
     @property
     def config(self) -> ConfigPayload | None:
-        """The last verified config (``None`` before the first :meth:`sync`)."""
-        return self._following.config
+        """The last verified config (``None`` before the first :meth:`sync`, or when disabled)."""
+        return None if self._off is not None else self._following.config
 
     def _record(self, entry: MetricEntry) -> MetricRecord:
         """The metric's record, made on first use with a cohort drawn once, uniformly."""
@@ -216,7 +320,7 @@ class Client:
 
     # --- reporting ----------------------------------------------------------------
 
-    def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> str | None:
+    def report(self, metric: str, value_or_set: Value | Iterable[Value]) -> ReportStatus:
         """Encode, randomize (memoized noise, fresh IRR) and queue one report; the sender seals it.
 
         A metric takes one value per window (its ``time_precision``): the
@@ -225,11 +329,14 @@ class Client:
         value raises :class:`AlreadyReported`. A round opened in the window
         re-sends the window's value at the new level (:meth:`relax`).
 
-        On return the report is charged in the ledger and queued with its
-        own ephemeral key; with ``autosave`` (the default) both are on disk
-        (state first, then the encrypted queue file), so a crash loses
-        nothing that was returned. It is sealed to the aggregator's key
-        before upload, by the sender.
+        On return the report is charged in the ledger and queued in memory
+        with its own ephemeral key; nothing on this thread waits for a disk.
+        With ``autosave`` (the default) the background sender writes both
+        soon after (state first, then the encrypted queue file; a burst in
+        one write), and nothing is sent before they are on disk: a crash
+        before the write loses an unsent report and its charge, never
+        privacy. Without the background sender the write happens here. It is
+        sealed to the aggregator's key before upload, by the sender.
 
         Args:
             metric: a metric of the signed config.
@@ -241,20 +348,31 @@ class Client:
         config arrives (:meth:`sync`, or the background sender's).
 
         Returns:
-            The report id (base64url): the id the aggregator will see,
-            ``SHA-256("onesided/report-id/v1" || pkE)[:16]`` of the report's
-            ephemeral key (docs/wire.md 1.3). ``None`` when the value waits
-            for the first config, or was refused with ``budget_refusals="skip"``.
+            A :class:`~client_sdk.status.ReportStatus`: a ``str``, the report id
+            (base64url) the aggregator will see, ``SHA-256("onesided/report-id/v1"
+            || pkE)[:16]`` of the report's ephemeral key (docs/wire.md 1.3), or
+            ``""`` when there is none; ``.status`` says what happened: ``queued``,
+            ``waiting`` (for the first config), ``refused`` (the budget, a second
+            value in the window, an unknown metric or a bad value: ``.reason``),
+            ``dropped`` (the state is unavailable) or ``disabled``.
 
         Raises:
+            Only with ``strict`` (or ``budget_refusals="raise"`` for the budget):
             BudgetExceeded: a new window's report would pass the ceiling (nothing is queued).
             AlreadyReported: another value was reported for the metric in this window.
             ParameterError: unknown metric (once a config is known), a value outside a
                 direct domain, a set for a categorical metric, a value that is not str,
                 bytes or an iterable of them.
-            PolicyError: the metric's parameters changed since it was first used, or the
-                clock is before the window of the metric's last report.
+            PolicyError: the metric's parameters changed since it was first used.
         """
+        if self._off is not None:
+            return self._off
+        try:
+            return self._report(metric, value_or_set)
+        except Exception as exc:  # the app's thread: what is not a programmer error in strict mode never leaves
+            return self._refused(metric, exc)
+
+    def _report(self, metric: str, value_or_set: Value | Iterable[Value]) -> ReportStatus:
         self._reopen()
         if not isinstance(value_or_set, str | bytes):
             if not isinstance(value_or_set, Iterable):
@@ -264,14 +382,30 @@ class Client:
         with self._lock:
             if self._following.config is None:
                 self._wait_for_config(metric, value_or_set)
-                return None
-            try:
-                return self._report_at(metric, value_or_set, self._clock())
-            except BudgetExceeded as exc:
-                if self.budget_refusals == "raise":
-                    raise
-                self._notify(exc)
-                return None
+                return ReportStatus(st.WAITING, reason="kept until the first verified config")
+            now = self._clock()
+            if self.server_clock.suspect(now):  # never charge a window the server may refuse as too early
+                self._wait_for_config(metric, value_or_set)
+                self._background.schedule.now()  # the next turn asks the server's time
+                if self._sender.running:
+                    self._sender.nudge()
+                return ReportStatus(st.WAITING, reason="the device clock moved ahead of the server's time; kept, "
+                                    "uncharged, until the server's next answer confirms the time")
+            return ReportStatus(st.QUEUED, self._report_at(metric, value_or_set, now))
+
+    def _refused(self, metric: object, exc: Exception) -> ReportStatus:
+        """What ``report()`` answers for an error: raised (strict, programmer errors), or a status."""
+        environment = isinstance(exc, ClockBehind | OSError | TransportError)
+        if isinstance(exc, BudgetExceeded):
+            if self.budget_refusals == "raise":
+                raise exc
+        elif self.strict and not environment:
+            raise exc
+        status = st.REFUSED if isinstance(exc, OnesidedError) else st.DROPPED
+        if status == st.DROPPED and not isinstance(exc, OSError):
+            log.error("report() failed unexpectedly", exc_info=exc)
+        self._notify(exc, metric=metric if isinstance(metric, str) else None)
+        return ReportStatus(status, reason=str(exc), error=exc)
 
     def _report_at(self, metric: str, value_or_set: Value | tuple[Value, ...], when: float) -> str:
         """:meth:`report` of a value given at the instant ``when`` (now, or when it waited for a config)."""
@@ -282,8 +416,10 @@ class Client:
         value_key = canonical_value(value_or_set)
         value_text = b64e(value_key)
         current = record.current
-        if current is not None and window <= current.window:
+        if current is not None and window == current.window:
             return repeat(record, window, value_text)
+        if current is not None and window < current.window:
+            self._check_earlier(record, window, current.window)
         spending = self._spending
         ceiling = spending.ceiling.for_metric(metric)
         try:
@@ -304,12 +440,39 @@ class Client:
             record.first_window = window
         self._enqueue(item)
         self._disk.dirty = True
-        if self.autosave:
-            self.save()
+        self._persist()
         if ceiling - after < spending.warning * ceiling:
             spending.warn_low(metric, record, ceiling - after, ceiling, window)
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
+
+    def _check_earlier(self, record: MetricRecord, window: int, latest: int) -> None:
+        """A window before the metric's latest (the clock went back, or the server's time corrected a
+        clock that was ahead): a new window, charged as any other, unless a renewing budget would have
+        to charge a period it no longer knows the total of.
+
+        Raises:
+            ClockBehind: that case (a ``refused`` status, never raised into the app).
+        """
+        period = record.period
+        if period is None or period_of(window, period) >= period_of(latest, period):
+            return
+        raise ClockBehind("window", f"the clock ({iso_utc(window)}) is in a budget period before the one of this "
+                          f"metric's last report ({iso_utc(latest)}); refused until the clock reaches that period "
+                          "or the server's time corrects it")
+
+    def _persist(self) -> None:
+        """After ``report()``: wake the background sender (it writes, then sends a full queue), or, without
+        one, write here (``autosave``). Never raises."""
+        if self._sender.running:
+            self._sender.nudge()
+        elif self.autosave:
+            try:
+                self._disk.save()
+            except OSError as exc:  # kept in memory: written (before anything is sent) at the next save
+                self._disk_error(exc)
+            else:
+                self._disk_back()
 
     def _wait_for_config(self, metric: str, value_or_set: Value | tuple[Value, ...]) -> None:
         """Keep a value reported before the first config, in the encrypted state, until one arrives.
@@ -317,14 +480,24 @@ class Client:
         Nothing is encoded, charged or sent yet; :meth:`_release_waiting`
         does all three with the time of this call when a config is verified.
         """
-        overflow = hold(self._state.waiting, metric, value_or_set, self._clock(), self.max_queue)
+        overflow = hold(self._state.waiting, metric, value_or_set, self._clock(), self.options.max_waiting,
+                        offset=self.server_clock.offset)
+        if overflow < 0:
+            return  # the same value of the metric is already waiting
         if overflow:
             self._event("dropped", None, f"{overflow} oldest value(s) waiting for a config dropped")
             self._notify(ReportsDropped(overflow, "too many values waiting for the first config; oldest dropped"))
         self._disk.dirty = True
-        if self.autosave:
-            self.save()
+        self._persist()
         log.debug("metric %s: value kept until the first config", metric)
+
+    def _release_held(self) -> None:
+        """At the background sender's turn: report the values held while the clock was unverified, once
+        the server's time confirms it (never raises)."""
+        with self._lock:
+            if self._state.waiting and self._following.config is not None \
+                    and not self.server_clock.suspect(self._clock()):
+                self._release_waiting()
 
     def _release_waiting(self) -> int:
         """Report the values that waited for a config, each in the window of its own time.
@@ -335,9 +508,11 @@ class Client:
         """
         waiting, self._state.waiting = self._state.waiting, []
         reported = 0
-        for metric, value, at in released(waiting):
+        offset = self.server_clock.offset
+        for (metric, value, at), held in zip(released(waiting), waiting, strict=True):
             try:
-                self._report_at(metric, value, at)
+                # the time it was given, as the server's clock has it now (its offset may have changed since)
+                self._report_at(metric, value, at + offset - float(held.get("offset", offset)))
                 reported += 1
             except OnesidedError as exc:
                 self._event("refused", metric, f"a value that waited for the config: {exc}")
@@ -413,10 +588,13 @@ class Client:
             TighteningRefused: ``level_to`` is below the current level.
             BudgetExceeded: the relaxation would pass the ceiling.
             ParameterError: bad ``round_id``, unknown metric, trusted mode, an ``irr`` that is not
-                a relaxation of the current IRR (field ``irr``) or not one of the mode.
+                a relaxation of the current IRR (field ``irr``) or not one of the mode; the client
+                is disabled or its state unavailable (field ``client``).
         """
         check_int("round_id", round_id, low=1, high=2**32 - 1)
         check_number("level_to", level_to, positive=True, high=MAX_LEVEL)
+        if self._off is not None:
+            raise ParameterError("client", f"nothing to relax: {self._off.reason}")
         self._reopen()
         with self._lock:
             entry = self._following.entry(metric)
@@ -479,21 +657,24 @@ class Client:
         queued when it starts.
 
         Args:
-            deadline: seconds this call may take in all (``None``: only the
-                retry policy bounds it). No backoff or request runs past it;
-                a request's timeout is capped by the time left.
+            deadline: seconds this call may take in all (``None``: one minute,
+                :data:`FLUSH_DEADLINE`). No backoff or request runs past it; a
+                request's timeout is capped by the time left, and an answer
+                that drips in is cut at it.
         """
+        if self._off is not None:
+            return FlushResult()
         try:
-            until = None if deadline is None else self._monotonic() + seconds("deadline", deadline)
+            until = self._monotonic() + seconds("deadline", FLUSH_DEADLINE if deadline is None else deadline)
             self._reopen()
-        except OnesidedError as exc:
+        except (OnesidedError, OSError) as exc:
             self._notify(exc)
             return FlushResult(remaining=len(self._queue), error=exc)
         result = self._sender.flush(until, wait=True)
         self._prepare()
         return result
 
-    def start(self, interval: float = 60.0) -> None:
+    def start(self, interval: float = 5.0) -> None:
         """Flush in a background thread every ``interval`` seconds until :meth:`close`.
 
         Returns at once; a second call while the sender runs does nothing,
@@ -502,6 +683,8 @@ class Client:
         registers the flush at interpreter exit (``exit_deadline``).
         """
         check_number("interval", interval, positive=True)
+        if self._off is not None:
+            return
         self._reopen()
         self._background.start(float(interval))
 
@@ -509,10 +692,19 @@ class Client:
         """An upload answer said the config changed: the background sender syncs at its next turn."""
         self._background.schedule.now()
 
+    def _undrop(self, count: int) -> None:
+        """Reports counted dropped (the queue was full) whose batch was in flight and was delivered."""
+        self._state.dropped = max(0, self._state.dropped - count)
+        self._disk.dirty = True
+
+    def _reached(self) -> None:
+        """An upload went through: after failed syncs, the background sender syncs at its next turn."""
+        self._background.schedule.reached()
+
     @property
     def batch_size(self) -> int:
         """Reports per upload (halved by the sender on a ``413``)."""
-        return self._sender.batch_size
+        return self.options.batch_size if self._off is not None else self._sender.batch_size
 
     def close(self, deadline: float | None = None, *, flush: bool = True) -> FlushResult:
         """Stop the background sender, send what is queued, save the state, close the HTTP session.
@@ -530,6 +722,8 @@ class Client:
             The final flush's result (an empty one with ``remaining`` set when
             ``flush=False``).
         """
+        if self._off is not None:
+            return FlushResult()
         until = self._monotonic() + (self.exit_deadline if deadline is None else seconds("deadline", deadline))
         self._sender.stop(until)
         self._background.unregister_exit()
@@ -537,7 +731,11 @@ class Client:
         if flush:
             self.transport.stop_by(until)
             result = self._sender.flush(until, wait=True)
-        self.save()
+        try:
+            with self._lock:
+                self._disk.save()
+        except OSError as exc:  # what was not written is lost with the process: unsent, never charged twice
+            self._disk_error(exc)
         self._file_lock.release()
         self.transport.close()
         if result.remaining:
@@ -554,6 +752,8 @@ class Client:
 
     def ledger(self) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
+        if self._off is not None:
+            return Ledger(entries=(), events=(), dropped_reports=0, queued_reports=0, unused=())
         with self._lock:
             return self._spending.ledger(self._following.config)
 
@@ -566,10 +766,14 @@ class Client:
         return Budget.of(self.ledger()[metric])
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:
+        """A ledger event (kept in the state), also passed to ``on_event``."""
         self._disk.event(kind, metric, detail)
+        self._emit(kind, detail, metric=metric, log_it=False)
 
-    def _notify(self, error: Exception) -> None:
-        log.warning("%s: %s", type(error).__name__, error)
+    def _notify(self, error: Exception, *, metric: str | None = None) -> None:
+        """An error the app does not see raised: logged, to ``on_error`` and (as an event) ``on_event``."""
+        self._emit(getattr(error, "code", None) or type(error).__name__, f"{type(error).__name__}: {error}",
+                   metric=metric, error=error, level=logging.WARNING)
         if self._on_error is None:
             return
         try:
@@ -577,5 +781,30 @@ class Client:
         except Exception:  # a faulty callback must not break sending
             log.exception("on_error callback raised")
 
+    def _emit(self, kind: str, detail: str, *, metric: str | None = None, error: Exception | None = None,
+              level: int = logging.INFO, log_it: bool = True) -> None:
+        """One event: a line in the ``onesided`` log, and the app's ``on_event`` (never raises)."""
+        if log_it:
+            log.log(level, "%s%s: %s", kind, f" ({metric})" if metric else "", detail)
+        if self._on_event is None:
+            return
+        clock = getattr(self, "_clock", None)
+        at = iso_utc(clock() if clock is not None else self.options.clock())
+        try:
+            self._on_event(ClientEvent(kind, detail, metric, at, error))
+        except Exception:  # a faulty callback must not break the client
+            log.exception("on_event callback raised")
 
-__all__ = ["AlreadyReported", "Client", "ClientOptions", "FlushResult", "ReportsDropped", "pinned_keys"]
+    def _clock_off(self, offset: float) -> None:
+        """The server's answers show the device clock off by ``offset`` seconds (or back within bounds)."""
+        if abs(offset) <= OFF_THRESHOLD:
+            self._emit("clock_ok", "the device clock agrees with the server's again")
+            return
+        way = "behind" if offset > 0 else "ahead of"
+        self._emit("clock_off", f"the device clock is {abs(offset):.0f} s {way} the server's "
+                   f"(server time {iso_utc(self.options.clock() + offset)}); windows follow the server's time",
+                   level=logging.WARNING)
+
+
+__all__ = ["FLUSH_DEADLINE", "AlreadyReported", "ClientOptions", "ClockBehind", "Client", "FlushResult",
+           "ReportsDropped", "pinned_keys"]

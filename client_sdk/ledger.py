@@ -42,6 +42,7 @@ from protocol.params import MetricParams
 from protocol.validation import check_int, check_number
 
 from .memo import distinct_levels
+from .status import epsilon_text, iso_utc
 
 DEFAULT_KEY = "*"
 
@@ -533,13 +534,13 @@ def check_new_window(
     """
     spent, _ = record.spent(params)
     cost, _ = record.window_cost(params, record.new_window_chain())
-    what = lambda: f"metric {params.name!r}: a report in a new window costs {cost:.6g}"  # noqa: E731
+    what = lambda: f"metric {params.name!r}: a report in a new window costs {epsilon_text(cost)}"  # noqa: E731
     if record.period is not None and window is not None:
         start = period_of(window, record.period)
         renews = start + record.period
         before = _period_before(record, params, start, prior)
         return _checked(round_up(before + cost), before, cost, ceiling,
-                        lambda: f"{what()}; this period's budget is spent (it renews at {renews})")
+                        lambda: f"{what()}; this period's budget is spent (it renews at {iso_utc(renews)})")
     # spent is a count of micro-epsilons as a double (from_micro) or inf, which round_up returns as they
     # are (it is idempotent on its own results): without a prior the first rounding changes nothing.
     before = spent if prior == 0 else round_up(prior + spent)
@@ -665,7 +666,8 @@ def ledger_entry(
         renewing = {
             "period": record.period, "period_start": start, "renews_at": start + record.period,
             "spent_this_period": this_period, "remaining": _remaining(ceiling, this_period),
-            "periods": None if first is None else (start - period_of(first, record.period)) // record.period + 1,
+            # at least 1: a clock set before the first report's period counts that period only
+            "periods": None if first is None else max(1, (start - period_of(first, record.period)) // record.period + 1),
         }
     return LedgerEntry(
         metric=params.name,

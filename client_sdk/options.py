@@ -21,9 +21,12 @@ from protocol.validation import check_int, check_number
 from protocol.wire import RoundAnnouncement
 
 from .ledger import Ceiling
+from .sender import CLOCK_RETRY_CAP
+from .status import ClientEvent
 from .transport import MAX_CONFIG_BYTES, MAX_RESPONSE_BYTES, RetryPolicy
 
 OnError = Callable[[Exception], None]
+OnEvent = Callable[[ClientEvent], None]
 CORRUPT_POLICIES = ("raise", "reset")
 BUDGET_REFUSALS = ("raise", "skip")
 
@@ -72,6 +75,14 @@ class ClientOptions:
         max_epsilon: the ceiling per metric: a number, or a mapping by metric
             name with ``"*"`` as the default (unlisted metrics are refused).
         on_error: called with every error of background work (never raises into the app).
+        on_event: called with every :class:`~client_sdk.status.ClientEvent` (a refused or
+            dropped report, a disk or network error, a device clock found off, a low budget).
+        strict: raise programmer errors (a wrong type, a value outside a declared domain, an
+            unknown metric, a second value in a window, a refused budget) from ``report()``,
+            ``sync()`` and ``save()`` instead of logging them (development and tests; ``debug``
+            is the same switch). Never for what the environment causes (disk, network, clock).
+        debug: the same as ``strict``.
+        disabled: every call is a cheap no-op (no file, no thread, no request).
         state_key: the host app's AES key (16 or 32 bytes) for the state;
             ``None`` uses a key file (``key_path``, default ``<state_path>.key``, 0600).
         on_corrupt: ``"raise"`` (default) or ``"reset"``; see ``docs/client.md``.
@@ -79,9 +90,15 @@ class ClientOptions:
         max_config_bytes, max_response_bytes: the largest config and upload
             answer read (4 MiB, 1 MiB); a larger one is refused (:class:`TransportError`).
         max_queue: bound of the offline queue; the oldest report goes first.
+        max_waiting: bound of the values kept before the first config (the same value of a
+            metric again within an hour is kept once); the oldest goes first.
         batch_size: reports per upload.
-        autosave: persist after every ``report()`` (else at ``flush()``,
-            ``save()`` and ``close()``).
+        flush_at: the background sender sends at once when this many reports are queued.
+        autosave: persist the reports soon after ``report()`` (on the background sender's
+            thread, or on the caller's without one); ``False``: at ``flush()``, ``save()``
+            and ``close()``.
+        clock_retry_cap: the longest wait before a report the server's clock refused for now
+            is resent (seconds; the server's ``retry_after`` is shorter or capped to this).
         background: start the background sender at once (default; ``start()``
             with ``send_interval``): it syncs first, sends every
             ``send_interval`` seconds, re-syncs on the config's schedule. ``False``:
@@ -108,10 +125,9 @@ class ClientOptions:
             (default): ``max_epsilon`` is the metric's lifetime ceiling.
         budget_warning: log a warning (once per metric and period) when what
             is left falls below this fraction of the ceiling.
-        budget_refusals: ``"raise"`` (default): ``report()`` raises
-            :class:`BudgetExceeded`; ``"skip"``: it returns ``None``, logs, and
-            passes the error to ``on_error`` (an app that wants no exception
-            from telemetry).
+        budget_refusals: ``"raise"``: ``report()`` raises :class:`BudgetExceeded`;
+            ``"skip"``: it returns a ``refused`` status, logs, and passes the error
+            to ``on_error``. ``None`` (default): ``"raise"`` with ``strict``, else ``"skip"``.
         sync_interval: seconds between the background sender's syncs (the
             config's own ``sync_interval``, when it announces one, wins);
             a failed sync is retried sooner, with backoff.
@@ -127,6 +143,10 @@ class ClientOptions:
     server_public_keys: bytes | str | Iterable[bytes | str]
     max_epsilon: float | Mapping[str, float]
     on_error: OnError | None = None
+    on_event: OnEvent | None = None
+    strict: bool = False
+    debug: bool = False
+    disabled: bool = False
     state_key: bytes | None = None
     key_path: str | Path | None = None
     on_corrupt: str = "raise"
@@ -136,11 +156,14 @@ class ClientOptions:
     max_config_bytes: int = MAX_CONFIG_BYTES
     max_response_bytes: int = MAX_RESPONSE_BYTES
     max_queue: int = 10_000
+    max_waiting: int = 1_000
     batch_size: int = 500
+    flush_at: int = 100
     autosave: bool = True
     background: bool = True
-    send_interval: float = 60.0
-    exit_deadline: float = 5.0
+    send_interval: float = 5.0
+    exit_deadline: float = 2.0
+    clock_retry_cap: float = CLOCK_RETRY_CAP
     flush_at_exit: bool = False
     rollback_keyring: bool = False
     clock: Callable[[], float] = time.time
@@ -151,7 +174,7 @@ class ClientOptions:
     insecure_rng_for_testing: bool = False
     budget_period: str | int | None = None
     budget_warning: float = 0.2
-    budget_refusals: str = "raise"
+    budget_refusals: str | None = None
     sync_interval: float = 3600.0
     keys: dict[str, bytes] = field(init=False, repr=False, compare=False)
     ceiling: Ceiling = field(init=False, repr=False, compare=False)
@@ -160,14 +183,19 @@ class ClientOptions:
     def __post_init__(self) -> None:
         if self.on_corrupt not in CORRUPT_POLICIES:
             raise ParameterError("on_corrupt", f"must be one of {CORRUPT_POLICIES}, got {self.on_corrupt!r}")
-        for name, value in (("max_queue", self.max_queue), ("batch_size", self.batch_size)):
+        for name, value in (("max_queue", self.max_queue), ("batch_size", self.batch_size),
+                            ("flush_at", self.flush_at), ("max_waiting", self.max_waiting)):
             check_int(name, value, low=1)
+        self._set("strict", bool(self.strict or self.debug))
+        self._set("clock_retry_cap", check_number("clock_retry_cap", self.clock_retry_cap, positive=True))
         self._set("exit_deadline", seconds("exit_deadline", self.exit_deadline))
         if not seconds("send_interval", self.send_interval) > 0:
             raise ParameterError("send_interval", f"must be > 0, got {self.send_interval!r}")
         self._set("keys", pinned_keys(self.server_public_keys))
         self._set("ceiling", Ceiling.of(self.max_epsilon, self.budget_period))
         self._set("budget_warning", check_number("budget_warning", self.budget_warning, nonnegative=True, high=1.0))
+        if self.budget_refusals is None:
+            self._set("budget_refusals", "raise" if self.strict else "skip")
         if self.budget_refusals not in BUDGET_REFUSALS:
             raise ParameterError("budget_refusals", f"must be one of {BUDGET_REFUSALS}, got {self.budget_refusals!r}")
         self._set("sync_interval", check_number("sync_interval", self.sync_interval, positive=True))
@@ -177,4 +205,4 @@ class ClientOptions:
         object.__setattr__(self, name, value)  # frozen: set once, here
 
 
-__all__ = ["BUDGET_REFUSALS", "CORRUPT_POLICIES", "ClientOptions", "OnError", "pinned_keys", "seconds"]
+__all__ = ["BUDGET_REFUSALS", "CORRUPT_POLICIES", "ClientOptions", "OnError", "OnEvent", "pinned_keys", "seconds"]

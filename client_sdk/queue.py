@@ -130,6 +130,10 @@ class ReportQueue(Sequence[Item]):
     def __getitem__(self, index: int | slice) -> Item | Sequence[Item]:
         return list(self)[index]
 
+    def holds(self, report_id: str) -> bool:
+        """Whether the report ``report_id`` is queued."""
+        return report_id in self._items
+
     def ids(self) -> list[str]:
         """The report ids, oldest first."""
         return list(self._items)
@@ -166,6 +170,24 @@ class ReportQueue(Sequence[Item]):
         """
         if not self._pending:
             return
+        if self.compaction_due:
+            self._take(generation)
+            self.compact()
+        else:
+            taken, records = self._take(generation)
+            try:
+                self._append(self._encoded(records))
+            except BaseException:
+                self.give_back(taken)
+                raise
+
+    @property
+    def compaction_due(self) -> bool:
+        """The next persist rewrites the file (no file yet, or dead records dominate)."""
+        return self._file_id is None or self._should_compact() or not self.path.exists()
+
+    def _take(self, generation: int) -> tuple[list[tuple[bytes, list[str]]], list[tuple[bytes, bytes]]]:
+        """The pending changes, taken out of the pending list, and their records (kind, plain text)."""
         records: list[tuple[bytes, bytes]] = []
         for kind, ids in self._pending:
             if kind == KIND_TOMBSTONE:
@@ -175,11 +197,28 @@ class ReportQueue(Sequence[Item]):
                 item = self._items[ids[0]][1]
                 self._items[ids[0]] = (generation, item)
                 records.append((kind, _dumps({"gen": generation, "report": item})))
-        self._pending = []
-        if self._file_id is None or self._should_compact() or not self.path.exists():
-            self.compact()
-        else:
-            self._append(b"".join(self._record(kind, plain) for kind, plain in records))
+        taken, self._pending = self._pending, []
+        return taken, records
+
+    def _encoded(self, records: list[tuple[bytes, bytes]]) -> bytes:
+        return b"".join(self._record(kind, plain) for kind, plain in records)
+
+    def take_append(self, generation: int) -> tuple[list[tuple[bytes, list[str]]], bytes] | None:
+        """:meth:`persist` in two halves, for a write outside the client's lock: this half (under it)
+        takes the pending changes and returns them with the bytes to append (:meth:`append_taken`).
+        ``None``: nothing pending, or a compaction is due (then :meth:`persist`, under the lock)."""
+        if not self._pending or self.compaction_due:
+            return None
+        taken, records = self._take(generation)
+        return taken, self._encoded(records)
+
+    def append_taken(self, data: bytes) -> None:
+        """The other half: append what :meth:`take_append` returned (one write, one fsync)."""
+        self._append(data)
+
+    def give_back(self, taken: list[tuple[bytes, list[str]]]) -> None:
+        """An append that failed: its changes are pending again, ahead of the later ones."""
+        self._pending[:0] = taken
 
     def _should_compact(self) -> bool:
         return self._dead >= max(COMPACT_MIN, len(self._items))

@@ -32,6 +32,7 @@ from .ledger import Irr, MetricRecord, with_irr
 from .memo import ReportPlan, noise_key, prepare_level
 from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, pending_item
+from .status import iso_utc
 
 log = logging.getLogger("onesided.client")
 
@@ -49,23 +50,18 @@ def check_kind(params: MetricParams, value_or_set: Value | tuple[Value, ...]) ->
 
 
 def repeat(record: MetricRecord, window: int, value: str) -> str:
-    """A second report in the metric's latest window: the same value is a no-op, another is refused.
+    """A second report in the metric's current window: the same value is a no-op, another is refused.
 
     ``value`` is the base64url canonical value (:attr:`~client_sdk.ledger.WindowRelease.value`).
     """
     current = record.current
     assert current is not None  # noqa: S101 - the caller checked
-    if window < current.window:
-        raise PolicyError(
-            "window", f"the clock is before the window of this metric's last report ({current.window}); "
-            "a past window cannot be reported again",
-        )
     if current.value == value:
         return current.report_id
     raise AlreadyReported(
-        "value", f"metric {record.params['name']!r} already reported another value in window {window}; "
-        "a metric takes one value per window (the next window starts at "
-        f"{window + int(record.params['time_precision'])})",
+        "value", f"metric {record.params['name']!r} already reported another value in the window "
+        f"starting {iso_utc(window)}; a metric takes one value per window (the next window starts at "
+        f"{iso_utc(window + int(record.params['time_precision']))})",
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from protocol.errors import ReportRejected
 from protocol.wire import (
+    CLOCK_STATUSES,
     STATUS_ACCEPTED,
     STATUS_OUTDATED_CONFIG,
     STATUS_REPLAYED,
@@ -46,8 +48,11 @@ class FlushResult:
     Attributes:
         delivered: reports the aggregator stored (``accepted``) or already had (``replayed``).
         rejected: reports with a final non-delivered status (dropped; see ``on_error``).
-        dropped: reports discarded because their whole batch was refused.
+        dropped: reports discarded because the aggregator refused them on their own (a batch
+            answered ``400`` is split until the reports it refuses are alone).
         remaining: reports still queued.
+        later: reports the aggregator's clock refused for now (``too_early``, or ``expired``
+            while it doubts its clock, with a ``retry_after``): kept, resent after that wait.
         deferred: nothing was tried: the server's ``Retry-After`` has not passed,
             or another flush was still running at the deadline.
         error: the error that stopped sending early, if any (a passed
@@ -58,18 +63,21 @@ class FlushResult:
     rejected: int = 0
     dropped: int = 0
     remaining: int = 0
+    later: int = 0
     deferred: bool = False
     error: Exception | None = None
 
 
-MAX_SYNC_BACKOFF = 3600.0  # the wait between failed background syncs grows to this
+MAX_SYNC_BACKOFF = 300.0  # the wait between failed background syncs grows to this (5 minutes)
 FIRST_SYNC_BACKOFF = 15.0
+CLOCK_RETRY_CAP = 3600.0  # the longest wait before a report refused by the server's clock is resent
 
 
 class SyncSchedule:
     """When the background sender syncs next: at once, then every ``interval`` seconds (or the config's
-    own ``sync_interval``), sooner after an ``outdated_config`` answer, with jittered backoff after a
-    failure (15 s doubling, at most ``interval`` and an hour). Wall-clock seconds."""
+    own ``sync_interval``), sooner after an ``outdated_config`` answer or once the network is back,
+    with jittered backoff after a failure (15 s doubling, at most ``interval`` and 5 minutes).
+    Monotonic seconds: a device clock that jumps moves nothing here."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
@@ -90,8 +98,13 @@ class SyncSchedule:
         self.next_at = now + wait * (0.5 + 0.5 * jitter)
 
     def now(self) -> None:
-        """Sync at the next turn (the aggregator's config changed)."""
+        """Sync at the next turn (the aggregator's config changed, or the network is back)."""
         self.next_at = 0.0
+
+    def reached(self) -> None:
+        """A request went through: after failed syncs, sync at the next turn (the network is back)."""
+        if self.failures:
+            self.next_at = 0.0
 
 
 class HeldKeysLike(Protocol):
@@ -108,8 +121,10 @@ class SenderHost(Protocol):
     @property
     def _queue(self) -> ReportQueue: ...
 
-    def save(self) -> None: ...
+    def _save(self) -> list[str]: ...
     def _config_outdated(self) -> None: ...
+    def _reached(self) -> None: ...
+    def _undrop(self, count: int) -> None: ...
     def _drop(self, ids: Sequence[str], why: str, notice: str, *, oldest: bool = False) -> int: ...
     def _notify(self, error: Exception) -> None: ...
 
@@ -121,21 +136,24 @@ class Sender:
         host: the client (:class:`SenderHost`).
         transport: its HTTP transport.
         batch_size: reports per upload (halved on a ``413``).
-        clock: wall time (``Retry-After``); monotonic: deadlines.
+        monotonic: deadlines and waits (``Retry-After``, resends after a clock refusal).
+        clock_retry_cap: the longest wait before a report the server's clock refused is resent.
     """
 
     def __init__(self, host: SenderHost, transport: Transport, *, batch_size: int,
-                 clock: Callable[[], float], monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float], clock_retry_cap: float = CLOCK_RETRY_CAP) -> None:
         # A proxy, not a reference: no cycle with the client, so a client the app drops is freed at
         # once (and its state lock with it), as a process's end would free it.
         self._host: SenderHost = cast(SenderHost, weakref.proxy(host))
         self._transport = transport
         self.batch_size = batch_size
-        self._clock = clock
         self._monotonic = monotonic
+        self._clock_retry_cap = clock_retry_cap
         self._sending = threading.Lock()  # one flush at a time
-        self._not_before = 0.0
+        self._not_before: float | None = None  # monotonic; a server's Retry-After
+        self._later: dict[str, float] = {}  # report id -> monotonic instant it may be resent
         self.stopping = threading.Event()
+        self._wake = threading.Event()
         self.thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
@@ -146,7 +164,7 @@ class Sender:
         """
         if not len(self._host._queue):
             return FlushResult()
-        if self._clock() < self._not_before:
+        if self._not_before is not None and self._monotonic() < self._not_before:
             return FlushResult(remaining=len(self._host._queue), deferred=True)
         timeout = -1.0 if until is None else max(0.0, until - self._monotonic())
         if not self._sending.acquire(timeout=timeout if wait else 0):
@@ -154,17 +172,26 @@ class Sender:
         delivered = rejected = dropped = 0
         error: Exception | None = None
         try:
-            with self._host._lock:
-                self._host.save()
-                pending = set(self._host._queue.ids())
-            while batch := self._next_batch(pending):
+            durable = set(self._host._save())  # written first: only what is on disk may leave
+            now = self._monotonic()
+            self._later = {i: t for i, t in self._later.items() if i in durable}
+            pending = {i for i in durable if self._later.get(i, now) <= now}
+            batches: list[list[ReportEnvelope]] = []
+            while batches or (batch := self._next_batch(pending)):
+                batch = batches.pop() if batches else batch
                 try:
                     results = self._transport.upload(batch, deadline=until)
                 except TransportError as exc:
+                    if exc.status in _POISON_STATUSES and len(batch) > 1:
+                        half = len(batch) // 2  # isolate the reports it refuses: each half on its own
+                        batches += [batch[half:], batch[:half]]
+                        continue
                     dropped += self._after_batch_error(batch, exc)
                     if exc.retryable:
                         raise
                     continue
+                self._host._reached()
+                pending.difference_update(r.report_id for r in results)
                 ok, bad = self._after_results(results)
                 delivered, rejected = delivered + ok, rejected + bad
         except Exception as exc:  # background sending never raises into the app
@@ -173,7 +200,8 @@ class Sender:
         finally:
             self._sending.release()
         return FlushResult(
-            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._host._queue), error=error
+            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._host._queue),
+            later=len(self._later), error=error,
         )
 
     def _next_batch(self, pending: set[str]) -> list[ReportEnvelope]:
@@ -193,14 +221,15 @@ class Sender:
             pending.difference_update(malformed)
             with self._host._lock:
                 self._host._drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
-                self._host.save()
+            self._host._save()
         return batch
 
     def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
         """Handle a whole-batch failure; returns how many reports were dropped."""
         if exc.retryable:
-            if exc.retry_after is not None:
-                self._not_before = self._clock() + exc.retry_after
+            if exc.retry_after is not None:  # capped: one odd answer never stops the client for long
+                wait = min(exc.retry_after, self._transport.retry.retry_after_cap)
+                self._not_before = self._monotonic() + wait
             return 0
         if exc.status == 413 and len(batch) > 1:
             self.batch_size = max(1, len(batch) // 2)
@@ -211,30 +240,49 @@ class Sender:
         with self._host._lock:
             count = self._host._drop([r.report_id_text for r in batch], f"batch refused ({exc.error_code})",
                                f"the aggregator refused the batch: {exc}")
-            self._host.save()
+        self._host._save()
         return count
 
     def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
-        failed = [r for r in results if r.status not in _DELIVERED]
+        """Remove what the answer settles; keep, for a later resend, what the server's clock refused."""
+        later = [r for r in results if not r.final]
+        final = [r for r in results if r.final]
+        failed = [r for r in final if r.status not in _DELIVERED]
         if any(r.status == STATUS_OUTDATED_CONFIG for r in failed):
             self._host._config_outdated()  # the aggregator's config changed: sync again soon
+        now = self._monotonic()
+        for result in later:  # kept (already charged), the same envelope resent after the wait
+            self._later[result.report_id] = now + min(float(result.retry_after or 0), self._clock_retry_cap)
         with self._host._lock:
-            self._host._queue.remove([r.report_id for r in results])
-            self._host._held.forget(r.report_id for r in results)
-            self._host.save()
-        log.info("uploaded %d reports: %d delivered, %d rejected", len(results), len(results) - len(failed),
-                 len(failed))
+            # dropped from a full queue while its batch was in flight, yet delivered: not a drop after all
+            undropped = sum(1 for r in final if r.status in _DELIVERED and not self._host._queue.holds(r.report_id))
+            if undropped:
+                self._host._undrop(undropped)
+            self._host._queue.remove([r.report_id for r in final])
+            self._host._held.forget(r.report_id for r in final)
+        self._host._save()  # a removal lost to a crash only means a resend, answered "replayed"
+        for result in final:
+            self._later.pop(result.report_id, None)
+        log.info("uploaded %d reports: %d delivered, %d rejected, %d kept for the server's clock", len(results),
+                 len(final) - len(failed), len(failed), len(later))
+        if later:
+            statuses = sorted({r.status for r in later if r.status in CLOCK_STATUSES})
+            self._host._notify(ReportRejected(
+                "window", f"{len(later)} report(s) refused by the server's clock for now ({', '.join(statuses)}); "
+                "kept and resent later", code="clock_refused"))
         for result in failed:
             self._host._notify(ReportRejected(result.field or "report", result.detail or result.status, code=result.status))
-        return len(results) - len(failed), len(failed)
+        return len(final) - len(failed), len(failed)
 
     @property
     def running(self) -> bool:
         thread = self.thread
         return thread is not None and thread.is_alive()
 
-    def start(self, interval: float, tick: Callable[[], object], first: Callable[[], object]) -> None:
-        """Run ``first()``, then ``tick()`` every ``interval`` seconds, in a daemon thread, until :meth:`stop`.
+    def start(self, interval: float, tick: Callable[[], object], first: Callable[[], object],
+              nudged: Callable[[], object]) -> None:
+        """Run ``first()``, then ``tick()`` every ``interval`` seconds (and ``nudged()`` on :meth:`nudge`),
+        in a daemon thread, until :meth:`stop`.
 
         A second call while the thread runs does nothing. ``tick`` and ``first``
         should not raise; if they do, the error is logged and the loop goes on.
@@ -244,25 +292,44 @@ class Sender:
                 return
             self.stopping.clear()
             self._transport.stop_by(None)
-            self.thread = threading.Thread(target=self._loop, args=(interval, tick, first),
+            self.thread = threading.Thread(target=self._loop, args=(interval, tick, first, nudged),
                                            name="onesided-client", daemon=True)
             self.thread.start()
 
-    def _loop(self, interval: float, tick: Callable[[], object], first: Callable[[], object]) -> None:
-        """The background thread: never raises, never waits on a flush the app is running."""
+    def nudge(self) -> None:
+        """Wake the background thread now (reports to write, or a queue to send)."""
+        self._wake.set()
+
+    def _loop(self, interval: float, tick: Callable[[], object], first: Callable[[], object],
+              nudged: Callable[[], object]) -> None:
+        """The background thread: ``first()``, then ``tick()`` every ``interval`` seconds and ``nudged()``
+        whenever :meth:`nudge` wakes it. Never raises, never waits on a flush the app is running; ends
+        when the client is gone. Its pace is real time (it waits on an event)."""
+        next_tick = time.monotonic()
         try:
             first()
-        except Exception:  # pragma: no cover - a last guard for the thread
-            log.exception("background start failed")
-        while not self.stopping.wait(interval):
-            try:
-                tick()
-            except Exception:  # pragma: no cover - the host's tick catches; a last guard for the thread
-                log.exception("background flush failed")
+            while not self.stopping.is_set():
+                woke = self._wake.wait(max(0.0, next_tick + interval - time.monotonic()))
+                if self.stopping.is_set():
+                    return
+                self._wake.clear()
+                try:
+                    if woke:
+                        nudged()
+                    if time.monotonic() >= next_tick + interval:
+                        next_tick = time.monotonic()
+                        tick()
+                except ReferenceError:
+                    raise
+                except Exception:  # pragma: no cover - the host's turns catch; a last guard for the thread
+                    log.exception("background turn failed")
+        except ReferenceError:  # the app dropped its client without close(): nothing left to do
+            return
 
     def stop(self, until: float) -> None:
         """Stop the background thread, waiting for it until the monotonic instant ``until``."""
         self.stopping.set()
+        self._wake.set()
         thread = self.thread
         if thread is None:
             return

@@ -23,6 +23,7 @@ from .ledger import (
     period_of,
     unused_entry,
 )
+from .status import epsilon_text, iso_utc
 from .storage import Storage
 
 log = logging.getLogger("onesided.client")
@@ -74,8 +75,9 @@ class Spending:
         if (metric, start) in self._warned:
             return
         self._warned.add((metric, start))
-        renews = "" if period is None else f"; it renews at {start + period} (unix time)"
-        log.warning("metric %s: %.6g of its privacy budget of %.6g left%s", metric, max(0.0, left), ceiling, renews)
+        renews = "" if period is None else f"; it renews at {iso_utc(start + period)}"
+        log.warning("metric %s: %.6g of its privacy budget of %s left%s", metric, max(0.0, left), epsilon_text(ceiling),
+                    renews)
 
     def entry(self, metric: str, record: MetricRecord) -> LedgerEntry:
         """The ledger line of a metric this client reported."""

@@ -383,13 +383,22 @@ class StateStore:
         The key file is created on the first save. A new state (after a loss)
         continues above the recorded generation, so it is never taken for a rollback.
         """
+        self.write(*self.seal(state))
+
+    def seal(self, state: ClientState) -> tuple[bytes, int]:
+        """:meth:`save` in two halves, for a write outside the client's lock: this half (under it)
+        raises the generation and encrypts; :meth:`write` writes what it returns."""
         if self._key is None and self.key_path is not None and not self.key_path.exists():
             self._create_key(self.key_path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         header = STATE_MAGIC + bytes([STATE_VERSION])
         generation = max(state.generation, self._recorded) + 1
         state.generation = generation
-        write_atomically(self.path, header + encrypt_blob(self.key(), state.to_json(), STATE_AAD))
+        return header + encrypt_blob(self.key(), state.to_json(), STATE_AAD), generation
+
+    def write(self, blob: bytes, generation: int) -> None:
+        """Write a sealed state atomically, then record its generation."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.path, blob)
         self._recorded = generation
         if self.generations is not None:
             self.generations.write(generation)

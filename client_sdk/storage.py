@@ -7,14 +7,19 @@ to a state that does not open, counts what of the queue could not be read,
 and saves in the one order that keeps the ledger ahead of what can leave
 the device: the state first, then the queue's changes.
 
-Not thread-safe by itself: the client calls it under its lock.
+Not thread-safe by itself: the client calls it under its lock. One write
+runs outside that lock (:meth:`Storage.write_behind`, the background
+sender's group commit), so ``report()`` never waits for a disk; every
+other save waits for it to end first, so writes keep their order.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections.abc import Callable
+from typing import TypeVar
 
 from protocol.errors import OnesidedError
 
@@ -24,6 +29,7 @@ from .queue import QueueDamage, ReportQueue
 from .state import ClientState, StateCorrupted, StateStore
 
 log = logging.getLogger("onesided.client")
+T = TypeVar("T")
 
 
 class ReportsDropped(OnesidedError):
@@ -37,14 +43,14 @@ class ReportsDropped(OnesidedError):
         self.reason = reason
 
 
-def weak_callback(method: Callable[[Exception], None]) -> Callable[[Exception], None]:
+def weak_callback(method: Callable[[T], None]) -> Callable[[T], None]:
     """A bound method called through a weak reference: no cycle with its object, which the app may drop."""
     ref = weakref.WeakMethod(method)
 
-    def call(error: Exception) -> None:
+    def call(arg: T) -> None:
         bound = ref()
         if bound is not None:
-            bound(error)
+            bound(arg)
 
     return call
 
@@ -58,6 +64,7 @@ class Storage:
         ceiling: the budget policy in force (charged in full for a lost state).
         clock: wall time (events, the period a lost state is charged to).
         notify: where errors go (the client's ``on_error`` and log).
+        lock: the client's lock (the write behind it waits on it).
 
     Attributes:
         state, queue: what :meth:`open` read (absent before).
@@ -65,7 +72,7 @@ class Storage:
     """
 
     def __init__(self, store: StateStore, *, on_corrupt: str, ceiling: Ceiling, clock: Callable[[], float],
-                 notify: Callable[[Exception], None]) -> None:
+                 notify: Callable[[Exception], None], lock: threading.RLock) -> None:
         self.store = store
         self.lock = StateLock(store.path)
         self._on_corrupt = on_corrupt
@@ -73,6 +80,9 @@ class Storage:
         self._clock = clock
         self._notify = notify
         self.dirty = False
+        self._lock = lock
+        self._written = threading.Condition(lock)
+        self._writing = False  # a write behind the lock is running
         self.state: ClientState
         self.queue: ReportQueue
 
@@ -148,10 +158,54 @@ class Storage:
         In this order: a report reaches the queue file only once a state
         charging it is on disk.
         """
-        if self.dirty:
-            self.store.save(self.state)
+        with self._lock:
+            while self._writing:
+                self._written.wait()
+            if self.dirty:
+                self.store.save(self.state)
+                self.dirty = False
+            self.queue.persist(self.state.generation)
+
+    def write_behind(self) -> list[str]:
+        """:meth:`save`, with the disk written outside the client's lock (the background sender's
+        group commit: every report queued since the last write in one state write and one append).
+
+        The state and the queue's changes are taken under the lock, written
+        without it; a failed write puts them back (nothing is lost from
+        memory, nothing may be sent before it is on disk) and raises.
+
+        Returns:
+            The ids of the reports queued when the write began: on disk, charged, free to send.
+        """
+        with self._lock:
+            while self._writing:
+                self._written.wait()
+            durable = self.queue.ids()
+            if self.queue.dirty and self.queue.compaction_due:
+                self.save()  # rare: the queue file is rewritten, under the lock
+                return durable
+            sealed = self.store.seal(self.state) if self.dirty else None
+            taken = self.queue.take_append(self.state.generation)
+            if sealed is None and taken is None:
+                return durable
             self.dirty = False
-        self.queue.persist(self.state.generation)
+            self._writing = True
+        try:
+            if sealed is not None:
+                self.store.write(*sealed)
+            if taken is not None:
+                self.queue.append_taken(taken[1])
+        except BaseException:
+            with self._lock:
+                self.dirty = self.dirty or sealed is not None
+                if taken is not None:
+                    self.queue.give_back(taken[0])
+            raise
+        finally:
+            with self._lock:
+                self._writing = False
+                self._written.notify_all()
+        return durable
 
     def event(self, kind: str, metric: str | None, detail: str) -> None:
         """Record a ledger event (the state is then to be saved)."""

@@ -7,15 +7,23 @@ fail: ``fail_next(n, status=503)`` makes the next ``n`` requests fail, after
 storing the batch or not. Pass it as the client's ``session``. It keeps the
 opened payloads so a test can compare what was sent with what was counted.
 
+Given a ``clock`` (the server's, Unix seconds), it also answers like the
+server's clock would: a ``Date`` header on every answer, ``too_early`` for a
+report whose window starts after its time (with ``retry_after`` and
+``server_time`` for a client that sends ``Onesided-Wire: 2``, docs/wire.md
+7.4).
+
 It is not the aggregator: no database, no decoding, no rounds logic beyond
 serving signed announcements.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
+import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,10 +36,14 @@ from protocol.crypto import AggregatorKeys, b64e
 from protocol.errors import ReportRejected
 from protocol.params import MetricParams
 from protocol.wire import (
+    CLOCK_ANSWERS_VERSION,
+    MAX_RETRY_AFTER,
     STATUS_ACCEPTED,
     STATUS_OUTDATED_CONFIG,
     STATUS_REPLAYED,
+    STATUS_TOO_EARLY,
     STATUS_UNKNOWN_METRIC,
+    WIRE_HEADER,
     MetricEntry,
     ReportEnvelope,
     ReportPayload,
@@ -116,6 +128,7 @@ class FakeAggregator:
         self.issued_at = 0  # the config's serial (tests move it to replay an older config)
         self.replayed = 0  # reports sent again after they were stored (answered replayed)
         self.sync_interval: int | None = None  # the re-sync schedule the config announces (None: none)
+        self.clock: Callable[[], float] | None = None  # the server's clock (None: no clock answers)
 
     @property
     def sign_public(self) -> str:
@@ -154,10 +167,14 @@ class FakeAggregator:
         if (method, path) == ("GET", "/v1/config"):
             response = FakeResponse(200, self.config_document())
         elif (method, path) == ("POST", "/v1/reports"):
-            response = self._upload(data or b"", (headers or {}).get("Content-Type", ""))
+            wire2 = (headers or {}).get(WIRE_HEADER) == CLOCK_ANSWERS_VERSION
+            response = self._upload(data or b"", (headers or {}).get("Content-Type", ""), wire2)
         else:
             response = FakeResponse(404, {"error": "not_found", "field": None, "detail": path})
-        return self._fail(failure) if failure is not None else response
+        response = self._fail(failure) if failure is not None else response
+        if self.clock is not None:
+            response.headers["Date"] = email.utils.formatdate(self.clock(), usegmt=True)
+        return response
 
     def close(self) -> None:
         """Nothing to close (the session interface)."""
@@ -168,7 +185,7 @@ class FakeAggregator:
         headers = {} if failure.retry_after is None else {"Retry-After": failure.retry_after}
         return FakeResponse(failure.status, {"error": "unavailable", "field": None, "detail": "scripted"}, headers)
 
-    def _upload(self, data: bytes, content_type: str) -> FakeResponse:
+    def _upload(self, data: bytes, content_type: str, wire2: bool = False) -> FakeResponse:
         try:
             if content_type.startswith("application/vnd.onesided.batch"):
                 batch = parse_batch_binary(data, max_reports=self.max_reports)
@@ -177,10 +194,16 @@ class FakeAggregator:
         except ReportRejected as exc:
             status = 413 if exc.code == "too_many_reports" else 400
             return FakeResponse(status, {"error": exc.code, "field": exc.field, "detail": exc.reason})
-        return FakeResponse(200, upload_response([self._store(r) for r in batch]))
+        results = [self._store(r, wire2) for r in batch]
+        server_time = None if self.clock is None or not wire2 else int(self.clock())
+        return FakeResponse(200, upload_response(results, server_time=server_time))
 
-    def _store(self, report: ReportEnvelope) -> ReportResult:
+    def _store(self, report: ReportEnvelope, wire2: bool = False) -> ReportResult:
         rid = report.report_id_text
+        if self.clock is not None and report.window > self.clock():
+            wait = min(MAX_RETRY_AFTER, max(1, math.ceil(report.window - self.clock())))
+            return ReportResult(report_id=rid, status=STATUS_TOO_EARLY, field="window", detail="starts in the future",
+                                retry_after=wait if wire2 else None)
         entry = self.entries.get(report.metric)
         if entry is None:
             return ReportResult(report_id=rid, status=STATUS_UNKNOWN_METRIC, field="metric")

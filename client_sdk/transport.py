@@ -44,14 +44,19 @@ from protocol.errors import OnesidedError, ParameterError, ReportRejected
 from protocol.rng import RandomSource, as_rng
 from protocol.validation import check_int, check_number
 from protocol.wire import (
+    CLOCK_ANSWERS_VERSION,
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
+    WIRE_HEADER,
     ReportEnvelope,
     ReportResult,
     encode_batch_binary,
     encode_batch_json,
     parse_upload_response,
+    upload_server_time,
 )
+
+from .servertime import http_date
 
 log = logging.getLogger("onesided.client")
 
@@ -106,6 +111,8 @@ class RetryPolicy:
         base_delay: the first backoff cap, seconds.
         max_delay: the largest backoff cap, seconds.
         max_retry_after: the longest ``Retry-After`` slept through, seconds.
+        retry_after_cap: the longest a server's ``Retry-After`` may stop a client from
+            sending, seconds (a longer one is read as this; default 5 minutes).
         timeout: per-request timeout, seconds.
     """
 
@@ -113,11 +120,12 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 30.0
     max_retry_after: float = 120.0
+    retry_after_cap: float = 300.0
     timeout: float = 10.0
 
     def __post_init__(self) -> None:
         check_int("max_attempts", self.max_attempts, low=1)
-        for name in ("base_delay", "max_delay", "max_retry_after", "timeout"):
+        for name in ("base_delay", "max_delay", "max_retry_after", "retry_after_cap", "timeout"):
             value = getattr(self, name)
             check_number(name, value, nonnegative=True)
         if self.timeout <= 0:
@@ -135,8 +143,13 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        return float(text)
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return seconds if seconds >= 0 else None  # NaN compares False: None
+
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
@@ -184,6 +197,10 @@ class Transport:
         max_config_bytes: the largest config accepted (default 4 MiB).
         max_response_bytes: the largest upload answer accepted (default 1 MiB).
         monotonic: the clock of deadlines (``time.monotonic``).
+        server_time: called with the server's clock (Unix seconds) read from an upload answer
+            that matched its batch (its ``server_time``, else its ``Date``); a config's ``Date``
+            is in :attr:`last_date`, for the caller to trust once the config verifies. Error
+            answers (a proxy's, a captive portal's) teach nothing.
 
     ``sleep=None`` waits on an event that :meth:`stop_by` sets, so a
     shutdown cuts a backoff short.
@@ -202,6 +219,7 @@ class Transport:
         max_config_bytes: int = MAX_CONFIG_BYTES,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
+        server_time: Callable[[float], None] | None = None,
     ) -> None:
         if not isinstance(server_url, str) or not server_url.startswith(("http://", "https://")):
             raise ParameterError("server_url", f"must be an http(s) URL, got {server_url!r}")
@@ -220,6 +238,8 @@ class Transport:
         self.max_config_bytes = _check_limit("max_config_bytes", max_config_bytes)
         self.max_response_bytes = _check_limit("max_response_bytes", max_response_bytes)
         self._cutoff: float | None = None
+        self._server_time = server_time
+        self.last_date: float | None = None  # the Date of the last 2xx answer (the config's: trusted once verified)
 
     def close(self) -> None:
         if self._owns_session:
@@ -268,12 +288,18 @@ class Transport:
             content_type = CONTENT_TYPE_JSON
         status, body = self._request(
             "POST", "/v1/reports", limit=("max_response_bytes", self.max_response_bytes), deadline=deadline,
-            data=data, headers={"Content-Type": content_type},
+            data=data, headers={"Content-Type": content_type, WIRE_HEADER: CLOCK_ANSWERS_VERSION},
         )
         try:
-            results = parse_upload_response(json.loads(body))
+            answer = json.loads(body)
+            results = parse_upload_response(answer)
+            server_time = upload_server_time(answer)
         except (ValueError, ReportRejected) as exc:
             raise TransportError(f"malformed upload response: {exc}", status=status) from None
+        # the answer matched the batch: it is the aggregator's, not a proxy's or a portal's
+        learned = float(server_time) if server_time is not None else self.last_date
+        if learned is not None and self._server_time is not None:
+            self._server_time(learned)
         if [r.report_id for r in results] != [r.report_id_text for r in reports]:
             raise TransportError("upload response does not match the batch", status=status)
         return results
@@ -306,6 +332,7 @@ class Transport:
                 self._wait(method, path, attempt, type(exc).__name__, None, deadline)
                 continue
             if ok:
+                self.last_date = self._date(response)
                 return status, body or b""
             code, field, detail = _error_body(status, body)
             if not _retryable(status):
@@ -321,6 +348,12 @@ class Transport:
                 )
             self._wait(method, path, attempt, f"HTTP {status}", retry_after, deadline)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _date(response: Any) -> float | None:
+        """The answer's ``Date`` (the server's clock), ``None`` when absent or unreadable."""
+        headers = getattr(response, "headers", None)
+        return http_date(headers.get("Date")) if headers is not None else None
 
     def _timeout(self, method: str, path: str, attempt: int, deadline: float | None) -> float:
         """The next request's timeout: the policy's, capped by the time left; none left raises."""

@@ -31,7 +31,7 @@ OS = MetricParams(name="os", encoding=DirectEncoding(domain=("linux", "mac", "wi
 
 def make_client(path: Path, clock: Clock, metrics: list[MetricParams] | None = None, **kwargs: Any) -> Client:
     fake = FakeAggregator(metrics or [DAILY, OS])
-    client = Client("http://agg.test", path, background=False, server_public_keys=fake.sign_public, session=fake, clock=clock,
+    client = Client("http://agg.test", path, background=False, strict=True, server_public_keys=fake.sign_public, session=fake, clock=clock,
                     autosave=False, **kwargs)
     client.sync()
     return client

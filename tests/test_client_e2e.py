@@ -68,7 +68,7 @@ def test_thousand_clients_counts_match(server: LiveServer, tmp_path: Path) -> No
     retry = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
     for i in range(1000):
         clock = Clock(time.time() - PLACES.time_precision)
-        client = Client(url, tmp_path / "clients" / f"{i}.state", background=False, server_public_keys=keys.sign_public_raw,
+        client = Client(url, tmp_path / "clients" / f"{i}.state", background=False, strict=True, server_public_keys=keys.sign_public_raw,
                         max_epsilon=10.0, session=session, retry=retry, rng=rng, autosave=False,
                         insecure_rng_for_testing=True, clock=clock)
         client.sync()

@@ -167,7 +167,7 @@ ASYM_IRR = MetricParams(name="places", encoding=BloomEncoding(num_bits=128, num_
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("clock", Clock(WINDOW + 3600.0))
     kwargs.setdefault("max_epsilon", 100.0)
-    return Client("http://agg.test", path, background=False, server_public_keys=[fake.sign_public], session=fake,
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=[fake.sign_public], session=fake,
                   **kwargs)  # type: ignore[arg-type]
 
 

@@ -26,7 +26,7 @@ DAY = 86400.0
 HOLDER = textwrap.dedent("""
     import sys
     from client_sdk import Client
-    client = Client("http://agg.test", sys.argv[1], background=False, server_public_keys=sys.argv[2], max_epsilon=4.0)
+    client = Client("http://agg.test", sys.argv[1], background=False, strict=True, server_public_keys=sys.argv[2], max_epsilon=4.0)
     print("open", flush=True)
     sys.stdin.readline()  # hold the state until told
     client.close(flush=False)
@@ -35,7 +35,7 @@ HOLDER = textwrap.dedent("""
 
 
 def make_client(fake: FakeAggregator, path: Path, clock: Clock | None = None, **kwargs: Any) -> Client:
-    return Client("http://agg.test", path, background=False, server_public_keys=fake.sign_public, max_epsilon=4.0, session=fake,
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=fake.sign_public, max_epsilon=4.0, session=fake,
                   clock=clock or Clock(1_700_000_000.0), **kwargs)
 
 
@@ -89,7 +89,7 @@ def test_two_processes_never_spend_one_ceiling_twice(tmp_path: Path) -> None:
     client.sync()
     client.report("places", {"home"})
     code = ("import sys; from client_sdk import Client; from client_sdk.lock import StateLocked\n"
-            "try:\n    Client('http://agg.test', sys.argv[1], background=False, server_public_keys=sys.argv[2], max_epsilon=4.0)\n"
+            "try:\n    Client('http://agg.test', sys.argv[1], background=False, strict=True, server_public_keys=sys.argv[2], max_epsilon=4.0)\n"
             "except StateLocked as exc:\n    print(exc.pid)\n")
     out = subprocess.run([sys.executable, "-c", code, str(path), fake.sign_public], capture_output=True, text=True,
                          timeout=60, check=True).stdout

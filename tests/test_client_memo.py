@@ -35,7 +35,7 @@ DAY = 86400
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("clock", Clock(WINDOW + 3600.0))
-    return Client("http://agg.test", path, background=False, server_public_keys=[fake.sign_public], session=fake,
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=[fake.sign_public], session=fake,
                   rng=kwargs.pop("rng", 1), insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
 
@@ -98,7 +98,8 @@ def test_any_iterable_is_a_set(tmp_path: Path) -> None:
     client.flush()
     (payload,) = fake.payloads("places")
     assert client.ledger()["places"].windows == 1
-    assert payload.bits[ASYM.encoding.encode({"a", "b"}, client.ledger()["places"].cohort)].all()
+    cohort = client.ledger()["places"].cohort
+    assert cohort is not None and payload.bits[ASYM.encoding.encode({"a", "b"}, cohort)].all()
 
 
 def test_a_window_survives_restarts_and_the_next_window_draws_new_noise(tmp_path: Path) -> None:

@@ -50,15 +50,15 @@ class Offline:
 
 def make_client(session: Any, fake: FakeAggregator, path: Path, clock: Clock, **kwargs: Any) -> Client:
     kwargs.setdefault("max_epsilon", 10.0)
-    return Client("http://agg.test", path, background=False, server_public_keys=fake.sign_public, session=session, clock=clock,
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=fake.sign_public, session=session, clock=clock,
                   retry=RetryPolicy(max_attempts=1), **kwargs)
 
 
 def test_values_reported_offline_wait_encrypted_and_go_out_in_their_own_window(tmp_path: Path) -> None:
     fake, clock, path = FakeAggregator([PLACES, OS]), Clock(T0 + 3600.0), tmp_path / "s"
     client = make_client(Offline(), fake, path, clock)
-    assert client.report("places", {"cafe-secret", "home"}) is None  # first launch, offline: no exception
-    assert client.report("os", "linux") is None
+    assert client.report("places", {"cafe-secret", "home"}).status == "waiting"  # first launch, offline: no exception
+    assert client.report("os", "linux").status == "waiting"
     with pytest.raises(TransportError):
         client.sync()  # the app asked for it: sync() still raises
     assert client.ledger().queued_reports == 0 and not client.ledger().entries  # nothing encoded or charged
@@ -102,7 +102,7 @@ def test_silent_budget_refusals_return_none_and_tell_on_error(tmp_path: Path) ->
     client.sync()
     assert client.report("places", {"a"}) is not None
     clock.advance(DAY)
-    assert client.report("places", {"b"}) is None
+    assert client.report("places", {"b"}).status == "refused"
     assert isinstance(errors[-1], BudgetExceeded)
     strict = make_client(fake, fake, tmp_path / "t", clock, max_epsilon=1.0)
     strict.sync()
@@ -122,7 +122,7 @@ def test_background_sender_syncs_with_backoff_then_sends_what_waited(tmp_path: P
     client = Client("http://agg.test", tmp_path / "s", server_public_keys=fake.sign_public, session=fake,
                     max_epsilon=10.0, retry=RetryPolicy(max_attempts=1), on_error=errors.append,
                     background=True, send_interval=0.01, sync_interval=0.02)
-    assert client.report("places", {"home"}) is None  # returns at once, offline
+    assert client.report("places", {"home"}).status == "waiting"  # returns at once, offline
     for _ in range(1000):
         if fake.stored:
             break
@@ -136,7 +136,7 @@ def test_background_sender_syncs_with_backoff_then_sends_what_waited(tmp_path: P
 def test_the_client_follows_the_server_schedule_and_its_rounds(tmp_path: Path) -> None:
     fake, clock = FakeAggregator([PLACES]), Clock(T0 + 60.0)
     fake.sync_interval = 600
-    client = make_client(fake, fake, tmp_path / "s", clock)
+    client = make_client(fake, fake, tmp_path / "s", clock, monotonic=clock)  # the schedule is monotonic
     client._background.first()  # the sender's first turn: the first sync
     client.report("places", {"home"})
     configs = lambda: sum(1 for m, p in fake.requests if p == "/v1/config")  # noqa: E731

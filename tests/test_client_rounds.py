@@ -26,7 +26,7 @@ SYM = MetricParams(name="urls", encoding=BloomEncoding(num_bits=32, num_hashes=2
 
 def reporting_client(tmp_path: Path, fake: FakeAggregator, *, ceiling: float = 10.0,
                      metric: MetricParams = ASYM, **kwargs: Any) -> Client:
-    client = Client("http://agg.test", tmp_path / "state", background=False, server_public_keys=fake.sign_public,
+    client = Client("http://agg.test", tmp_path / "state", background=False, strict=True, server_public_keys=fake.sign_public,
                     max_epsilon=ceiling, session=fake, clock=lambda: NOW, sleep=lambda s: None, **kwargs)
     client.sync()
     client.report(metric.name, ["cafe", "park"])

@@ -41,7 +41,7 @@ class Rotating(FakeAggregator):
 
 
 def launch(fake: FakeAggregator, path: Path, *keys: bytes) -> Client:
-    return Client("http://agg.test", path, background=False, server_public_keys=[b64e(k) for k in keys],
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=[b64e(k) for k in keys],
                   max_epsilon=10.0, session=fake)
 
 

@@ -21,7 +21,7 @@ ASYM = MetricParams(name="places", encoding=BloomEncoding(num_bits=64, num_hashe
 
 def make_client(fake: FakeAggregator, path: Path, **kwargs: object) -> Client:
     kwargs.setdefault("max_epsilon", 4.0)
-    return Client("http://agg.test", path, background=False, server_public_keys=fake.sign_public, session=fake,
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=fake.sign_public, session=fake,
                   **kwargs)  # type: ignore[arg-type]
 
 

@@ -21,14 +21,14 @@ ASYM = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_hashe
 
 
 def make_client(session: Any, path: Path, keys: object) -> Client:
-    return Client("http://agg.test", path, background=False, server_public_keys=keys, max_epsilon=10.0,  # type: ignore[arg-type]
+    return Client("http://agg.test", path, background=False, strict=True, server_public_keys=keys, max_epsilon=10.0,
                   session=session)
 
 
 def test_good_config_is_accepted_and_kept(tmp_path: Path) -> None:
     fake = FakeAggregator([ASYM])
     client = make_client(fake, tmp_path / "s", fake.keys.sign_public_raw)
-    assert client.report("places", "x") is None  # no config yet: the value waits for one
+    assert client.report("places", "x").status == "waiting"  # no config yet: the value waits for one
     config = client.sync()
     assert len(fake.stored) == 0 and client.ledger().queued_reports == 1  # reported once the config came
     assert [m.params.name for m in config.metrics] == ["places"]

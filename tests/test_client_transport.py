@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import threading
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from clocks import Clock
 
 from client_sdk import Client, ReportsDropped, RetryPolicy, TransportError
-from client_sdk.testing import FakeAggregator
+from client_sdk.testing import FakeAggregator, FakeResponse
 from client_sdk.transport import Transport, parse_retry_after
 from protocol.crypto import b64e
 from protocol.encodings import BloomEncoding
@@ -35,7 +36,7 @@ def make_client(fake: FakeAggregator, path: Path, sleeps: Sleeps, **kwargs: obje
     kwargs.setdefault("max_epsilon", 100.0)
     kwargs.setdefault("retry", POLICY)
     kwargs.setdefault("clock", Clock(1_000_000.0))
-    return Client("http://agg.test/", path, background=False, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
+    return Client("http://agg.test/", path, background=False, strict=True, server_public_keys=fake.sign_public, session=fake, sleep=sleeps,
                   rng=11, insecure_rng_for_testing=True, **kwargs)  # type: ignore[arg-type]
 
 
@@ -47,9 +48,9 @@ def fake() -> FakeAggregator:
 def queue_reports(client: Client, n: int) -> list[str]:
     """``n`` reports, one window each."""
     client.sync()
-    clock = client._clock
+    clock = client.options.clock
     assert isinstance(clock, Clock)
-    ids = []
+    ids: list[str] = []
     for i in range(n):
         clock.now += DAY
         ids.append(client.report("places", {f"p{i % 7}", "home"}))
@@ -115,27 +116,27 @@ def test_retry_after_is_honoured(fake: FakeAggregator, tmp_path: Path) -> None:
     clock = Clock(1_000_000.0)
     client = make_client(fake, tmp_path / "s", sleeps, clock=clock)
     queue_reports(client, 3)
-    clock.now = 1_000_000.0
     fake.fail_next(1, status=429, retry_after="7")
-    fake.fail_next(1, status=503, retry_after="Mon, 12 Jan 1970 13:46:49 GMT")  # 9 s after now
+    fake.fail_next(1, status=503, retry_after=email.utils.formatdate(clock.now + 9, usegmt=True))  # 9 s after now
     assert client.flush().delivered == 3
     assert sleeps == [7.0, 9.0]
 
 
-def test_long_retry_after_defers_instead_of_sleeping(fake: FakeAggregator, tmp_path: Path) -> None:
+@pytest.mark.parametrize("retry_after", ["3600", "1000000000", "1e9"])
+def test_long_retry_after_defers_at_most_the_cap(fake: FakeAggregator, tmp_path: Path, retry_after: str) -> None:
     sleeps = Sleeps()
-    clock = Clock(5000.0)
+    mono = Clock(0.0)
     errors: list[Exception] = []
-    client = make_client(fake, tmp_path / "s", sleeps, clock=clock, on_error=errors.append)
+    client = make_client(fake, tmp_path / "s", sleeps, monotonic=mono, on_error=errors.append)
     queue_reports(client, 2)
-    fake.fail_next(1, status=503, retry_after="3600")
+    fake.fail_next(1, status=503, retry_after=retry_after)
     result = client.flush()
     assert result.remaining == 2 and isinstance(result.error, TransportError)
-    assert result.error.retry_after == 3600.0 and sleeps == []
+    assert result.error.retry_after == float(retry_after) and sleeps == []
     posts = fake.requests.count(("POST", "/v1/reports"))
-    clock.now += 1800
+    mono.advance(POLICY.retry_after_cap - 1)
     assert client.flush().deferred and fake.requests.count(("POST", "/v1/reports")) == posts
-    clock.now += 1801
+    mono.advance(2)  # one answer stops the client for at most retry_after_cap (default 5 minutes)
     assert client.flush().delivered == 2
     assert len(errors) == 1
 
@@ -153,15 +154,37 @@ def test_other_client_errors_are_not_retried_and_keep_the_queue(
     assert (result.remaining, sleeps, fake.requests.count(("POST", "/v1/reports"))) == (4, [], 1)
 
 
-def test_a_refused_batch_is_dropped_and_reported(fake: FakeAggregator, tmp_path: Path) -> None:
+def test_a_batch_answered_400_is_split_not_dropped(fake: FakeAggregator, tmp_path: Path) -> None:
     errors: list[Exception] = []
     client = make_client(fake, tmp_path / "s", Sleeps(), on_error=errors.append, batch_size=2)
     queue_reports(client, 3)
-    fake.fail_next(1, status=400)
+    fake.fail_next(1, status=400)  # a proxy refuses one batch as a whole: its halves go on their own
     result = client.flush()
-    assert (result.dropped, result.delivered, result.remaining) == (2, 1, 0)
+    assert (result.dropped, result.delivered, result.remaining) == (0, 3, 0)
+    assert errors == [] and client.ledger().dropped_reports == 0
+
+
+@pytest.mark.parametrize("status", [400, 415, 422])
+def test_a_400_batch_is_split_until_the_bad_report_is_alone(
+    fake: FakeAggregator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: int
+) -> None:
+    errors: list[Exception] = []
+    client = make_client(fake, tmp_path / "s", Sleeps(), on_error=errors.append, batch_size=8)
+    ids = queue_reports(client, 7)
+    bad = ids[4]
+    upload = fake._upload
+
+    def refuse_the_bad_one(data: bytes, content_type: str, wire2: bool = False) -> FakeResponse:
+        if bad.encode() in data:
+            return FakeResponse(status, {"error": "bad_request", "field": None, "detail": "refused"})
+        return upload(data, content_type, wire2)
+
+    monkeypatch.setattr(fake, "_upload", refuse_the_bad_one)
+    result = client.flush()
+    assert (result.dropped, result.delivered, result.remaining) == (1, 6, 0)
     assert [type(e) for e in errors] == [ReportsDropped]
-    assert client.ledger().dropped_reports == 2
+    assert client.ledger().dropped_reports == 1
+    assert {rid for _, rid in fake.stored} == set(ids) - {bad}
 
 
 def test_too_large_batches_are_split(tmp_path: Path) -> None:
@@ -287,7 +310,7 @@ def test_binary_batches(fake: FakeAggregator, tmp_path: Path) -> None:
 def test_reports_queued_during_a_flush_are_kept(fake: FakeAggregator, tmp_path: Path) -> None:
     client = make_client(fake, tmp_path / "s", Sleeps(), batch_size=3)
     reported: list[str] = []
-    clock = client._clock
+    clock = client.options.clock
     assert isinstance(clock, Clock)
 
     def late() -> None:

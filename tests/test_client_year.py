@@ -57,8 +57,8 @@ def test_a_year_in_the_field(tmp_path: Path) -> None:
 
     def launch(session: Any) -> Client:
         # the README's policy; the sender's turns are driven by hand (the thread runs the same function)
-        return Client("http://telemetry.test", path, background=False, server_public_keys=fake.sign_public,
-                      session=session, clock=clock, max_epsilon=1.0, budget_period="day",
+        return Client("http://telemetry.test", path, background=False, strict=True, server_public_keys=fake.sign_public,
+                      session=session, clock=clock, monotonic=clock, max_epsilon=1.0, budget_period="day",
                       retry=RetryPolicy(max_attempts=1), on_error=errors.append)
 
     client = launch(Offline())
@@ -77,7 +77,7 @@ def test_a_year_in_the_field(tmp_path: Path) -> None:
             open_round(fake, 2, 1.5, 2.0, clock.now)
         rid = client.report("places", {"cafe", "park"} if day % 3 else {"museum"})
         client.report("os", ("linux", "mac", "win")[day % 7 % 3])
-        stats["waited" if rid is None else "queued"] += 1
+        stats["waited" if rid.status == "waiting" else "queued"] += 1
         if day == 300:  # killed mid-flush: the batch is stored, the answer lost, the process gone
             fake.fail_next(1, status=None, store_first=True)
             client.flush()

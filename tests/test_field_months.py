@@ -125,7 +125,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     def launch(i: int, *keys: bytes) -> Client:
         return Client(
             "http://telemetry.test", tmp_path / "apps" / f"{i}" / "onesided.state", background=False,
-            server_public_keys=[b64e(k) for k in keys], session=sessions[i], clock=clock,
+            server_public_keys=[b64e(k) for k in keys], session=sessions[i], clock=clock, monotonic=clock,
             max_epsilon={"places": 1.0, "os": 1.0, "apps": 2.0},  # the IRR metric's second round needs 1.72 a day
             budget_period="day", retry=RetryPolicy(max_attempts=1), rng=1000 + i, insecure_rng_for_testing=True,
             on_error=lambda e: errors.append((int((clock.now - T0) // DAY), type(e).__name__, str(e))),
@@ -222,7 +222,7 @@ def test_six_months_in_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                 rid = client.report("places", places_of(i, day))
                 client.report("os", os_of(i))
                 client.report("apps", apps_of(i, day))
-                waited += rid is None
+                waited += rid.status == "waiting"
             if day == IRR_ROUND:  # noon: some apps go offline, every app restarts (its state reloaded from disk),
                 clock.now = T0 + day * DAY + 12 * 3600.0  # the operator opens an IRR-only round, the server restarts
                 for i in LATE:
@@ -709,7 +709,7 @@ def test_three_weeks_of_a_rappor_metric_through_irr_rounds(tmp_path: Path, monke
 
     def launch(i: int) -> Client:
         return Client("http://telemetry.test", tmp_path / "apps" / f"{i}.state", background=False,
-                      server_public_keys=pinned, session=sessions[i], clock=clock, max_epsilon=2.0,
+                      server_public_keys=pinned, session=sessions[i], clock=clock, monotonic=clock, max_epsilon=2.0,
                       budget_period="day", retry=RetryPolicy(max_attempts=1), rng=2000 + i,
                       insecure_rng_for_testing=True, on_error=lambda e: errors.append((i, type(e).__name__)),
                       accept_round=(lambda a: False) if i == DECLINES else None)

@@ -46,9 +46,10 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
 
 def new_client(srv: LiveServer, path: Path, *, clock: float, session: requests.Session, seed: int,
                max_epsilon: float = math.inf) -> Client:
+    # strict: a refusal raises here, as it does for an app that asks for it
     return Client(srv.url, path, background=False, server_public_keys=srv.keys.sign_public_raw, max_epsilon=max_epsilon,
                   session=session, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
-                  clock=lambda: clock, rng=seed, autosave=False, insecure_rng_for_testing=True)
+                  clock=lambda: clock, rng=seed, autosave=False, insecure_rng_for_testing=True, strict=True)
 
 
 def test_clients_send_exact_sets_and_counts_are_exact(server: LiveServer, tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def client_from_args(args: argparse.Namespace) -> Client:
     from client_sdk.client import Client
 
     return Client(server, state, server_public_keys=key, max_epsilon=args.max_epsilon,
-                  background=False)  # one command: it syncs and sends itself
+                  background=False, strict=True)  # one command: it syncs and sends itself, and says why not
 
 
 def _jsonable(value: Any) -> Any:
