@@ -31,8 +31,8 @@ __all__ = ["SCHEMES", "CollusionResult", "Scheme", "colluders_needed", "collusio
 
 Scheme = Literal["independent", "mechanism_a", "mechanism_a_calibrated", "correlated"]
 SCHEMES: tuple[str, ...] = ("independent", "mechanism_a", "mechanism_a_calibrated", "correlated")
-# Noise values (trials x analysts) drawn at once: 2^22 doubles are 32 MiB, and an attack holds a few such arrays.
-TRIAL_BLOCK_VALUES = 1 << 22
+# Noise values (trials x analysts) drawn at once: 2^20 doubles are 8 MiB, and an attack holds a few such arrays.
+TRIAL_BLOCK_VALUES = 1 << 20
 
 
 def colluders_needed(margin: float, epsilon: float, sensitivity: float = 1.0) -> int:
@@ -151,7 +151,7 @@ def collusion_experiment(
     within = np.zeros(len(sizes), dtype=np.int64)
     best_squared = np.zeros(len(sizes))
     # Trials in blocks of at most TRIAL_BLOCK_VALUES noise values: memory is bounded by one block
-    # (a few arrays of ~8 MiB x TRIAL_BLOCK_VALUES / 2^20), whatever trials x analysts is.
+    # (a few arrays of 8 MiB), whatever trials x analysts is.
     block = max(1, TRIAL_BLOCK_VALUES // n)
     for start in range(0, trials, block):
         rows = min(block, trials - start)

@@ -1,8 +1,8 @@
 """The multi-user non-zero-mean Laplace paper's experiments for ``onesided reproduce``.
 
-* the averaging attack: the paper's ``i = max{30, 18 D^2/(m^2 eps^2)}``
-  colluders and its 99% claim, Theorem 3 (Mechanism A's average converges
-  to the count plus the mean location);
+* the averaging attack's ``i = max{30, 18 D^2/(m^2 eps^2)}`` colluders
+  (the attack itself, its 99% claim and Theorem 3 are rerun by the
+  ``sim-collusion`` experiment);
 * the accuracy analysis and Table 1 (:mod:`aggregator.research.kl_analysis`):
   the noise's absolute value, ``KL_c`` against ``KL_p``, the paper's closed
   form as printed and corrected;
@@ -18,42 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.research.reproduce import SIZES, Outcome, Row, interval, plt, save, verdict
+from aggregator.research.reproduce import SIZES, Outcome, Row, interval, plt, save
 
 MU = "multi-user Laplace"
 __all__ = ["collusion_formula", "kl_table", "regression_fig6"]
 
 
 def collusion_formula(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
-    """Sec. B: P(|average - r| < m) at the paper's i, and Mechanism A's limit (Theorem 3)."""
-    from aggregator.research.collusion import colluders_needed, collusion_experiment
-    from protocol.rng import SeededRandom
+    """Sec. B: the paper's number of colluders (the attack itself is rerun by ``sim-collusion``)."""
+    from aggregator.research.collusion import colluders_needed
 
-    reps, trials = SIZES[scale]["collusion"], SIZES[scale]["collusion_trials"]
-    eps, margin, location = 0.5, 1.0, (1.5, 2.5)
-    need = colluders_needed(margin, eps)
-    within: list[float] = []
-    bias: list[float] = []
-    for child in np.random.SeedSequence(seed).spawn(reps):
-        rng = SeededRandom(child)
-        within.append(collusion_experiment("independent", [need], epsilon=eps, margin=margin, trials=trials,
-                                           rng=rng).within_margin[0])
-        bias.append(collusion_experiment("mechanism_a", [256], epsilon=eps, margin=margin, trials=trials,
-                                         location=location, rng=rng).rmse[0])
-    setting = f"eps {eps}, D 1, m {margin}, {trials:,} trials per repetition"
-    rows = [
-        Row(experiment="mu-collusion", source=f"{MU} Sec. B", quantity="colluders i = max{30, 18 D^2/(m^2 eps^2)}",
-            parameters=setting, paper=72, paper_text="i = 72", values=(float(need),), agree=need == 72,
-            why="the formula, evaluated"),
-        Row(experiment="mu-collusion", source=f"{MU} Sec. B", quantity="P(|average - r| < m) at i = 72, zero-mean Laplace",
-            parameters=setting, paper=0.99, paper_text="99% (3 sigma: 0.9973)", values=tuple(within),
-            **verdict(0.9973, within, 0.005, "the normal approximation at i = 72")),
-        Row(experiment="mu-collusion", source=f"{MU} Theorem 3", quantity="Mechanism A: RMSE of the average at i = 256",
-            parameters=f"{setting}; locations uniform on {location}", paper=2.0,
-            paper_text="converges to r + mean location (2)", values=tuple(bias),
-            **verdict(2.0, bias, 0.1, "the average keeps its Laplace spread at i = 256")),
-    ]
-    return Outcome(rows=rows)
+    need = colluders_needed(1.0, 0.5)
+    return Outcome(rows=[Row(
+        experiment="mu-collusion", source=f"{MU} Sec. B", quantity="colluders i = max{30, 18 D^2/(m^2 eps^2)}",
+        parameters="eps 0.5, D 1, m 1", paper=72, paper_text="i = 72", values=(float(need),), agree=need == 72,
+        why="the formula, evaluated; sim-collusion runs the attack at this i")])
 
 
 def _densities() -> dict[str, Any]:
@@ -90,7 +69,7 @@ def kl_table(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
     at = {s["mean_location"]: s for s in normal}
     skew_at = {s["mean_location"]: s for s in skew}
     rows = [
-        Row(experiment="mu-table1", source=src, quantity="E|noise|: common practice vs Mechanism A at mu = 1",
+        Row(experiment="mu-table1", source=src, quantity="mean absolute noise: Mechanism A minus common practice at mu = 1",
             parameters="b = 1", paper=None, paper_text="Mechanism A's noise is larger",
             values=(at[1.0]["abs_noise_p"] - at[1.0]["abs_noise_c"],), agree=at[1.0]["abs_noise_p"] > b,
             why="|mu| + b exp(-|mu|/b) > b for mu != 0"),

@@ -35,9 +35,9 @@ SCALES: tuple[str, ...] = ("small", "paper")
 # Per scale: seeded repetitions and sizes (the small scale is what the test runs).
 SIZES: dict[str, dict[str, int]] = {
     "small": {"adp": 20, "lazy": 10, "lazy_n": 100_000, "jump_chains": 4_000, "jump_steps": 200, "jump_reps": 5,
-              "collusion": 10, "collusion_trials": 2_000, "splits": 100, "scenario": 3},
+              "splits": 100, "scenario": 3},
     "paper": {"adp": 200, "lazy": 40, "lazy_n": 1_000_000, "jump_chains": 40_000, "jump_steps": 1_000,
-              "jump_reps": 10, "collusion": 40, "collusion_trials": 10_000, "splits": 500, "scenario": 3},
+              "jump_reps": 10, "splits": 500, "scenario": 3},
 }
 
 __all__ = [
