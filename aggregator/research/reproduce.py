@@ -6,7 +6,8 @@ seeded repetitions (repetition ``r`` draws from child ``r`` of
 the paper states: the paper's value, ours as the mean over the
 repetitions with a 95% confidence interval for the mean (Student's ``t``),
 the 2.5-97.5% range of the single repetitions (where a single run of the
-paper's size would fall), and a verdict with its reason. Curves (the
+paper's size would fall), a verdict with its reason, and every
+repetition's value (in order: the first is seed ``seed``'s run). Curves (the
 papers' figures) go to one CSV each and a PNG.
 
 :func:`write_report` writes the folder: ``rows.csv`` (every row),
@@ -95,6 +96,7 @@ class Row:
             "single_run_low": float(spread[0]), "single_run_high": float(spread[1]),
             "repetitions": len(self.values),
             "agree": "" if self.agree is None else ("yes" if self.agree else "no"), "why": self.why,
+            "values": " ".join(f"{v:.6g}" for v in self.values),
         }
 
 
