@@ -299,9 +299,9 @@ def adp_fig5(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
     def plot(path: Path) -> None:
         pyplot = plt()
         fig, ax = pyplot.subplots(figsize=(7, 3.8))
-        for (stays, rule), _arrays in curves.items():
+        for stays, rule in curves:
             pts = [(s["k"], s["p_at_least_k"]) for s in series if s["mean_daily_stays"] == stays and s["rule"] == rule]
-            ax.plot(*zip(*pts, strict=True), ls="-" if rule == "paper" else ":",
+            ax.plot(*zip(*pts, strict=True), ls="-" if rule == "paper" else ":", color=f"C{FIG5_STAYS.index(stays)}",
                     label=f"{stays:g} stays/day, {'answer <= t' if rule == 'paper' else 'answer < t+1'}")
         ax.axhline(0.5, color="grey", lw=0.8)
         ax.axvline(10, color="grey", lw=0.8)
