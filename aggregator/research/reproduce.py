@@ -138,6 +138,7 @@ def experiments() -> list[Experiment]:
         Experiment("sim-relaxation", "simulate relaxation over seeds", gr.scenario_relaxation),
         Experiment("sim-asymmetric-advantage", "simulate asymmetric-advantage over seeds", gr.scenario_advantage),
         Experiment("sim-collusion", "simulate collusion over seeds", gr.scenario_collusion),
+        Experiment("sim-sql-counting", "simulate sql-counting over seeds", gr.scenario_sql_counting),
     ]
 
 
