@@ -45,7 +45,7 @@ def _documented_rows() -> dict[tuple[str, str], tuple[float, float, int]]:
 
 def test_small_scale_reproduces_every_documented_figure_within_its_interval(tmp_path: Path) -> None:
     # Seeded (2026): the rerun is the documented run, so only a change of code or platform can move it.
-    # About 12 s of CPU; the wall time depends on the machine's load (70 s at load 10 on 2 cores).
+    # About 15 s of CPU; the wall time depends on the machine's load (77 s at load 12 on 2 cores).
     assert main(["reproduce", "--out", str(tmp_path)]) == 0
     documented = _documented_rows()
     with (tmp_path / "rows.csv").open() as handle:
