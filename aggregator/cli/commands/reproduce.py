@@ -35,8 +35,9 @@ def register(subparsers: Subparsers) -> None:
                         help="run only this experiment (repeatable; --list names them)")
     parser.add_argument("--list", action="store_true", help="list the experiments and exit")
     for flag, name in SWEEP_OPTIONS.items():
+        figures = "Figs. 4 and 6" if name in ("epsilon", "threshold") else "Fig. 4"
         parser.add_argument(flag, type=_float_list, default=None, metavar="LIST",
-                            help=f"ADP Figs. 4 and 6: the {name} values to sweep, comma-separated")
+                            help=f"ADP {figures}: the {name} values to sweep, comma-separated")
     parser.set_defaults(func=run)
 
 
