@@ -42,8 +42,8 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 __all__ = [
-    "SCALES", "SIZES", "Experiment", "Outcome", "Row", "experiments", "generators", "interval", "machine", "plt", "run_experiments", "save",
-    "verdict", "within", "write_report",
+    "SCALES", "SIZES", "Experiment", "Outcome", "Row", "experiments", "generators", "interval", "machine", "plt",
+    "run_experiments", "save", "verdict", "within", "write_report",
 ]
 
 
@@ -253,17 +253,20 @@ def within(paper: float, values: list[float], tolerance: float) -> tuple[bool, s
 
 
 def plt() -> Any:
+    """``matplotlib.pyplot`` on the file-only backend (imported when a figure is drawn)."""
     from aggregator.research.scenarios.plotting import pyplot
 
     return pyplot()
 
 
 def save(fig: Any, path: Path, title: str) -> None:
+    """Title ``fig`` and write it to ``path`` as a PNG."""
     from aggregator.research.scenarios.plotting import save_figure
 
     save_figure(fig, path, title)
 
 
 def verdict(paper: float, values: list[float], tolerance: float, reason: str) -> dict[str, Any]:
+    """:func:`within` as a :class:`Row`'s ``agree`` and ``why``, with ``reason`` added to a disagreement."""
     agree, why = within(paper, values, tolerance)
     return {"agree": agree, "why": why if agree else f"{why}: {reason}"}
