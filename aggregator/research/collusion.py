@@ -31,6 +31,8 @@ __all__ = ["SCHEMES", "CollusionResult", "Scheme", "colluders_needed", "collusio
 
 Scheme = Literal["independent", "mechanism_a", "mechanism_a_calibrated", "correlated"]
 SCHEMES: tuple[str, ...] = ("independent", "mechanism_a", "mechanism_a_calibrated", "correlated")
+# Noise values (trials x analysts) drawn at once: 2^20 doubles are 8 MiB, and an attack holds a few such arrays.
+TRIAL_BLOCK_VALUES = 1 << 20
 
 
 def colluders_needed(margin: float, epsilon: float, sensitivity: float = 1.0) -> int:
@@ -140,17 +142,31 @@ def collusion_experiment(
     if lv.size < n:
         raise ParameterError("levels", f"must give a level to each of the {n} analysts, got {lv.size}")
     lv = lv[:n]
-    noise = _analyst_noise(scheme, check_int("trials", trials, low=1), n, mech, lv, as_rng(rng))
-    estimates = true_value + np.cumsum(noise, axis=1)[:, [i - 1 for i in sizes]] / np.asarray(sizes)
-    errors = estimates - true_value
+    check_int("trials", trials, low=1)
+    source = as_rng(rng)
+    columns = [i - 1 for i in sizes]
     # The most trusted member of each coalition: highest level (first one on ties).
     best = [int(np.argmax(lv[:i])) for i in sizes]
+    squared = np.zeros(len(sizes))
+    within = np.zeros(len(sizes), dtype=np.int64)
+    best_squared = np.zeros(len(sizes))
+    # Trials in blocks of at most TRIAL_BLOCK_VALUES noise values: memory is bounded by one block
+    # (a few arrays of 8 MiB), whatever trials x analysts is.
+    block = max(1, TRIAL_BLOCK_VALUES // n)
+    for start in range(0, trials, block):
+        rows = min(block, trials - start)
+        noise = _analyst_noise(scheme, rows, n, mech, lv, source)
+        errors = np.cumsum(noise, axis=1)[:, columns] / np.asarray(sizes)
+        squared += np.sum(errors**2, axis=0)
+        within += np.sum(np.abs(errors) < margin, axis=0)
+        best_squared += np.sum(noise[:, best] ** 2, axis=0)
+        del noise, errors
     return CollusionResult(
         scheme=scheme,
         colluders=sizes,
-        rmse=tuple(float(x) for x in np.sqrt(np.mean(errors**2, axis=0))),
-        within_margin=tuple(float(x) for x in np.mean(np.abs(errors) < margin, axis=0)),
-        best_member_rmse=tuple(float(np.sqrt(np.mean(noise[:, j] ** 2))) for j in best),
+        rmse=tuple(float(x) for x in np.sqrt(squared / trials)),
+        within_margin=tuple(float(x) / trials for x in within),
+        best_member_rmse=tuple(float(x) for x in np.sqrt(best_squared / trials)),
         margin=float(margin),
         paper_colluders=colluders_needed(margin, epsilon, sensitivity),
         trials=int(trials),

@@ -66,7 +66,7 @@ class CollusionSetup:
 
 COLLUSION_SETUPS = {
     "small": CollusionSetup(max_colluders=256, trials=4_000),
-    "paper": CollusionSetup(max_colluders=1_024, trials=40_000),  # ~1.6 GB of noise at the peak
+    "paper": CollusionSetup(max_colluders=1_024, trials=40_000),  # noise drawn in blocks of 2^20 values
 }
 
 

@@ -281,7 +281,8 @@ def output_perturbation_rate(epsilon: float, n: int, d: int, regularization: flo
     return epsilon * n * regularization / (2.0 * math.sqrt(d))
 
 
-def _split(labels: IntArray, share: float, rng: RandomSource) -> tuple[IntArray, IntArray]:
+def random_split(labels: IntArray, share: float, rng: RandomSource) -> tuple[IntArray, IntArray]:
+    """A random ``(train, test)`` split of the rows, ``share`` of them held out for testing."""
     order = np.argsort(rng.uniform(labels.size))
     held = int(round(share * labels.size))
     return order[held:], order[:held]
@@ -298,8 +299,8 @@ def _one_vs_rest(x: FloatArray, labels: IntArray) -> FloatArray:
     return np.where(labels[None, :] == np.arange(3)[:, None], 1.0, -1.0)
 
 
-def _objective_accuracy(setup: RegressionSetup, x: FloatArray, labels: IntArray, train: IntArray, test: IntArray,
-                        rng: RandomSource) -> FloatArray:
+def objective_accuracy(setup: RegressionSetup, x: FloatArray, labels: IntArray, train: IntArray, test: IntArray,
+                       rng: RandomSource) -> FloatArray:
     """Accuracy per (epsilon, location) of objective-perturbed models for one split."""
     n, d = train.size, x.shape[1]
     ys = _one_vs_rest(x[train], labels[train])
@@ -356,8 +357,8 @@ def multi_analyst_regression(setup: RegressionSetup, rng: RandomSource, progress
     levels = sorted(setup.analyst_levels)
     sums: dict[str, FloatArray] = {}
     for rep in range(setup.repetitions):
-        train, test = _split(labels, setup.test_share, rng)
-        fig6 += _objective_accuracy(setup, x, labels, train, test, rng)
+        train, test = random_split(labels, setup.test_share, rng)
+        fig6 += objective_accuracy(setup, x, labels, train, test, rng)
         for key, acc in _analyst_accuracy(setup, x, labels, train, test, rng).items():
             sums[key] = sums.get(key, 0.0) + acc
         if (rep + 1) % max(1, setup.repetitions // 5) == 0:
