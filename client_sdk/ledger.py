@@ -623,6 +623,8 @@ class LedgerEntry:
         period_start, renews_at: the current period (the one holding the clock's instant).
         spent_this_period: what the current period was charged (its lost-state prior included).
         periods: the periods from the one of the first report through the current one.
+        total_unknown_since: an ISO date: a lost state left no high-water mark then, and ``spent``
+            (the lifetime total) is infinite, never below the truth (``None``: ``spent`` is known).
     """
 
     metric: str
@@ -647,6 +649,7 @@ class LedgerEntry:
     spent_this_period: float | None = None
     periods: int | None = None
     irrs: tuple[Irr | None, ...] = ()
+    total_unknown_since: str | None = None
 
 
 def ledger_entry(
@@ -715,6 +718,7 @@ class Budget:
             user whose every window differs is up to this sum).
         periods: the periods from the first report's through the current one (``None``: unknown).
         epsilon_per_window: what the next window costs; ``windows_left`` how many fit in ``remaining``.
+        total_unknown_since: as in :class:`LedgerEntry` (``total_spent`` is then infinite).
     """
 
     metric: str
@@ -727,6 +731,7 @@ class Budget:
     periods: int | None
     epsilon_per_window: float
     windows_left: float
+    total_unknown_since: str | None = None
 
     @classmethod
     def of(cls, entry: LedgerEntry) -> Budget:
@@ -738,6 +743,7 @@ class Budget:
             spent_this_period=entry.spent if entry.spent_this_period is None else entry.spent_this_period,
             remaining=entry.remaining, renews_at=entry.renews_at, total_spent=entry.spent, periods=entry.periods,
             epsilon_per_window=per_window, windows_left=0.0 if math.isinf(per_window) else left,
+            total_unknown_since=entry.total_unknown_since,
         )
 
 
