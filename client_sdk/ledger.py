@@ -193,9 +193,8 @@ def _window_cost(
     level). Where it is out of reach (more than
     :data:`MAX_EXACT_REPORT_CHAIN` reports, or no bound from doubles): with
     a relaxed report only the first bound is charged; with fresh IRRs only,
-    the smaller of it and the composition of one ``eps_1`` per report (the
-    older charge; never below the enclosure in every case tested), marked
-    not exact. ``bits_changed`` follows
+    the smaller of it and the composition of one ``eps_1`` per report where
+    that composition is proven (:func:`_composition_proven`), marked not exact. ``bits_changed`` follows
     the metric's neighbour relation (``k``; ``2k`` for a symmetric
     categorical value replaced). Trusted: ``inf``.
 
@@ -216,10 +215,21 @@ def _window_cost(
     if found is not None:
         reports, reports_exact = found
         return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), reports_exact)
-    if any(relaxed):
+    if any(relaxed) or not _composition_proven(params, levels):
         return from_micro(chain), False
     reports = sum(to_micro(step.guarantee(level).epsilon_per_report) for step, level in zip(steps, levels, strict=True))
     return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
+
+
+def _composition_proven(params: MetricParams, levels: Sequence[float]) -> bool:
+    """Whether ``sum_i eps_1(i)`` bounds a window of fresh-IRR reports (docs/privacy.md, section 8).
+
+    Proven for one permanent level in both modes (every bit's loss is a concave function of the
+    summed report log-ratios, hence subadditive) and for any asymmetric chain (the memoized bits
+    along the exponential chain are associated); not for a symmetric chain of several levels,
+    which is then charged the memoized bits' bound alone.
+    """
+    return params.mode == "asymmetric" or len(distinct_levels(levels)) == 1
 
 
 def _relaxed_reports(
