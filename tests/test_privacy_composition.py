@@ -20,17 +20,18 @@ import pytest
 from client_sdk.ledger import Irr, window_cost
 from protocol.encodings import BloomEncoding, DirectEncoding
 from protocol.irr_relaxation import enclosed_report_chain_epsilon
+from protocol.local.common import ValueKind
 from protocol.params import MetricParams
+from protocol.randomizers import Mode
 
 DIRECT = DirectEncoding(domain=("home", "clinic", "cafe"))
 BLOOM = BloomEncoding(num_bits=16, num_hashes=2, num_cohorts=1)
 
 
-def _params(mode: str, irr: tuple[float | None, float], kind: str = "set", encoding: object = DIRECT) -> MetricParams:
-    extra = {"value_kind": "categorical", "none_value": "home"} if kind == "categorical" and mode == "asymmetric" \
-        else {"value_kind": kind}
+def _params(mode: Mode, irr: tuple[float | None, float], kind: ValueKind = "set",
+            encoding: BloomEncoding | DirectEncoding = DIRECT) -> MetricParams:
     return MetricParams(name="m", encoding=encoding, mode=mode, level=1.0, irr_p=irr[0], irr_q=irr[1],
-                        **extra)  # type: ignore[arg-type]
+                        value_kind=kind)
 
 
 def _patterns(mode: str, levels: Sequence[float], bit: int) -> dict[tuple[int, ...], float]:
@@ -151,7 +152,7 @@ def test_the_inequality_of_the_proof_holds_on_the_enclosure_of_up_to_8_reports()
     rng = random.Random(34)
     for trial in range(60):
         n = rng.randint(2, 8)
-        mode = ("asymmetric", "symmetric")[trial % 2]
+        mode: Mode = "asymmetric" if trial % 2 == 0 else "symmetric"
         if mode == "asymmetric":
             levels = sorted(round(rng.uniform(0.2, 6.0), 2) for _ in range(n))
             irrs: list[Irr] = [(None, round(rng.uniform(0.05, 0.8), 3)) for _ in range(n)]
@@ -159,8 +160,8 @@ def test_the_inequality_of_the_proof_holds_on_the_enclosure_of_up_to_8_reports()
             levels = [round(rng.uniform(0.2, 6.0), 2)] * n
             irrs = [(p, round(1 - p + rng.uniform(0.0, 0.1), 3)) for p in (round(rng.uniform(0.1, 0.45), 3)
                                                                             for _ in range(n))]
-        kind = rng.choice(["set", "categorical"]) if mode == "symmetric" else "set"
-        params = _params(mode, irrs[0], kind)  # type: ignore[arg-type]
+        kind: ValueKind = "categorical" if mode == "symmetric" and rng.random() < 0.5 else "set"
+        params = _params(mode, (irrs[0][0], float(irrs[0][1] or 0.0)), kind)
         randomizers = [params.with_irr(irr).randomizer(lv) for lv, irr in zip(levels, irrs, strict=True)]
         _, hi = enclosed_report_chain_epsilon(randomizers, value_kind=params.value_kind,
                                               num_hashes=params.encoding.num_hashes, relaxed=False)

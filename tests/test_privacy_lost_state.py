@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clocks import Clock
@@ -26,7 +27,7 @@ from protocol.params import MetricParams
 
 DAY = 86_400
 T0 = 1_700_000_000 // DAY * DAY
-POLICIES = {"lifetime": {"max_epsilon": 100.0}, "daily": {"max_epsilon": 2.0, "budget_period": "day"}}
+POLICIES: dict[str, dict[str, Any]] = {"lifetime": {"max_epsilon": 100.0}, "daily": {"max_epsilon": 2.0, "budget_period": "day"}}
 
 
 def _damage(path: Path) -> None:
@@ -49,7 +50,7 @@ def _exact_loss_of(params: MetricParams, days: int) -> float:
     return sum(one[day % 2] for day in range(days))
 
 
-def _thirty_reset_twenty_nine(params: MetricParams, tmp_path: Path, policy: dict[str, object],
+def _thirty_reset_twenty_nine(params: MetricParams, tmp_path: Path, policy: dict[str, Any],
                               keep_mark: bool = True) -> tuple[Client, Clock]:
     clock, path = Clock(T0), tmp_path / "state"
     _report_days(make_client(path, clock, [params], **policy), clock, params, range(30))
