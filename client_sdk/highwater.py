@@ -181,7 +181,7 @@ def period_prior(lost: Sequence[Mapping[str, Any]], metric: str, start: int, per
         if start == entry.period_start:
             return math.inf if entry.period_micro is None else from_micro(entry.period_micro)
     if entry is not None and entry.period != period and entry.total is not None:
-        return from_micro(entry.total) if start >= period_of(float(last["at"]), period) else 0.0
+        return from_micro(entry.total) if start == period_of(float(last["at"]), period) else 0.0
     ceiling = Ceiling.from_dict(last["ceiling"]).for_metric(metric)
     return ceiling if period_of(float(last["at"]), period) == start else 0.0
 

@@ -150,3 +150,22 @@ def test_a_second_loss_carries_both_totals_and_metrics_not_reported_since(tmp_pa
         _report_days(client, clock, params, range(3 + 2 * loss, 5 + 2 * loss))
     final = make_client(path, clock, [params, other], max_epsilon=100.0).ledger()
     assert (final[params.name].spent, final["os"].spent) == (3.5, 1.0)
+
+
+def test_a_mark_kept_under_a_lifetime_ceiling_charges_its_total_to_the_period_of_the_loss_only(
+    tmp_path: Path,
+) -> None:
+    # the app moved from a lifetime ceiling to a daily one across the loss: the mark does not know what each
+    # day was charged, so the day of the loss takes the lost lifetime total (a bound on any one day's
+    # charge) and the days after it nothing
+    params = MODES["asym"]
+    clock, path = Clock(T0), tmp_path / "state"
+    _report_days(make_client(path, clock, [params], max_epsilon=100.0), clock, params, range(3))  # 1.5
+    _damage(path)
+    clock.now = T0 + 3 * DAY + 60.0
+    daily = {"max_epsilon": 2.0, "budget_period": "day"}
+    client = make_client(path, clock, [params], on_corrupt="reset", on_error=lambda e: None, **daily)
+    entry = client.ledger()[params.name]
+    assert (entry.spent, entry.spent_this_period, entry.remaining) == (1.5, 1.5, 0.5)
+    clock.advance(DAY)
+    assert client.budget(params.name).remaining == 2.0
