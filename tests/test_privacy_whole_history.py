@@ -64,7 +64,7 @@ class History:
     def client(self, **extra: object) -> Client:
         client = Client("http://agg.test", self.path, background=False, server_public_keys=self.fake.sign_public,
                         session=self.fake, clock=self.clock, max_epsilon=self.ceiling, budget_period="day",
-                        **extra)  # type: ignore[arg-type]
+                        strict=True, **extra)  # type: ignore[arg-type]
         client.sync()
         return client
 
