@@ -265,13 +265,18 @@ def serve_subprocess(*args: str, env: dict[str, str] | None = None, ready_within
         _wait_ready(process, log, url, ready_within)
         yield url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(process)
         log.close()
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a graceful stop), SIGKILL after 30 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_ready(process: subprocess.Popen[bytes], log: Any, url: str, within: float) -> None:

@@ -28,9 +28,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 from gunicorn.workers.base import Worker
 
 from aggregator.server.front import Front, FrontLimits
+from aggregator.server.keyring import load_keyring
 from aggregator.server.logs import (
     ADDRESS_POLICIES,
     access_log_from_env,
@@ -115,6 +117,25 @@ def front_worker(limits: FrontLimits, access_log: str | None) -> type[FrontWorke
     return type("OnesidedWorker", (FrontWorker,), {"limits": limits, "access_log": access_log})
 
 
+class KeyCheckingArbiter(Arbiter):
+    """gunicorn's master, except that SIGHUP first reads the keys: unreadable ones keep the old workers.
+
+    A reload replaces every worker; with a damaged or half-written key file
+    the new ones could only answer 503 ``keys_unavailable``, so the master
+    logs one line and leaves the running workers (and their keys) alone.
+    """
+
+    def handle_hup(self) -> None:
+        settings: Settings = self.app.settings
+        try:
+            load_keyring(settings.key_path)
+        except (ParameterError, OSError, ValueError) as exc:
+            self.log.error("SIGHUP ignored: cannot read the keys in %s (%s); the running workers keep serving "
+                           "with the keys they loaded", settings.key_path, exc)
+            return
+        super().handle_hup()
+
+
 class GunicornServer(BaseApplication):
     """gunicorn without its command line: options from us, the app from :func:`create_app` per worker."""
 
@@ -131,7 +152,10 @@ class GunicornServer(BaseApplication):
     def load(self) -> Any:
         from aggregator.server.app import create_app
 
-        return create_app(self.settings)
+        return create_app(self.settings, wait_for_dependencies=True)
+
+    def run(self) -> None:
+        KeyCheckingArbiter(self).run()
 
 
 def _child_exit(_server: Any, worker: Any) -> None:

@@ -97,6 +97,15 @@ def make_engine_or_explain(url: str) -> Engine:
             from None
 
 
+def sqlite_file_identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file at ``path``, ``None`` when there is none."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def _sqlite_engine(url: sa.engine.URL) -> Engine:
     if not url.database or url.database == ":memory:":
         raise ParameterError("db_url", "SQLite needs a file (several connections share it), not :memory:")
