@@ -257,7 +257,7 @@ def serve_subprocess(*args: str, env: dict[str, str] | None = None, ready_within
     code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+        [sys.executable, "-c", code, "serve", "--init", "--host", "127.0.0.1", "--port", str(port), *args],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=REPO,
     )
     url = f"http://127.0.0.1:{port}"
