@@ -13,7 +13,9 @@ Exposed at ``GET /metrics`` (text format 0.0.4) by :mod:`aggregator.server.api.m
 * ``onesided_requests_in_flight``: requests being handled (the backlog inside
   the workers; summed over processes);
 * ``onesided_decode_pending``: analysts' fits waiting for or running in a
-  decode helper.
+  decode helper;
+* ``onesided_clock_suspect``: 1 while most reports are refused by the
+  server's clock (:mod:`aggregator.server.clock_watch`).
 
 With ``PROMETHEUS_MULTIPROC_DIR`` set (an empty folder, before the server
 starts; ``onesided serve`` passes it to its workers), each process writes
@@ -51,6 +53,8 @@ LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
 IN_FLIGHT = Gauge("onesided_requests_in_flight", "Requests being handled", multiprocess_mode="livesum")
+CLOCK_SUSPECT = Gauge("onesided_clock_suspect", "1 while most reports are refused by the server's clock",
+                      multiprocess_mode="livemax")
 DECODE_PENDING = Gauge("onesided_decode_pending", "Analysts' fits queued or running", multiprocess_mode="livesum")
 
 

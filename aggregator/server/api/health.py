@@ -9,8 +9,8 @@ take the instance out of the load balancer, do not restart it.
 
 * ``ok``: the database answers and nothing failed lately;
 * ``degraded`` (still 200): the database answers, but a write failed for lack
-  of space in the last minute, or the SQLite disk has under 16 MiB free
-  (``problems`` says which);
+  of space in the last minute, the SQLite disk has under 16 MiB free, or most
+  recent reports were refused by the server's clock (``problems`` says which);
 * ``unavailable`` (503 with ``Retry-After``): the database does not answer, its
   file was removed or replaced, or the keys cannot be read.
 """
@@ -67,6 +67,9 @@ def _report() -> tuple[dict[str, Any], int]:
         state.faults.note("database_unavailable", detail)
         return _unavailable(answer, _problem(DatabaseUnavailable(None, detail)), version)
     problems = state.faults.recent()
+    suspicion = state.clock_watch.suspicion()
+    if suspicion is not None:
+        problems.append({"dependency": "clock", "error": "clock_suspect", "detail": suspicion})
     return {**answer, "status": "degraded" if problems else "ok", "schema_version": version, "problems": problems}, 200
 
 
