@@ -46,7 +46,8 @@ def test_a_huge_json_number_is_400_naming_its_field(
     served: tuple[Any, str, str], digits: int, path: str, field: str, role: str,
 ) -> None:
     app, admin, analyst = served
-    body = '{"metric": "places", "%s": 1%s}' % (field, "0" * (digits - 1))
+    number = "1" + "0" * (digits - 1)
+    body = f'{{"metric": "places", "{field}": {number}}}'
     answer = app.test_client().post(path, data=body, content_type="application/json",
                                     headers=bearer(admin if role == "admin" else analyst))
     assert answer.status_code == 400, answer.get_data(as_text=True)
