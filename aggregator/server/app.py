@@ -31,6 +31,7 @@ from aggregator.server.monitoring import instrument
 from aggregator.server.openapi import install_openapi
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.private_files import prepare_data_dir
+from aggregator.server.request_context import parse_networks, request_middleware
 from aggregator.server.routes import API_MODULES
 from aggregator.server.services.offload import Offloader
 from aggregator.server.settings import Settings
@@ -96,6 +97,7 @@ def create_app(
         prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
     app = Flask("aggregator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.wsgi_app = request_middleware(app.wsgi_app, parse_networks(settings.trusted_proxies))  # type: ignore[method-assign,assignment]
 
     def build() -> AppState:
         return build_state(settings, storage=storage, keys=keys, clock=clock, wait=not wait_for_dependencies)

@@ -55,13 +55,20 @@ def utc_timestamp(seconds: float) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``TIME LEVEL LOGGER: MESSAGE`` with the time as :func:`utc_timestamp` writes it (never local time)."""
+    """``TIME LEVEL LOGGER: MESSAGE`` with the time as :func:`utc_timestamp` writes it (never local time),
+    and ``[request ID]`` at the end of a line written while a request runs
+    (:func:`aggregator.server.request_context.stamp_log_records`)."""
 
     def __init__(self, fmt: str = TEXT_FORMAT) -> None:
         super().__init__(fmt)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
         return utc_timestamp(record.created)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        request_id = getattr(record, "request_id", None)
+        return line if request_id is None else f"{line} [request {request_id}]"
 
 
 class JsonFormatter(logging.Formatter):
@@ -75,6 +82,9 @@ class JsonFormatter(logging.Formatter):
             "time": utc_timestamp(record.created),
             "process": record.process,
         }
+        request_id = getattr(record, "request_id", None)
+        if request_id is not None:
+            entry["request_id"] = request_id  # the X-Request-Id of the request being answered
         audit = getattr(record, "audit", None)
         if isinstance(audit, dict):
             entry["audit"] = audit  # an audit-log event: the whole entry, for log shippers

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from aggregator.server.request_context import parse_networks
 from protocol.errors import ParameterError
 from protocol.validation import check_int
 from protocol.wire import SYNC_INTERVAL_RANGE
@@ -93,6 +94,9 @@ class Settings:
             and clients keep their own schedule, hourly for the SDK). Clients
             older than this field refuse a config that carries it, so set it
             once every deployed client reads it.
+        trusted_proxies: comma-separated addresses or networks of reverse
+            proxies whose ``X-Forwarded-For`` (and ``X-Request-Id``) is
+            believed (default none: the socket's address is the client's).
     """
 
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR
@@ -115,6 +119,7 @@ class Settings:
     allow_shared_data_dir: bool = False
     max_decode_cells: int = DEFAULT_MAX_DECODE_CELLS
     decode_processes: int = 1
+    trusted_proxies: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str | os.PathLike) or not str(self.data_dir):
@@ -125,6 +130,9 @@ class Settings:
             raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {self.dialect!r}")
         if self.key_dir is not None and not isinstance(self.key_dir, str | os.PathLike):
             raise ParameterError("key_dir", "must be a path")
+        if not isinstance(self.trusted_proxies, str):
+            raise ParameterError("trusted_proxies", "must be comma-separated addresses or networks")
+        parse_networks(self.trusted_proxies)
         for flag in ("allow_plaintext", "allow_shared_data_dir"):
             if not isinstance(getattr(self, flag), bool):
                 raise ParameterError(flag, "must be true or false")
@@ -184,11 +192,12 @@ class Settings:
         ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_MAX_DECODE_CELLS``, ``ONESIDED_DECODE_PROCESSES``,
         ``ONESIDED_READ_TIMEOUT``, ``ONESIDED_HEADER_TIMEOUT``, ``ONESIDED_IDLE_TIMEOUT``, ``ONESIDED_DB_WAIT`` (seconds),
         ``ONESIDED_MAX_CONNECTIONS``, ``ONESIDED_MAX_CONNECTIONS_PER_ADDRESS``, ``ONESIDED_SYNC_INTERVAL``,
-        ``ONESIDED_ALLOW_SHARED_DATA_DIR``;
+        ``ONESIDED_ALLOW_SHARED_DATA_DIR``, ``ONESIDED_TRUSTED_PROXIES``;
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        text_vars = {"data_dir": "ONESIDED_DATA_DIR", "db_url": "ONESIDED_DB", "key_dir": "ONESIDED_KEY_DIR"}
+        text_vars = {"data_dir": "ONESIDED_DATA_DIR", "db_url": "ONESIDED_DB", "key_dir": "ONESIDED_KEY_DIR",
+                     "trusted_proxies": "ONESIDED_TRUSTED_PROXIES"}
         for name, var in text_vars.items():
             if env.get(var):
                 values[name] = env[var]

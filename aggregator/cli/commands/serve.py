@@ -59,6 +59,9 @@ def register(subparsers: Subparsers) -> None:
                         help="gunicorn: seconds a stopping worker may finish its requests (default 20)")
     parser.add_argument("--allow-shared-data-dir", action="store_true", default=None,
                         help="serve even if group or others may use the data directory (refused by default)")
+    parser.add_argument("--trusted-proxies",
+                        help="comma-separated addresses or networks of reverse proxies whose X-Forwarded-For "
+                             "names the client (default none); env ONESIDED_TRUSTED_PROXIES")
     parser.add_argument("--init", action="store_true",
                         help="create new keys (and database) if the data folder has none (SQLite; refused "
                              "otherwise, so that a typo cannot start a second aggregator)")
@@ -96,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         max_decode_cells=args.max_decode_cells,
         allow_shared_data_dir=args.allow_shared_data_dir,
         sync_interval=args.sync_interval,
+        trusted_proxies=args.trusted_proxies,
     )
     check_workers(settings, args.workers)  # a refusal is one line, before the start-up lines
     check_initialised(settings, init=args.init, new_database=args.new_database)  # before any folder is made
