@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import resource
+import select
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -42,7 +43,7 @@ from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 
 from protocol.validation import check_int, check_number
 
@@ -137,10 +138,20 @@ TIMEOUT_ANSWER = (
 )
 
 
+class _DrainingTask(WSGITask):
+    """waitress's WSGI task, closing its connection after the answer while the worker drains."""
+
+    def build_response_header(self) -> bytes:
+        if self.channel.server.draining and not self.close_on_finish:
+            self.set_close_on_finish()  # "Connection: close": the client goes to another worker next time
+        return bytes(super().build_response_header())
+
+
 class _DeadlineChannel(HTTPChannel):
     """A waitress channel that knows when its current request began and counts its client's address."""
 
     error_task_class = _JsonErrorTask
+    task_class = _DrainingTask
     request_started = 0.0
     _counted_host: str | None = None
 
@@ -185,6 +196,7 @@ class GuardedServer(TcpWSGIServer):
                  dispatcher: ThreadedTaskDispatcher, adj: Adjustments, limits: FrontLimits) -> None:
         self.limits = limits
         self.per_address: collections.Counter[str] = collections.Counter()
+        self.draining = False  # set by Front.stop
         self.timed_out = 0
         self.refused = 0
         sockinfo = (sock.family, sock.type, sock.proto, sock.getsockname())
@@ -248,18 +260,59 @@ class Front:
         return any(getattr(c, "requests", None) for c in list(self.map.values()))
 
     def stop(self, grace_seconds: float) -> None:
-        """Stop accepting, finish the requests under way (at most ``grace_seconds``), close the rest."""
+        """Stop listening, answer what was accepted (at most ``grace_seconds``), close the rest.
+
+        Connections already in the kernel's queue are accepted and answered
+        first; then this process's copy of the listening socket is closed, so
+        a connection arriving later is refused at once (the client retries
+        another instance) instead of being reset unanswered when the worker
+        exits. While draining, every answer says ``Connection: close`` and an
+        idle kept-alive connection is closed, so no client holds the worker.
+        """
         for server in self.servers:
+            server.draining = True
+            _accept_queued(server)
             server.accepting = False
             with contextlib.suppress(OSError):
-                server.del_channel()  # out of the poll set; the listening socket itself is gunicorn's
+                server.del_channel()  # out of the poll set
+            with contextlib.suppress(OSError):
+                server.socket.close()  # our copy of gunicorn's listener: the kernel stops queueing for us
         deadline = time.monotonic() + grace_seconds
-        while self.busy() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            self._close_idle()
+            if not self.busy():
+                break
             self.poll(0.1)
         self.dispatcher.shutdown(cancel_pending=True, timeout=1)
         for channel in list(self.map.values()):
             with contextlib.suppress(OSError):
                 channel.close()
+
+    def _close_idle(self) -> None:
+        """Close the channels with no request in flight or arriving and nothing left to send."""
+        for channel in list(self.map.values()):
+            if (isinstance(channel, _DeadlineChannel) and not channel.requests and channel.request is None
+                    and not channel.total_outbufs_len):
+                with contextlib.suppress(OSError):
+                    channel.close()
+
+
+MAX_QUEUED_ACCEPTS = 10_000  # a stopping worker takes at most this many queued connections
+
+
+def _accept_queued(server: GuardedServer) -> None:
+    """Accept the connections waiting in the listening socket's queue (they are answered while draining)."""
+    for _ in range(MAX_QUEUED_ACCEPTS):
+        try:
+            ready, _, _ = select.select([server.socket], [], [], 0)
+        except (OSError, ValueError):
+            return
+        if not ready:
+            return
+        before = len(server._map)
+        server.handle_accept()
+        if len(server._map) == before:
+            return  # taken by another worker, or refused by the caps
 
 
 def raise_file_limit(wanted: int) -> None:
