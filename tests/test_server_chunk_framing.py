@@ -10,13 +10,13 @@ assertions (the CPU figure lives in the issue's measurement).
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from frontsupport import running_front
 
-from aggregator.server.front import MAX_CHUNKS, Front, FrontLimits
+from aggregator.server.front import MAX_CHUNKS, FrontLimits
 
 
 def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
@@ -28,27 +28,8 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[byt
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    listener.setblocking(False)
-    front = Front(app, [listener], FrontLimits(threads=2))
-    running = threading.Event()
-    running.set()
-
-    def loop() -> None:
-        while running.is_set():
-            front.poll(0.05)
-        front.stop(1.0)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        running.clear()
-        thread.join(timeout=30)
-        listener.close()
+    with running_front(app, FrontLimits(threads=2), grace_seconds=1.0) as (port, _running, _thread):
+        yield port
 
 
 def post_chunks(port: int, chunks: int, size: int) -> bytes:

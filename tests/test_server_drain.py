@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from frontsupport import running_front
 
-from aggregator.server.front import Front, FrontLimits
+from aggregator.server.front import FrontLimits
 
 SLOW_SECONDS = 1.5
 
@@ -46,29 +47,8 @@ def read_all(client: socket.socket) -> bytes:
 @pytest.fixture
 def front() -> Iterator[tuple[int, threading.Event, threading.Thread]]:
     """(port, an event that starts the drain when cleared, the loop's thread)."""
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    listener.setblocking(False)
-    port = listener.getsockname()[1]
-    front = Front(app, [listener], FrontLimits(threads=2))
-    running = threading.Event()
-    running.set()
-
-    def loop() -> None:
-        while running.is_set():
-            front.poll(0.05)
-        front.stop(20.0)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield port, running, thread
-    finally:
-        running.clear()
-        thread.join(timeout=30)
-        listener.close()
+    with running_front(app, FrontLimits(threads=2)) as running:
+        yield running
 
 
 def test_a_draining_worker_refuses_new_connections_and_answers_accepted_ones(

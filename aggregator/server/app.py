@@ -31,6 +31,7 @@ from aggregator.server.monitoring import instrument
 from aggregator.server.openapi import install_openapi
 from aggregator.server.opener import EnvelopeOpener
 from aggregator.server.private_files import prepare_data_dir
+from aggregator.server.rate_limits import install_rate_limits
 from aggregator.server.request_context import parse_networks, request_middleware
 from aggregator.server.routes import API_MODULES
 from aggregator.server.services.offload import Offloader
@@ -112,6 +113,7 @@ def create_app(
         log.warning("starting without %s: %s; answering 503 until it is back", _dependency(exc), exc.detail)
     register_error_handlers(app)
     instrument(app)
+    install_rate_limits(app, settings.rate_limit_per_address, settings.rate_limit_per_token)
     install_guard(app, settings, build, failure)
     install_openapi(app)
     for module in API_MODULES:

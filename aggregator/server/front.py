@@ -99,7 +99,7 @@ class FrontLimits:
         return Adjustments(
             sockets=sockets,
             threads=self.threads,
-            connection_limit=self.max_connections,
+            connection_limit=self.max_connections * (1 + SHED_HEADROOM),
             channel_timeout=self.idle_seconds,
             cleanup_interval=min(1.0, self.header_seconds / 2),
             max_request_header_size=MAX_HEADER_BYTES,
@@ -140,6 +140,13 @@ FRAMING_ANSWER = (
     b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Content-Length: %d\r\n\r\n%s"
 )
+SHED_ANSWER = (
+    b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nRetry-After: %d\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+SHED_RETRY_AFTER = {503: 1, 429: 5}
+SHED_SECONDS = 2.0  # a shed connection that sends nothing this long is closed unanswered
+SHED_HEADROOM = 2  # connections being shed, per served one, before the kernel's backlog holds the rest  # seconds: capacity frees quickly; one address's connections less so
 # Most chunks one chunked body may come in. waitress de-chunks in the event loop at ~7 us a
 # chunk whatever its size, so 400,000 one-byte chunks held the loop for 2.7 CPU-seconds; this
 # bounds a request's framing work to ~0.1 s and still allows 1 KiB chunks for a 16 MiB body.
@@ -169,6 +176,7 @@ class _DeadlineChannel(HTTPChannel):
         super().__init__(server, sock, addr, adj, map)
         self._counted_host = _host(addr)
         server.per_address[self._counted_host] += 1
+        server.open_connections += 1
 
     def received(self, data: bytes) -> bool:
         if self.request is None:
@@ -196,6 +204,7 @@ class _DeadlineChannel(HTTPChannel):
         super().del_channel(map)
         host, self._counted_host = self._counted_host, None
         if host is not None:
+            self.server.open_connections -= 1
             counts = self.server.per_address
             counts[host] -= 1
             if counts[host] <= 0:
@@ -213,6 +222,34 @@ class _DeadlineChannel(HTTPChannel):
         self.server.timed_out += 1
 
 
+class _SheddingChannel(HTTPChannel):
+    """A connection over a cap: its first bytes are answered 503 or 429 with Retry-After, then it closes.
+
+    Answering at once (instead of leaving the connection in the kernel's
+    backlog) tells the client to retry later or elsewhere; reading its
+    first bytes before closing keeps the kernel from resetting the answer
+    away. It never reaches a request thread.
+    """
+
+    def __init__(self, server: GuardedServer, sock: socket.socket, addr: Any, adj: Adjustments,
+                 status: int, detail: str) -> None:
+        super().__init__(server, sock, addr, adj, server._map)
+        self.answer_status, self.answer_detail = status, detail
+        self.started = time.monotonic()
+        self.answered = False
+
+    def received(self, data: bytes) -> bool:
+        if not self.answered:
+            self.answered = True
+            body = _json_error(self.answer_status, self.answer_detail)
+            reason = b"Service Unavailable" if self.answer_status == 503 else b"Too Many Requests"
+            with contextlib.suppress(OSError):
+                self.write_soon(SHED_ANSWER % (self.answer_status, reason, SHED_RETRY_AFTER[self.answer_status],
+                                               len(body), body))
+            self.close_when_flushed = True
+        return True
+
+
 class GuardedServer(TcpWSGIServer):
     """waitress's TCP server with request deadlines and a per-address cap."""
 
@@ -223,8 +260,9 @@ class GuardedServer(TcpWSGIServer):
         self.limits = limits
         self.per_address: collections.Counter[str] = collections.Counter()
         self.draining = False  # set by Front.stop
+        self.open_connections = 0  # connections served (not those being shed)
+        self.shed = 0
         self.timed_out = 0
-        self.refused = 0
         sockinfo = (sock.family, sock.type, sock.proto, sock.getsockname())
         super().__init__(application, task_map, True, sock, dispatcher=dispatcher, adj=adj,
                          bind_socket=False, sockinfo=sockinfo)
@@ -241,18 +279,26 @@ class GuardedServer(TcpWSGIServer):
         host = _host(addr)
         cap = self.limits.max_per_address
         if cap and self.per_address[host] >= cap:
-            self.refused += 1
-            if self.refused & (self.refused - 1) == 0:  # 1st, 2nd, 4th, 8th ...: bounded logging
-                log.warning("refused a connection: %d already open from one address (cap %d; %d refused so far)",
-                            cap, cap, self.refused)
-            conn.close()
-            return
-        self.channel_class(self, conn, addr, self.adj, map=self._map)
+            self._shed(conn, addr, 429, f"{cap} connections are open from your address already; retry later")
+        elif self.open_connections >= self.limits.max_connections:
+            self._shed(conn, addr, 503, "the server is at its connection capacity; retry later")
+        else:
+            self.channel_class(self, conn, addr, self.adj, map=self._map)
+
+    def _shed(self, conn: socket.socket, addr: Any, status: int, detail: str) -> None:
+        self.shed += 1
+        if self.shed & (self.shed - 1) == 0:  # 1st, 2nd, 4th, 8th ...: bounded logging
+            log.warning("shedding load: answered %d at once (%s; %d so far)", status, detail, self.shed)
+        _SheddingChannel(self, conn, addr, self.adj, status, detail)
 
     def maintenance(self, now: float) -> None:
         """waitress's idle cut-off, then the request deadlines."""
         super().maintenance(now)
         clock = time.monotonic()
+        for shed in [c for c in self.active_channels.values() if isinstance(c, _SheddingChannel)]:
+            if clock - shed.started > SHED_SECONDS:
+                with contextlib.suppress(OSError):
+                    shed.close()
         for channel in list(self.active_channels.values()):
             request = channel.request
             if request is None or channel.will_close or channel.close_when_flushed:
@@ -269,7 +315,7 @@ class Front:
 
     def __init__(self, app: Callable[..., Any], sockets: Iterable[socket.socket], limits: FrontLimits) -> None:
         sockets = list(sockets)
-        raise_file_limit(limits.max_connections + SPARE_FILES)
+        raise_file_limit(limits.max_connections * (1 + SHED_HEADROOM) + SPARE_FILES)
         self.limits = limits
         self.map: dict[int, Any] = {}
         adj = limits.adjustments(sockets)

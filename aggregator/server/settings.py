@@ -94,6 +94,10 @@ class Settings:
             and clients keep their own schedule, hourly for the SDK). Clients
             older than this field refuse a config that carries it, so set it
             once every deployed client reads it.
+        rate_limit_per_address, rate_limit_per_token: requests a second one
+            client address (after ``trusted_proxies``) or one bearer token
+            may make on average, per worker process, in bursts of twice that;
+            more get 429 with ``Retry-After`` (0, the default: no limit).
         trusted_proxies: comma-separated addresses or networks of reverse
             proxies whose ``X-Forwarded-For`` (and ``X-Request-Id``) is
             believed (default none: the socket's address is the client's).
@@ -120,6 +124,8 @@ class Settings:
     max_decode_cells: int = DEFAULT_MAX_DECODE_CELLS
     decode_processes: int = 1
     trusted_proxies: str = ""
+    rate_limit_per_address: float = 0.0
+    rate_limit_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str | os.PathLike) or not str(self.data_dir):
@@ -133,6 +139,10 @@ class Settings:
         if not isinstance(self.trusted_proxies, str):
             raise ParameterError("trusted_proxies", "must be comma-separated addresses or networks")
         parse_networks(self.trusted_proxies)
+        for name in ("rate_limit_per_address", "rate_limit_per_token"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e6:
+                raise ParameterError(name, f"must be requests a second in [0, 1e6] (0: off), got {value!r}")
         for flag in ("allow_plaintext", "allow_shared_data_dir"):
             if not isinstance(getattr(self, flag), bool):
                 raise ParameterError(flag, "must be true or false")
@@ -192,7 +202,8 @@ class Settings:
         ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_MAX_DECODE_CELLS``, ``ONESIDED_DECODE_PROCESSES``,
         ``ONESIDED_READ_TIMEOUT``, ``ONESIDED_HEADER_TIMEOUT``, ``ONESIDED_IDLE_TIMEOUT``, ``ONESIDED_DB_WAIT`` (seconds),
         ``ONESIDED_MAX_CONNECTIONS``, ``ONESIDED_MAX_CONNECTIONS_PER_ADDRESS``, ``ONESIDED_SYNC_INTERVAL``,
-        ``ONESIDED_ALLOW_SHARED_DATA_DIR``, ``ONESIDED_TRUSTED_PROXIES``;
+        ``ONESIDED_ALLOW_SHARED_DATA_DIR``, ``ONESIDED_TRUSTED_PROXIES``,
+        ``ONESIDED_RATE_LIMIT_PER_ADDRESS``, ``ONESIDED_RATE_LIMIT_PER_TOKEN`` (requests a second);
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -226,7 +237,9 @@ class Settings:
         for name, var in (("read_timeout_seconds", "ONESIDED_READ_TIMEOUT"),
                           ("header_timeout_seconds", "ONESIDED_HEADER_TIMEOUT"),
                           ("idle_timeout_seconds", "ONESIDED_IDLE_TIMEOUT"),
-                          ("db_wait_seconds", "ONESIDED_DB_WAIT")):
+                          ("db_wait_seconds", "ONESIDED_DB_WAIT"),
+                          ("rate_limit_per_address", "ONESIDED_RATE_LIMIT_PER_ADDRESS"),
+                          ("rate_limit_per_token", "ONESIDED_RATE_LIMIT_PER_TOKEN")):
             if env.get(var):
                 try:
                     values[name] = float(env[var])

@@ -59,6 +59,12 @@ def register(subparsers: Subparsers) -> None:
                         help="gunicorn: seconds a stopping worker may finish its requests (default 20)")
     parser.add_argument("--allow-shared-data-dir", action="store_true", default=None,
                         help="serve even if group or others may use the data directory (refused by default)")
+    parser.add_argument("--rate-limit-per-address", type=float,
+                        help="requests a second one client address may make per worker, bursts of twice that; "
+                             "more get 429 + Retry-After (default 0: off); env ONESIDED_RATE_LIMIT_PER_ADDRESS")
+    parser.add_argument("--rate-limit-per-token", type=float,
+                        help="requests a second one bearer token may make per worker (default 0: off); "
+                             "env ONESIDED_RATE_LIMIT_PER_TOKEN")
     parser.add_argument("--trusted-proxies",
                         help="comma-separated addresses or networks of reverse proxies whose X-Forwarded-For "
                              "names the client (default none); env ONESIDED_TRUSTED_PROXIES")
@@ -100,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         allow_shared_data_dir=args.allow_shared_data_dir,
         sync_interval=args.sync_interval,
         trusted_proxies=args.trusted_proxies,
+        rate_limit_per_address=args.rate_limit_per_address,
+        rate_limit_per_token=args.rate_limit_per_token,
     )
     check_workers(settings, args.workers)  # a refusal is one line, before the start-up lines
     check_initialised(settings, init=args.init, new_database=args.new_database)  # before any folder is made
