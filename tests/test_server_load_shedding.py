@@ -2,7 +2,8 @@
 
 * Past ``max_connections`` the front answers new connections ``503`` with
   ``Retry-After: 1`` as soon as they speak (before, they waited in the
-  kernel's backlog: health probes timed out at 10 s in the campaign).
+  kernel's backlog: health probes timed out at 10 s in the campaign),
+  except from an address with (almost) none open, which may use a reserve.
 * Per-address and per-token request rates (token buckets, bursts of twice
   the rate): ``429 too_many_requests`` with ``Retry-After``; off by default;
   probes are never limited.
@@ -39,6 +40,9 @@ def test_connections_over_capacity_get_503_at_once() -> None:
             extra.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
             answer = extra.recv(65536)
         assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer, answer
+        with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0)) as device:
+            device.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert device.recv(65536).startswith(b"HTTP/1.1 200")  # an address with none open: the reserve
         for sock in held:
             sock.close()
         time.sleep(0.3)

@@ -146,6 +146,8 @@ SHED_ANSWER = (
 )
 SHED_RETRY_AFTER = {503: 1, 429: 5}
 SHED_SECONDS = 2.0  # a shed connection that sends nothing this long is closed unanswered
+FAIR_SHARE = 2  # at capacity, addresses with fewer connections open than this may use the reserve
+RESERVE_MIN = 16  # the reserve: a tenth of max_connections, at least this many
 SHED_HEADROOM = 2  # connections being shed, per served one, before the kernel's backlog holds the rest  # seconds: capacity frees quickly; one address's connections less so
 # Most chunks one chunked body may come in. waitress de-chunks in the event loop at ~7 us a
 # chunk whatever its size, so 400,000 one-byte chunks held the loop for 2.7 CPU-seconds; this
@@ -280,10 +282,19 @@ class GuardedServer(TcpWSGIServer):
         cap = self.limits.max_per_address
         if cap and self.per_address[host] >= cap:
             self._shed(conn, addr, 429, f"{cap} connections are open from your address already; retry later")
-        elif self.open_connections >= self.limits.max_connections:
+        elif self.open_connections >= self.limits.max_connections and not self._reserved_for(host):
             self._shed(conn, addr, 503, "the server is at its connection capacity; retry later")
         else:
             self.channel_class(self, conn, addr, self.adj, map=self._map)
+
+    def _reserved_for(self, host: str) -> bool:
+        """At capacity, an address with (almost) no connection open may still use the reserve.
+
+        Attacks hold many connections from each of their addresses; a device
+        holds one or two. The reserve (a tenth of the cap) keeps room for them.
+        """
+        reserve = max(RESERVE_MIN, self.limits.max_connections // 10)
+        return self.per_address[host] < FAIR_SHARE and self.open_connections < self.limits.max_connections + reserve
 
     def _shed(self, conn: socket.socket, addr: Any, status: int, detail: str) -> None:
         self.shed += 1
