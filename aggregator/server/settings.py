@@ -85,9 +85,10 @@ class Settings:
         idle_timeout_seconds: how long ``onesided serve`` keeps an idle
             connection open between requests (keep-alive).
         max_connections: open connections per ``onesided serve`` worker process;
-            above it new connections wait in the kernel's backlog.
+            above it new connections are answered 503 with ``Retry-After`` at once
+            (an address holding fewer than 2 may still use a reserve of a tenth).
         max_connections_per_address: open connections from one client address
-            per worker process (more are closed at once); 0: no cap (behind a
+            per worker process (more are answered 429 at once); 0: no cap (behind a
             reverse proxy, every connection comes from the proxy).
         sync_interval: seconds the signed config asks clients to wait before
             fetching it again (``None``, the default: the config does not say
