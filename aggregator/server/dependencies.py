@@ -66,7 +66,9 @@ class DependencyGuard:
         state = self._app.extensions.get(EXTENSION_KEY)
         if isinstance(state, AppState):
             return state
-        with self._lock:
+        if not self._lock.acquire(blocking=False):  # another thread is trying: answer now, do not queue
+            raise self._failure or DependencyFailed(None, "the server is starting; retry later")
+        try:
             state = self._app.extensions.get(EXTENSION_KEY)
             if isinstance(state, AppState):
                 return state
@@ -82,6 +84,8 @@ class DependencyGuard:
                     log.warning("dependencies are back: serving")
                     return state
             raise self._failure or DependencyFailed(None, "the server is starting; retry later")
+        finally:
+            self._lock.release()
 
     def before_request(self) -> None:
         """Flask hook: 503 while the state cannot be built or the SQLite file was removed or replaced."""
