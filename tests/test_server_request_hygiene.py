@@ -22,7 +22,12 @@ from typing import Any
 import pytest
 from aggsupport import app_in, bearer, make_params
 
-from aggregator.server.logs import ACCESS_LOGGER, access_log_middleware
+from aggregator.server.logs import (
+    ACCESS_LOGGER,
+    JsonFormatter,
+    TextFormatter,
+    access_log_middleware,
+)
 
 PARAMS = make_params()
 
@@ -94,3 +99,11 @@ def test_an_authenticated_request_refused_by_query_validation_is_audited(served:
     entries = storage.audit_entries()
     assert len(entries) == before + 1  # exactly one row, not one per hook
     assert entries[-1].actor == "analyst" and entries[-1].status == 400
+
+
+def test_every_log_line_redacts_tokens() -> None:
+    token = "ons_" + "A" * 43
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "no metric named %r", (token,), None)
+    for formatter in (TextFormatter(), JsonFormatter()):
+        line = formatter.format(record)
+        assert token not in line and "[redacted]" in line, line

@@ -66,7 +66,7 @@ class TextFormatter(logging.Formatter):
         return utc_timestamp(record.created)
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        line = scrub_tokens(super().format(record))
         request_id = getattr(record, "request_id", None)
         return line if request_id is None else f"{line} [request {request_id}]"
 
@@ -78,7 +78,7 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": scrub_tokens(record.getMessage()),
             "time": utc_timestamp(record.created),
             "process": record.process,
         }
@@ -89,7 +89,7 @@ class JsonFormatter(logging.Formatter):
         if isinstance(audit, dict):
             entry["audit"] = audit  # an audit-log event: the whole entry, for log shippers
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = scrub_tokens(self.formatException(record.exc_info))
         return json.dumps(entry)
 
 
@@ -188,6 +188,11 @@ def _printable(text: str, limit: int = 300) -> str:
 _TOKEN = re.compile(r"ons(?:_|%5[fF])[A-Za-z0-9_%-]{8,}")
 _SECRET_PARAMETER = re.compile(r"(?i)((?:^|[?&;])[^=&;]*(?:token|secret|password|key)[^=&;]*=)[^&;]*")
 REDACTED = "[redacted]"
+
+
+def scrub_tokens(text: str) -> str:
+    """``text`` with bearer tokens redacted (every log line: a token may turn up in any message)."""
+    return _TOKEN.sub(REDACTED, text) if "ons" in text else text
 
 
 def scrub_secrets(text: str) -> str:
