@@ -221,7 +221,7 @@ def server(args: list[str]) -> Iterator[tuple[str, int]]:
     code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--port", str(port), *args], stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+        [sys.executable, "-c", code, "serve", "--init", "--port", str(port), *args], stdout=log, stderr=subprocess.STDOUT, cwd=REPO
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -257,7 +257,7 @@ def serve_subprocess(*args: str, env: dict[str, str] | None = None, ready_within
     code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+        [sys.executable, "-c", code, "serve", "--init", "--host", "127.0.0.1", "--port", str(port), *args],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=REPO,
     )
     url = f"http://127.0.0.1:{port}"
@@ -265,13 +265,18 @@ def serve_subprocess(*args: str, env: dict[str, str] | None = None, ready_within
         _wait_ready(process, log, url, ready_within)
         yield url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(process)
         log.close()
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a graceful stop), SIGKILL after 30 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_ready(process: subprocess.Popen[bytes], log: Any, url: str, within: float) -> None:

@@ -23,6 +23,8 @@ from protocol.crypto import AggregatorKeys
 
 PUBLIC = {
     ("/v1/health", "get"),
+    ("/v1/livez", "get"),
+    ("/v1/readyz", "get"),
     ("/v1/config", "get"),
     ("/v1/openapi.json", "get"),
     ("/v1/reports", "post"),

@@ -45,7 +45,7 @@ WRONG_INPUTS: list[tuple[str, str]] = [
     ("backup --data-dir {data} {tmp}/missing/copy.db", "No such file or directory"),
     (f"backup --data-dir {{data}} {NOT_A_FOLDER}/copy.db", "Not a directory"),
     ("backup --data-dir {tmp}/empty {tmp}/copy.db", "data_dir"),
-    (f"serve --data-dir {NOT_A_FOLDER}/data", "Not a directory"),
+    (f"serve --init --data-dir {NOT_A_FOLDER}/data", "Not a directory"),
     (f"keys init --data-dir {NOT_A_FOLDER}/data", "Not a directory"),
     ("keys show --data-dir {tmp}/nothing", "keys init"),
     (f"token list --data-dir {NOT_A_FOLDER}/data", "error:"),

@@ -58,7 +58,7 @@ def test_postgresql_unreachable_at_start_is_one_line_naming_the_host(tmp_path: P
 def test_sqlite_file_that_cannot_be_created_is_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the database's folder should be")
-    done = run_cli("serve", "--db", f"sqlite:///{blocker}/onesided.db", "--key-dir", str(tmp_path / "keys"),
+    done = run_cli("serve", "--init", "--db", f"sqlite:///{blocker}/onesided.db", "--key-dir", str(tmp_path / "keys"),
                    "--port", "1")
     assert done.returncode == 2
     line = _one_error_line(done.stderr)

@@ -53,7 +53,7 @@ def killable_server(args: list[str]) -> Iterator[tuple[str, subprocess.Popen[byt
     code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port), "--threads", "4", *args],
+        [sys.executable, "-c", code, "serve", "--init", "--host", "127.0.0.1", "--port", str(port), "--threads", "4", *args],
         stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"

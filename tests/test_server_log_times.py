@@ -59,7 +59,7 @@ def test_a_live_server_writes_every_log_line_with_a_utc_time(tmp_path: Path) -> 
     code = "import sys; from aggregator.cli.main import main; sys.exit(main())"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir",
+            [sys.executable, "-c", code, "serve", "--init", "--host", "127.0.0.1", "--port", str(port), "--data-dir",
              str(tmp_path / "data")],
             stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
             env={**os.environ, "ONESIDED_ACCESS_LOG": "1", "TZ": "Pacific/Kiritimati"},

@@ -29,7 +29,7 @@ def _serve_log(tmp_path: Path, env: dict[str, str], *args: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != "ONESIDED_ACCESS_LOG"}
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-c", code, "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port), *args],
+            [sys.executable, "-c", code, "serve", "--init", "--data-dir", str(tmp_path / "data"), "--port", str(port), *args],
             stdout=log, stderr=subprocess.STDOUT, env={**clean, **env}, cwd=REPO,
         )
         try:

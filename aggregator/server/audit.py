@@ -18,7 +18,7 @@ from flask import Response, g, request
 
 from aggregator.server.context import app_state
 from aggregator.server.faults import classify, first_line
-from aggregator.server.logs import logged_address
+from aggregator.server.logs import logged_address, scrub_secrets
 from aggregator.server.storage.audit import AuditEntry, now_ms
 from aggregator.server.storage.records import TokenRecord
 
@@ -53,7 +53,7 @@ def scalar_fields(body: Any) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     for key, value in list(body.items())[:MAX_FIELDS]:
         if isinstance(value, str):
-            kept[str(key)[:MAX_TEXT]] = value[:MAX_TEXT]
+            kept[str(key)[:MAX_TEXT]] = scrub_secrets(value[:MAX_TEXT])
         elif value is None or isinstance(value, bool | int | float):
             kept[str(key)[:MAX_TEXT]] = value
     return kept
@@ -78,7 +78,7 @@ def entry_for(token: TokenRecord, response: Response) -> AuditEntry:
     address = request.remote_addr
     return AuditEntry(
         at=now_ms(), actor=token.name, role=token.role, action=f"{request.method} {rule}",
-        target=request.path + (f"?{query}" if query else ""), status=response.status_code,
+        target=scrub_secrets(request.path + (f"?{query}" if query else "")), status=response.status_code,
         address_class=address_class(address), address=logged_address(address, "truncated"),
         detail=scalar_fields(g.get("json_body")),
     )

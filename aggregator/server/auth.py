@@ -60,14 +60,30 @@ def authenticate_request(roles: tuple[str, ...]) -> TokenRecord:
     return token
 
 
+def authenticate_once(roles: tuple[str, ...]) -> TokenRecord:
+    """Authenticate the request (once, whoever asks first) and audit its answer whatever it is.
+
+    The query check runs before the view and calls this first, so that an
+    unauthenticated caller learns nothing of the parameters (401 before
+    400) and an authenticated request refused by validation is audited.
+    """
+    token = g.get("token")
+    if isinstance(token, TokenRecord):
+        return token
+    if not g.get("audit_hooked"):
+        g.audit_hooked = True
+        after_this_request(audit_response)
+    g.token = authenticate_request(roles)
+    return g.token
+
+
 def require_role(*roles: str) -> Callable[[F], F]:
     """Decorator: authenticate, then call the view with ``flask.g.token`` set."""
 
     def decorate(view: F) -> F:
         @functools.wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            after_this_request(audit_response)
-            g.token = authenticate_request(roles)
+            authenticate_once(roles)
             return view(*args, **kwargs)
 
         wrapper.required_roles = roles  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from flask import current_app
 
+from aggregator.server.clock_watch import ClockWatch
 from aggregator.server.faults import Faults
 from aggregator.server.keyring import KeyRing
 from aggregator.server.opener import EnvelopeOpener
@@ -36,6 +37,7 @@ class AppState:
     faults: Faults = field(default_factory=Faults)
     keyring: KeyRing | None = None  # retired sealing keys and the announced next signing key
     clock: Callable[[], float] = time.time  # injectable (create_app's ``clock``: simulated time in tests)
+    clock_watch: ClockWatch = field(default_factory=ClockWatch)  # is the server's clock suspect?
 
     def now(self) -> float:
         """The server's clock (Unix seconds); one place to read it."""

@@ -78,6 +78,12 @@ class DatabaseUnavailable(DependencyFailed):
     code = "database_unavailable"
 
 
+class KeysUnavailable(DependencyFailed):
+    """The aggregator's key files cannot be read or are damaged (503): reports cannot be opened."""
+
+    code = "keys_unavailable"
+
+
 class StorageFull(DependencyFailed):
     """The disk (or the database's space) is full: nothing was stored (507 Insufficient Storage)."""
 

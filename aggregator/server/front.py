@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import resource
+import select
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -42,7 +43,7 @@ from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 
 from protocol.validation import check_int, check_number
 
@@ -98,7 +99,7 @@ class FrontLimits:
         return Adjustments(
             sockets=sockets,
             threads=self.threads,
-            connection_limit=self.max_connections,
+            connection_limit=self.max_connections * (1 + SHED_HEADROOM),
             channel_timeout=self.idle_seconds,
             cleanup_interval=min(1.0, self.header_seconds / 2),
             max_request_header_size=MAX_HEADER_BYTES,
@@ -135,13 +136,41 @@ TIMEOUT_ANSWER = (
     b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Content-Length: %d\r\n\r\n%s"
 )
+FRAMING_ANSWER = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+SHED_ANSWER = (
+    b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nRetry-After: %d\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+SHED_RETRY_AFTER = {503: 1, 429: 5}
+SHED_SECONDS = 2.0  # a shed connection that sends nothing this long is closed unanswered
+FAIR_SHARE = 2  # at capacity, addresses with fewer connections open than this may use the reserve
+RESERVE_MIN = 16  # the reserve: a tenth of max_connections, at least this many
+SHED_HEADROOM = 2  # connections being shed, per served one, before the kernel's backlog holds the rest  # seconds: capacity frees quickly; one address's connections less so
+# Most chunks one chunked body may come in. waitress de-chunks in the event loop at ~7 us a
+# chunk whatever its size, so 400,000 one-byte chunks held the loop for 2.7 CPU-seconds; this
+# bounds a request's framing work to ~0.1 s and still allows 1 KiB chunks for a 16 MiB body.
+MAX_CHUNKS = 16_384
+
+
+class _DrainingTask(WSGITask):
+    """waitress's WSGI task, closing its connection after the answer while the worker drains."""
+
+    def build_response_header(self) -> bytes:
+        if self.channel.server.draining and not self.close_on_finish:
+            self.set_close_on_finish()  # "Connection: close": the client goes to another worker next time
+        return bytes(super().build_response_header())
 
 
 class _DeadlineChannel(HTTPChannel):
     """A waitress channel that knows when its current request began and counts its client's address."""
 
     error_task_class = _JsonErrorTask
+    task_class = _DrainingTask
     request_started = 0.0
+    framing_lines = 0  # line ends seen in the current chunked body
     _counted_host: str | None = None
 
     def __init__(self, server: GuardedServer, sock: socket.socket, addr: Any, adj: Adjustments,
@@ -149,16 +178,35 @@ class _DeadlineChannel(HTTPChannel):
         super().__init__(server, sock, addr, adj, map)
         self._counted_host = _host(addr)
         server.per_address[self._counted_host] += 1
+        server.open_connections += 1
 
     def received(self, data: bytes) -> bool:
         if self.request is None:
             self.request_started = time.monotonic()  # these bytes begin a new request
+            self.framing_lines = 0
+        elif self.request.chunked and self.request.headers_finished and self._too_many_chunks(data):
+            return True
         return bool(super().received(data))
+
+    def _too_many_chunks(self, data: bytes) -> bool:
+        """Count the body's line ends (two a chunk, at C speed); past :data:`MAX_CHUNKS` chunks answer 400, close."""
+        self.framing_lines += data.count(b"\r\n")
+        if self.framing_lines <= 2 * MAX_CHUNKS:
+            return False
+        if not self.requests:
+            body = _json_error(400, f"the chunked body came in more than {MAX_CHUNKS} chunks; send larger chunks")
+            with contextlib.suppress(OSError):
+                self.write_soon(FRAMING_ANSWER % (len(body), body))
+        with self.requests_lock:
+            self.request = None
+            self.close_when_flushed = True
+        return True
 
     def del_channel(self, map: dict[int, Any] | None = None) -> None:
         super().del_channel(map)
         host, self._counted_host = self._counted_host, None
         if host is not None:
+            self.server.open_connections -= 1
             counts = self.server.per_address
             counts[host] -= 1
             if counts[host] <= 0:
@@ -176,6 +224,34 @@ class _DeadlineChannel(HTTPChannel):
         self.server.timed_out += 1
 
 
+class _SheddingChannel(HTTPChannel):
+    """A connection over a cap: its first bytes are answered 503 or 429 with Retry-After, then it closes.
+
+    Answering at once (instead of leaving the connection in the kernel's
+    backlog) tells the client to retry later or elsewhere; reading its
+    first bytes before closing keeps the kernel from resetting the answer
+    away. It never reaches a request thread.
+    """
+
+    def __init__(self, server: GuardedServer, sock: socket.socket, addr: Any, adj: Adjustments,
+                 status: int, detail: str) -> None:
+        super().__init__(server, sock, addr, adj, server._map)
+        self.answer_status, self.answer_detail = status, detail
+        self.started = time.monotonic()
+        self.answered = False
+
+    def received(self, data: bytes) -> bool:
+        if not self.answered:
+            self.answered = True
+            body = _json_error(self.answer_status, self.answer_detail)
+            reason = b"Service Unavailable" if self.answer_status == 503 else b"Too Many Requests"
+            with contextlib.suppress(OSError):
+                self.write_soon(SHED_ANSWER % (self.answer_status, reason, SHED_RETRY_AFTER[self.answer_status],
+                                               len(body), body))
+            self.close_when_flushed = True
+        return True
+
+
 class GuardedServer(TcpWSGIServer):
     """waitress's TCP server with request deadlines and a per-address cap."""
 
@@ -185,8 +261,10 @@ class GuardedServer(TcpWSGIServer):
                  dispatcher: ThreadedTaskDispatcher, adj: Adjustments, limits: FrontLimits) -> None:
         self.limits = limits
         self.per_address: collections.Counter[str] = collections.Counter()
+        self.draining = False  # set by Front.stop
+        self.open_connections = 0  # connections served (not those being shed)
+        self.shed = 0
         self.timed_out = 0
-        self.refused = 0
         sockinfo = (sock.family, sock.type, sock.proto, sock.getsockname())
         super().__init__(application, task_map, True, sock, dispatcher=dispatcher, adj=adj,
                          bind_socket=False, sockinfo=sockinfo)
@@ -203,18 +281,35 @@ class GuardedServer(TcpWSGIServer):
         host = _host(addr)
         cap = self.limits.max_per_address
         if cap and self.per_address[host] >= cap:
-            self.refused += 1
-            if self.refused & (self.refused - 1) == 0:  # 1st, 2nd, 4th, 8th ...: bounded logging
-                log.warning("refused a connection: %d already open from one address (cap %d; %d refused so far)",
-                            cap, cap, self.refused)
-            conn.close()
-            return
-        self.channel_class(self, conn, addr, self.adj, map=self._map)
+            self._shed(conn, addr, 429, f"{cap} connections are open from your address already; retry later")
+        elif self.open_connections >= self.limits.max_connections and not self._reserved_for(host):
+            self._shed(conn, addr, 503, "the server is at its connection capacity; retry later")
+        else:
+            self.channel_class(self, conn, addr, self.adj, map=self._map)
+
+    def _reserved_for(self, host: str) -> bool:
+        """At capacity, an address with (almost) no connection open may still use the reserve.
+
+        Attacks hold many connections from each of their addresses; a device
+        holds one or two. The reserve (a tenth of the cap) keeps room for them.
+        """
+        reserve = max(RESERVE_MIN, self.limits.max_connections // 10)
+        return self.per_address[host] < FAIR_SHARE and self.open_connections < self.limits.max_connections + reserve
+
+    def _shed(self, conn: socket.socket, addr: Any, status: int, detail: str) -> None:
+        self.shed += 1
+        if self.shed & (self.shed - 1) == 0:  # 1st, 2nd, 4th, 8th ...: bounded logging
+            log.warning("shedding load: answered %d at once (%s; %d so far)", status, detail, self.shed)
+        _SheddingChannel(self, conn, addr, self.adj, status, detail)
 
     def maintenance(self, now: float) -> None:
         """waitress's idle cut-off, then the request deadlines."""
         super().maintenance(now)
         clock = time.monotonic()
+        for shed in [c for c in self.active_channels.values() if isinstance(c, _SheddingChannel)]:
+            if clock - shed.started > SHED_SECONDS:
+                with contextlib.suppress(OSError):
+                    shed.close()
         for channel in list(self.active_channels.values()):
             request = channel.request
             if request is None or channel.will_close or channel.close_when_flushed:
@@ -231,7 +326,7 @@ class Front:
 
     def __init__(self, app: Callable[..., Any], sockets: Iterable[socket.socket], limits: FrontLimits) -> None:
         sockets = list(sockets)
-        raise_file_limit(limits.max_connections + SPARE_FILES)
+        raise_file_limit(limits.max_connections * (1 + SHED_HEADROOM) + SPARE_FILES)
         self.limits = limits
         self.map: dict[int, Any] = {}
         adj = limits.adjustments(sockets)
@@ -248,18 +343,59 @@ class Front:
         return any(getattr(c, "requests", None) for c in list(self.map.values()))
 
     def stop(self, grace_seconds: float) -> None:
-        """Stop accepting, finish the requests under way (at most ``grace_seconds``), close the rest."""
+        """Stop listening, answer what was accepted (at most ``grace_seconds``), close the rest.
+
+        Connections already in the kernel's queue are accepted and answered
+        first; then this process's copy of the listening socket is closed, so
+        a connection arriving later is refused at once (the client retries
+        another instance) instead of being reset unanswered when the worker
+        exits. While draining, every answer says ``Connection: close`` and an
+        idle kept-alive connection is closed, so no client holds the worker.
+        """
         for server in self.servers:
+            server.draining = True
+            _accept_queued(server)
             server.accepting = False
             with contextlib.suppress(OSError):
-                server.del_channel()  # out of the poll set; the listening socket itself is gunicorn's
+                server.del_channel()  # out of the poll set
+            with contextlib.suppress(OSError):
+                server.socket.close()  # our copy of gunicorn's listener: the kernel stops queueing for us
         deadline = time.monotonic() + grace_seconds
-        while self.busy() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            self._close_idle()
+            if not self.busy():
+                break
             self.poll(0.1)
         self.dispatcher.shutdown(cancel_pending=True, timeout=1)
         for channel in list(self.map.values()):
             with contextlib.suppress(OSError):
                 channel.close()
+
+    def _close_idle(self) -> None:
+        """Close the channels with no request in flight or arriving and nothing left to send."""
+        for channel in list(self.map.values()):
+            if (isinstance(channel, _DeadlineChannel) and not channel.requests and channel.request is None
+                    and not channel.total_outbufs_len):
+                with contextlib.suppress(OSError):
+                    channel.close()
+
+
+MAX_QUEUED_ACCEPTS = 10_000  # a stopping worker takes at most this many queued connections
+
+
+def _accept_queued(server: GuardedServer) -> None:
+    """Accept the connections waiting in the listening socket's queue (they are answered while draining)."""
+    for _ in range(MAX_QUEUED_ACCEPTS):
+        try:
+            ready, _, _ = select.select([server.socket], [], [], 0)
+        except (OSError, ValueError):
+            return
+        if not ready:
+            return
+        before = len(server._map)
+        server.handle_accept()
+        if len(server._map) == before:
+            return  # taken by another worker, or refused by the caps
 
 
 def raise_file_limit(wanted: int) -> None:

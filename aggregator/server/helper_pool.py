@@ -8,7 +8,8 @@ started with ``forkserver`` on first use (none when ``N = 0``: the caller
 works in place), and when a helper dies the pool is shut down, the work in
 hand is done in place by the caller's fallback and the next use starts new
 helpers. :meth:`HelperPool.close` stops the helpers without waiting for
-them.
+them; a helper whose worker died (even by SIGKILL) exits within half a
+second on its own.
 
 >>> pool = HelperPool("decode_processes", 0)
 >>> pool.processes, pool.enabled
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -30,6 +33,33 @@ from protocol.validation import check_int
 log = logging.getLogger(__name__)
 MAX_PROCESSES = 64
 T = TypeVar("T")
+
+
+OWNER_POLL_SECONDS = 0.5  # how often a helper checks that the worker that started it still runs
+
+
+def _start_helper(owner: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+    """In each helper: exit when ``owner`` (the worker process) is gone, then run ``initializer``.
+
+    A helper's parent is multiprocessing's fork server, not the worker, and
+    a worker killed with SIGKILL cannot stop its pool: without this watch its
+    helpers (each holding memory and, for the opener, the private key) were
+    left running for ever.
+    """
+    threading.Thread(target=_watch_owner, args=(owner,), name="onesided-owner-watch", daemon=True).start()
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _watch_owner(owner: int) -> None:
+    while True:
+        time.sleep(OWNER_POLL_SECONDS)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:  # pragma: no cover - the pid now belongs to another user: ours is gone
+            os._exit(0)
 
 
 class HelperPool:
@@ -60,7 +90,7 @@ class HelperPool:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     max_workers=self.processes, mp_context=multiprocessing.get_context("forkserver"),
-                    initializer=self._initializer, initargs=self._initargs,
+                    initializer=_start_helper, initargs=(os.getpid(), self._initializer, self._initargs),
                 )
             return self._pool
 

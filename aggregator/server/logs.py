@@ -32,6 +32,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -54,13 +55,20 @@ def utc_timestamp(seconds: float) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``TIME LEVEL LOGGER: MESSAGE`` with the time as :func:`utc_timestamp` writes it (never local time)."""
+    """``TIME LEVEL LOGGER: MESSAGE`` with the time as :func:`utc_timestamp` writes it (never local time),
+    and ``[request ID]`` at the end of a line written while a request runs
+    (:func:`aggregator.server.request_context.stamp_log_records`)."""
 
     def __init__(self, fmt: str = TEXT_FORMAT) -> None:
         super().__init__(fmt)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
         return utc_timestamp(record.created)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = scrub_tokens(super().format(record))
+        request_id = getattr(record, "request_id", None)
+        return line if request_id is None else f"{line} [request {request_id}]"
 
 
 class JsonFormatter(logging.Formatter):
@@ -70,15 +78,18 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": scrub_tokens(record.getMessage()),
             "time": utc_timestamp(record.created),
             "process": record.process,
         }
+        request_id = getattr(record, "request_id", None)
+        if request_id is not None:
+            entry["request_id"] = request_id  # the X-Request-Id of the request being answered
         audit = getattr(record, "audit", None)
         if isinstance(audit, dict):
             entry["audit"] = audit  # an audit-log event: the whole entry, for log shippers
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = scrub_tokens(self.formatException(record.exc_info))
         return json.dumps(entry)
 
 
@@ -172,11 +183,33 @@ def _printable(text: str, limit: int = 300) -> str:
     return cut if cut.isprintable() else cut.encode("unicode_escape").decode("ascii")
 
 
+# A bearer token (``ons_`` and 43 base64url characters), also percent-encoded or cut short; and the
+# value of any query parameter whose name says it holds a secret.
+_TOKEN = re.compile(r"ons(?:_|%5[fF])[A-Za-z0-9_%-]{8,}")
+_SECRET_PARAMETER = re.compile(r"(?i)((?:^|[?&;])[^=&;]*(?:token|secret|password|key)[^=&;]*=)[^&;]*")
+REDACTED = "[redacted]"
+
+
+def scrub_tokens(text: str) -> str:
+    """``text`` with bearer tokens redacted (every log line: a token may turn up in any message)."""
+    return _TOKEN.sub(REDACTED, text) if "ons" in text else text
+
+
+def scrub_secrets(text: str) -> str:
+    """``text`` (a request target, a logged value) with tokens and secret-looking query values redacted.
+
+    >>> scrub_secrets("/v1/metrics/ons_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA?token=abc&x=1")
+    '/v1/metrics/[redacted]?token=[redacted]&x=1'
+    """
+    return _SECRET_PARAMETER.sub(rf"\1{REDACTED}", _TOKEN.sub(REDACTED, text))
+
+
 def access_log_middleware(app: WsgiApp, policy: str = "truncated") -> WsgiApp:
     """Wrap a WSGI app so that each request logs one line to ``onesided.access``.
 
     ``ADDRESS "METHOD PATH?QUERY PROTOCOL" STATUS BYTES MS`` (the address
-    under ``policy``, see :func:`logged_address`).
+    under ``policy``, see :func:`logged_address`; tokens pasted into the
+    target are redacted, see :func:`scrub_secrets`).
 
     Raises:
         ValueError: an unknown ``policy``.
@@ -191,7 +224,7 @@ def access_log_middleware(app: WsgiApp, policy: str = "truncated") -> WsgiApp:
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             size = next((value for name, value in headers if name.lower() == "content-length"), "-")
             query = environ.get("QUERY_STRING")
-            target = environ.get("PATH_INFO", "") + (f"?{query}" if query else "")
+            target = scrub_secrets(environ.get("PATH_INFO", "") + (f"?{query}" if query else ""))
             logger.info(
                 '%s "%s %s %s" %s %s %.1f', logged_address(environ.get("REMOTE_ADDR"), policy),
                 _printable(environ.get("REQUEST_METHOD", "")), _printable(target),

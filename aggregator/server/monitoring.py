@@ -13,7 +13,13 @@ Exposed at ``GET /metrics`` (text format 0.0.4) by :mod:`aggregator.server.api.m
 * ``onesided_requests_in_flight``: requests being handled (the backlog inside
   the workers; summed over processes);
 * ``onesided_decode_pending``: analysts' fits waiting for or running in a
-  decode helper.
+  decode helper;
+* ``onesided_clock_suspect``: 1 while most reports are refused by the
+  server's clock (:mod:`aggregator.server.clock_watch`);
+* at scrape time, from the answering process: ``onesided_dependency_up{dependency}``
+  (``database``, ``keys``: 1 up, 0 away), ``onesided_db_pool_connections{state}``
+  (``checked_out``, ``idle``), ``onesided_build_info{version,python}`` (always 1)
+  and prometheus_client's ``process_*`` (CPU, memory, open files).
 
 With ``PROMETHEUS_MULTIPROC_DIR`` set (an empty folder, before the server
 starts; ``onesided serve`` passes it to its workers), each process writes
@@ -36,9 +42,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
     multiprocess,
 )
+from prometheus_client.registry import Collector
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -51,6 +59,8 @@ LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
 IN_FLIGHT = Gauge("onesided_requests_in_flight", "Requests being handled", multiprocess_mode="livesum")
+CLOCK_SUSPECT = Gauge("onesided_clock_suspect", "1 while most reports are refused by the server's clock",
+                      multiprocess_mode="livemax")
 DECODE_PENDING = Gauge("onesided_decode_pending", "Analysts' fits queued or running", multiprocess_mode="livesum")
 
 
@@ -87,13 +97,25 @@ def instrument(app: Flask) -> None:
     app.after_request(_after)
 
 
-def exposition() -> tuple[bytes, str]:
-    """The metrics text (all processes' in multiprocess mode) and its content type."""
+def exposition(live: Collector | None = None) -> tuple[bytes, str]:
+    """The metrics text (all processes' in multiprocess mode) and its content type.
+
+    ``live``: metrics computed at scrape time by the answering process
+    (dependencies, connection pool, build), appended. In multiprocess mode
+    the ``process_*`` metrics are those of the process that answered.
+    """
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+        ProcessCollector(registry=registry)
+        text = generate_latest(registry)
+    else:
+        text = generate_latest(REGISTRY)
+    if live is not None:
+        extra = CollectorRegistry(auto_describe=False)
+        extra.register(live)
+        text += generate_latest(extra)
+    return text, CONTENT_TYPE_LATEST
 
 
 def worker_exited(pid: int) -> None:

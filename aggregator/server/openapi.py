@@ -24,6 +24,7 @@ from flask import Flask, request
 from aggregator.server.api.errors import error_schema
 from aggregator.server.api.schema import check_query, flask_path
 from aggregator.server.api.spec import DOCUMENT_KEY
+from aggregator.server.auth import authenticate_once
 from aggregator.server.routes import API_MODULES
 from protocol.errors import ParameterError
 
@@ -169,6 +170,7 @@ def install_openapi(app: Flask, modules: Iterable[ModuleType] = API_MODULES) -> 
     parameter the operation does not document is 400 (field: its name), and
     so is a value that breaks the parameter's schema (:func:`check_query`).
     Whether a required one is present is left to the view, after the token.
+    On a route that needs a token, the token is checked first.
 
     The document is the one source of which parameters exist: before, any
     name was silently ignored, so a misspelt ``windw=`` answered as if absent.
@@ -183,6 +185,9 @@ def install_openapi(app: Flask, modules: Iterable[ModuleType] = API_MODULES) -> 
         names = allowed.get((flask_path(request.url_rule.rule), request.method.lower()))
         if names is None:
             return
+        roles = getattr(app.view_functions.get(request.url_rule.endpoint), "required_roles", None)
+        if roles is not None:
+            authenticate_once(roles)  # 401 before any 400; an authenticated refusal is audited
         unknown = sorted(set(request.args) - set(names))
         if unknown:
             takes = ", ".join(sorted(names)) or "none"

@@ -11,26 +11,33 @@ keep-alive limits), so slow or idle clients cannot hold the request threads.
   put several hosts behind a load balancer for more.
 
 Before forking, the master migrates the schema once and checks the keys,
-so workers start on a ready database. On SQLite a missing key directory is
-created (``onesided keys init``) on first start; on PostgreSQL, where
-several hosts must share one key pair, missing keys are an error.
+so workers start on a ready database. A folder without keys is refused
+unless ``init`` (SQLite only: on PostgreSQL several hosts must share one key
+pair made by ``onesided keys init``), and so is a SQLite file that vanished
+from beside the keys that served it, unless ``new_database``
+(:mod:`aggregator.server.initialisation`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import logging.config
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 from gunicorn.workers.base import Worker
 
 from aggregator.server.front import Front, FrontLimits
+from aggregator.server.initialisation import check_initialised, record_database
+from aggregator.server.keyring import load_keyring
 from aggregator.server.logs import (
     ADDRESS_POLICIES,
     access_log_from_env,
@@ -63,13 +70,20 @@ def check_workers(settings: Settings, workers: int) -> None:
         )
 
 
-def prepare(settings: Settings) -> AggregatorKeys:
-    """Create missing keys (SQLite only) and migrate the schema; return the keys.
+def prepare(settings: Settings, *, init: bool = False, new_database: bool = False) -> AggregatorKeys:
+    """Check that this is an initialised aggregator, create what ``init`` allows, migrate; return the keys.
+
+    Args:
+        init: create the keys (SQLite only) when there are none.
+        new_database: create an empty SQLite database even though these keys
+            served one at that path before (see :mod:`aggregator.server.initialisation`).
 
     Raises:
-        ParameterError: no keys and the database is PostgreSQL (field ``key_dir``);
+        ParameterError: no keys and not ``init`` (or PostgreSQL; field
+            ``key_dir``); a served SQLite file missing (field ``database``);
             a shared data directory (field ``data_dir``).
     """
+    check_initialised(settings, init=init, new_database=new_database)
     if settings.uses_data_dir:
         prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
     if not settings.key_path.is_dir() and settings.dialect == "sqlite":
@@ -81,7 +95,26 @@ def prepare(settings: Settings) -> AggregatorKeys:
     keys = load_keys(settings)
     storage = Storage.open(settings.database_url, attempts=settings.db_retries, wait_seconds=settings.db_wait_seconds)
     storage.close()
+    record_database(settings)
     return keys
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port another process listens on, in one line (gunicorn would retry for 10 s, then exit 1).
+
+    Raises:
+        ParameterError: field ``port``.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return  # gunicorn's own error says the rest (a bad address, no permission)
+            raise ParameterError("port", f"{host}:{port} is already in use (another server?); stop it or choose "
+                                         "another --port") from None
 
 
 class FrontWorker(Worker):
@@ -115,6 +148,25 @@ def front_worker(limits: FrontLimits, access_log: str | None) -> type[FrontWorke
     return type("OnesidedWorker", (FrontWorker,), {"limits": limits, "access_log": access_log})
 
 
+class KeyCheckingArbiter(Arbiter):
+    """gunicorn's master, except that SIGHUP first reads the keys: unreadable ones keep the old workers.
+
+    A reload replaces every worker; with a damaged or half-written key file
+    the new ones could only answer 503 ``keys_unavailable``, so the master
+    logs one line and leaves the running workers (and their keys) alone.
+    """
+
+    def handle_hup(self) -> None:
+        settings: Settings = self.app.settings
+        try:
+            load_keyring(settings.key_path)
+        except (ParameterError, OSError, ValueError) as exc:
+            self.log.error("SIGHUP ignored: cannot read the keys in %s (%s); the running workers keep serving "
+                           "with the keys they loaded", settings.key_path, exc)
+            return
+        super().handle_hup()
+
+
 class GunicornServer(BaseApplication):
     """gunicorn without its command line: options from us, the app from :func:`create_app` per worker."""
 
@@ -131,7 +183,10 @@ class GunicornServer(BaseApplication):
     def load(self) -> Any:
         from aggregator.server.app import create_app
 
-        return create_app(self.settings)
+        return create_app(self.settings, wait_for_dependencies=True)
+
+    def run(self) -> None:
+        KeyCheckingArbiter(self).run()
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
@@ -209,18 +264,20 @@ def metrics_dir() -> Iterator[None]:
 def serve(
     settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1, threads: int = 4,
     timeout: int = 120, graceful_timeout: int = 20, log_format: str = "text", access_log: bool | None = None,
-    access_log_addresses: str | None = None,
+    access_log_addresses: str | None = None, init: bool = False, new_database: bool = False,
 ) -> None:
     """Run until interrupted (SIGINT / SIGTERM stop gracefully).
 
     ``access_log``: a line per request on or off; ``None`` reads
     ``ONESIDED_ACCESS_LOG`` (``1``/``true``/``yes``; default off).
     ``access_log_addresses``: ``truncated`` (default), ``full`` or ``none``;
-    ``None`` reads ``ONESIDED_ACCESS_LOG_ADDRESSES``.
+    ``None`` reads ``ONESIDED_ACCESS_LOG_ADDRESSES``. ``init`` and
+    ``new_database``: see :func:`prepare`.
 
     Raises:
         ParameterError: ``workers``, ``threads``, ``access_log`` or
-            ``access_log_addresses`` (a bad environment value).
+            ``access_log_addresses`` (a bad environment value); ``port`` in
+            use; ``key_dir`` / ``database``: see :func:`prepare`.
     """
     try:
         if access_log is None:
@@ -233,11 +290,12 @@ def serve(
         raise ParameterError("access_log_addresses", f"must be one of {', '.join(ADDRESS_POLICIES)}")
     logging.config.dictConfig(logging_config(log_format, access_log=access_log))
     check_workers(settings, workers)
+    check_port(host, port)
     options = gunicorn_options(
         host=host, port=port, workers=workers, limits=front_limits(settings, threads), timeout=timeout,
         graceful_timeout=graceful_timeout, log_format=log_format,
         access_log=access_log_addresses if access_log else None,
     )
     with metrics_dir():
-        prepare(settings)
+        prepare(settings, init=init, new_database=new_database)
         GunicornServer(settings, options).run()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from aggregator.server.request_context import parse_networks
 from protocol.errors import ParameterError
 from protocol.validation import check_int
 from protocol.wire import SYNC_INTERVAL_RANGE
@@ -84,15 +85,23 @@ class Settings:
         idle_timeout_seconds: how long ``onesided serve`` keeps an idle
             connection open between requests (keep-alive).
         max_connections: open connections per ``onesided serve`` worker process;
-            above it new connections wait in the kernel's backlog.
+            above it new connections are answered 503 with ``Retry-After`` at once
+            (an address holding fewer than 2 may still use a reserve of a tenth).
         max_connections_per_address: open connections from one client address
-            per worker process (more are closed at once); 0: no cap (behind a
+            per worker process (more are answered 429 at once); 0: no cap (behind a
             reverse proxy, every connection comes from the proxy).
         sync_interval: seconds the signed config asks clients to wait before
             fetching it again (``None``, the default: the config does not say
             and clients keep their own schedule, hourly for the SDK). Clients
             older than this field refuse a config that carries it, so set it
             once every deployed client reads it.
+        rate_limit_per_address, rate_limit_per_token: requests a second one
+            client address (after ``trusted_proxies``) or one bearer token
+            may make on average, per worker process, in bursts of twice that;
+            more get 429 with ``Retry-After`` (0, the default: no limit).
+        trusted_proxies: comma-separated addresses or networks of reverse
+            proxies whose ``X-Forwarded-For`` (and ``X-Request-Id``) is
+            believed (default none: the socket's address is the client's).
     """
 
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR
@@ -115,6 +124,9 @@ class Settings:
     allow_shared_data_dir: bool = False
     max_decode_cells: int = DEFAULT_MAX_DECODE_CELLS
     decode_processes: int = 1
+    trusted_proxies: str = ""
+    rate_limit_per_address: float = 0.0
+    rate_limit_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str | os.PathLike) or not str(self.data_dir):
@@ -125,6 +137,13 @@ class Settings:
             raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {self.dialect!r}")
         if self.key_dir is not None and not isinstance(self.key_dir, str | os.PathLike):
             raise ParameterError("key_dir", "must be a path")
+        if not isinstance(self.trusted_proxies, str):
+            raise ParameterError("trusted_proxies", "must be comma-separated addresses or networks")
+        parse_networks(self.trusted_proxies)
+        for name in ("rate_limit_per_address", "rate_limit_per_token"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e6:
+                raise ParameterError(name, f"must be requests a second in [0, 1e6] (0: off), got {value!r}")
         for flag in ("allow_plaintext", "allow_shared_data_dir"):
             if not isinstance(getattr(self, flag), bool):
                 raise ParameterError(flag, "must be true or false")
@@ -184,11 +203,13 @@ class Settings:
         ``ONESIDED_DECRYPT_PROCESSES``, ``ONESIDED_MAX_DECODE_CELLS``, ``ONESIDED_DECODE_PROCESSES``,
         ``ONESIDED_READ_TIMEOUT``, ``ONESIDED_HEADER_TIMEOUT``, ``ONESIDED_IDLE_TIMEOUT``, ``ONESIDED_DB_WAIT`` (seconds),
         ``ONESIDED_MAX_CONNECTIONS``, ``ONESIDED_MAX_CONNECTIONS_PER_ADDRESS``, ``ONESIDED_SYNC_INTERVAL``,
-        ``ONESIDED_ALLOW_SHARED_DATA_DIR``;
+        ``ONESIDED_ALLOW_SHARED_DATA_DIR``, ``ONESIDED_TRUSTED_PROXIES``,
+        ``ONESIDED_RATE_LIMIT_PER_ADDRESS``, ``ONESIDED_RATE_LIMIT_PER_TOKEN`` (requests a second);
         ``overrides`` that are not ``None`` win (command-line flags)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        text_vars = {"data_dir": "ONESIDED_DATA_DIR", "db_url": "ONESIDED_DB", "key_dir": "ONESIDED_KEY_DIR"}
+        text_vars = {"data_dir": "ONESIDED_DATA_DIR", "db_url": "ONESIDED_DB", "key_dir": "ONESIDED_KEY_DIR",
+                     "trusted_proxies": "ONESIDED_TRUSTED_PROXIES"}
         for name, var in text_vars.items():
             if env.get(var):
                 values[name] = env[var]
@@ -217,7 +238,9 @@ class Settings:
         for name, var in (("read_timeout_seconds", "ONESIDED_READ_TIMEOUT"),
                           ("header_timeout_seconds", "ONESIDED_HEADER_TIMEOUT"),
                           ("idle_timeout_seconds", "ONESIDED_IDLE_TIMEOUT"),
-                          ("db_wait_seconds", "ONESIDED_DB_WAIT")):
+                          ("db_wait_seconds", "ONESIDED_DB_WAIT"),
+                          ("rate_limit_per_address", "ONESIDED_RATE_LIMIT_PER_ADDRESS"),
+                          ("rate_limit_per_token", "ONESIDED_RATE_LIMIT_PER_TOKEN")):
             if env.get(var):
                 try:
                     values[name] = float(env[var])

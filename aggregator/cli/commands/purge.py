@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from aggregator.server.storage import Storage
     storage = Storage.open(settings.database_url, attempts=settings.db_retries)
     try:
-        deleted = storage.purge_expired(settings.retention_seconds)
+        deleted = storage.purge_expired(settings.retention_seconds, clock_skew_seconds=settings.clock_skew_seconds)
         from aggregator.server.storage.audit import operator_entry
         storage.record_audit(operator_entry("purge", None, {"retention_seconds": settings.retention_seconds,
                                                             "deleted_reports": deleted}))

@@ -59,6 +59,21 @@ def register(subparsers: Subparsers) -> None:
                         help="gunicorn: seconds a stopping worker may finish its requests (default 20)")
     parser.add_argument("--allow-shared-data-dir", action="store_true", default=None,
                         help="serve even if group or others may use the data directory (refused by default)")
+    parser.add_argument("--rate-limit-per-address", type=float,
+                        help="requests a second one client address may make per worker, bursts of twice that; "
+                             "more get 429 + Retry-After (default 0: off); env ONESIDED_RATE_LIMIT_PER_ADDRESS")
+    parser.add_argument("--rate-limit-per-token", type=float,
+                        help="requests a second one bearer token may make per worker (default 0: off); "
+                             "env ONESIDED_RATE_LIMIT_PER_TOKEN")
+    parser.add_argument("--trusted-proxies",
+                        help="comma-separated addresses or networks of reverse proxies whose X-Forwarded-For "
+                             "names the client (default none); env ONESIDED_TRUSTED_PROXIES")
+    parser.add_argument("--init", action="store_true",
+                        help="create new keys (and database) if the data folder has none (SQLite; refused "
+                             "otherwise, so that a typo cannot start a second aggregator)")
+    parser.add_argument("--new-database", action="store_true",
+                        help="start an empty SQLite database although these keys served one at that path "
+                             "that is now missing (its acknowledged reports are lost)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="log lines as text (default) or one JSON object each")
     parser.add_argument("--access-log", action="store_true", default=None,
@@ -70,8 +85,9 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aggregator.server.initialisation import check_initialised
     from aggregator.server.private_files import prepare_data_dir
-    from aggregator.server.serve import check_workers, serve
+    from aggregator.server.serve import check_port, check_workers, serve
 
     settings = settings_from_args(
         args,
@@ -89,15 +105,21 @@ def run(args: argparse.Namespace) -> int:
         max_decode_cells=args.max_decode_cells,
         allow_shared_data_dir=args.allow_shared_data_dir,
         sync_interval=args.sync_interval,
+        trusted_proxies=args.trusted_proxies,
+        rate_limit_per_address=args.rate_limit_per_address,
+        rate_limit_per_token=args.rate_limit_per_token,
     )
     check_workers(settings, args.workers)  # a refusal is one line, before the start-up lines
+    check_initialised(settings, init=args.init, new_database=args.new_database)  # before any folder is made
+    check_port(args.host, args.port)
     if settings.uses_data_dir:  # so is a data directory it cannot use (the server prepares it again: idempotent)
         prepare_data_dir(settings.data_dir, allow_shared=settings.allow_shared_data_dir)
     if args.log_format == "text":  # JSON logs are for machines: every stderr line stays one JSON object
         print(start_lines(settings, args), file=sys.stderr, flush=True)
     serve(settings, host=args.host, port=args.port, workers=args.workers, threads=args.threads,
           timeout=args.timeout, graceful_timeout=args.graceful_timeout, log_format=args.log_format,
-          access_log=args.access_log, access_log_addresses=args.access_log_addresses)
+          access_log=args.access_log, access_log_addresses=args.access_log_addresses, init=args.init,
+          new_database=args.new_database)
     return 0
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, g, request
@@ -46,6 +48,61 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+MAX_NUMBER_DIGITS = 40  # longer JSON numbers are refused before any conversion (no field needs more)
+
+
+class _TooLong:
+    """A JSON number too long to convert, kept in place so that its field can be named."""
+
+    def __init__(self, text: str) -> None:
+        self.digits = len(text)
+
+
+def _bounded_number(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        if len(text) > MAX_NUMBER_DIGITS:
+            return _TooLong(text)
+        value = convert(text)
+        return _TooLong(text) if isinstance(value, float) and not math.isfinite(value) else value
+    return parse
+
+
+def _too_long_path(value: Any, path: str = "") -> tuple[str, _TooLong] | None:
+    """The path (``a.b[2]``) of the first number :func:`_bounded_number` refused, if any."""
+    if isinstance(value, _TooLong):
+        return path or "body", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _too_long_path(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key)
+        if found is not None:
+            return found
+    return None
+
+
+def parse_json(raw: bytes) -> Any:
+    """Parse a request body: no NaN/Infinity, no number over :data:`MAX_NUMBER_DIGITS` characters or out of range.
+
+    A 4,300-digit integer costs a quadratic conversion and cannot become a
+    float (a 500 before); it is refused as text, naming its field.
+
+    Raises:
+        ParameterError: not JSON (field ``body``) or a number too long (its field).
+    """
+    try:
+        body = json.loads(raw, parse_constant=_no_constants, parse_int=_bounded_number(int),
+                          parse_float=_bounded_number(float))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ParameterError("body", f"is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ParameterError("body", "is nested too deeply") from exc
+    found = _too_long_path(body)
+    if found is not None:
+        path, number = found
+        raise ParameterError(path, f"is a number of {number.digits} characters or out of range; numbers here have "
+                                   f"at most {MAX_NUMBER_DIGITS}")
+    return body
+
+
 def body_bytes() -> bytes:
     """The request body (either framing), within ``max_body_bytes`` and ``read_timeout_seconds``.
 
@@ -65,17 +122,12 @@ def json_body(*, documented: bool = True) -> Any:
 
     Raises:
         UnsupportedMediaType: the content type is not ``application/json`` (415).
-        ParameterError: the body is not valid UTF-8 JSON (field ``body``, 400), or
-            breaks the schema ``GET /v1/openapi.json`` gives it (the field, 400).
+        ParameterError: the body is not valid UTF-8 JSON (field ``body``, 400), has
+            a number too long to convert (its field, 400), or breaks the schema ``GET /v1/openapi.json`` gives it (the field, 400).
     """
     if request.mimetype != JSON_MIMETYPE:
         raise UnsupportedMediaType(f"send the body as {JSON_MIMETYPE}, not {request.mimetype or 'nothing'}")
-    try:
-        g.json_body = body = json.loads(body_bytes(), parse_constant=_no_constants)  # the audit log's detail
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ParameterError("body", f"is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise ParameterError("body", "is nested too deeply") from exc
+    g.json_body = body = parse_json(body_bytes())  # the audit log's detail
     if documented:
         check_body(body)
     return body

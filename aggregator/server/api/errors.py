@@ -39,6 +39,7 @@ HTTP_CODES = {
     408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    429: "too_many_requests",
     503: "unavailable",
     507: "insufficient_storage",
 }
@@ -59,8 +60,9 @@ def _snake(name: str) -> str:
 def _protocol_error(exc: OnesidedError) -> tuple[Response, int]:
     if isinstance(exc, ApiError):
         response, status = error_response(exc.status, exc.code, exc.field, exc.detail)
-        if isinstance(exc, DependencyFailed):
-            response.headers["Retry-After"] = str(exc.retry_after)
+        retry_after = getattr(exc, "retry_after", None)  # dependencies away, rate limits
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(retry_after)
         return response, status
     field = getattr(exc, "field", None) or None
     if field is None and exc.code in ("invalid_message", "invalid_parameter"):

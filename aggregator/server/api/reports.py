@@ -15,18 +15,22 @@ from flask import Blueprint, request
 from werkzeug.exceptions import UnsupportedMediaType
 
 from aggregator.server.api.common import body_bytes, json_body
+from aggregator.server.clock_watch import clock_answers
 from aggregator.server.context import app_state
 from aggregator.server.ingest import Ingestor
 from aggregator.server.monitoring import count_statuses
 from protocol.params import NAME_PATTERN
 from protocol.wire import (
+    CLOCK_ANSWERS_VERSION,
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
     MAX_BODY_BYTES,
+    MAX_RETRY_AFTER,
     MAX_ROUND,
     MAX_WINDOW,
     REPORT_ID_BYTES,
     STATUSES,
+    WIRE_HEADER,
     ReportEnvelope,
     parse_batch_binary,
     parse_batch_json,
@@ -56,9 +60,17 @@ def upload_reports() -> dict[str, Any]:
     state = app_state()
     envelopes = parse_request_batch(state.settings.max_reports)
     ingestor = Ingestor(storage=state.storage, opener=state.opener, settings=state.settings)
-    results = ingestor.ingest(envelopes, now=state.now())
-    count_statuses([r.status for r in results])
-    return upload_response(results)
+    now = state.now()
+    results = ingestor.ingest(envelopes, now=now)
+    statuses = [r.status for r in results]
+    count_statuses(statuses)
+    state.clock_watch.observe(statuses)
+    if request.headers.get(WIRE_HEADER) != CLOCK_ANSWERS_VERSION:
+        return upload_response(results)  # a client before wire version 2 rejects keys it does not know
+    suspect = state.clock_watch.suspicion() is not None
+    answered = clock_answers(results, envelopes, now=now, clock_skew_seconds=state.settings.clock_skew_seconds,
+                             suspect=suspect)
+    return upload_response(answered, server_time=int(now))
 
 
 _BAD = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
@@ -74,6 +86,10 @@ OPENAPI_PATHS: dict[str, Any] = {
                            "report in the results.",
             "security": [],
             "x-checked-in-code": ["reports[].report_id"],
+            "parameters": [{"name": WIRE_HEADER, "in": "header", "required": False,
+                            "schema": {"type": "string"},
+                            "description": f"{CLOCK_ANSWERS_VERSION}: answer with server_time and retry_after "
+                                           "(docs/wire.md 7.4)"}],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -149,6 +165,10 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "status": {"enum": list(STATUSES)},
             "field": {"type": ["string", "null"]},
             "detail": {"type": ["string", "null"]},
+            "retry_after": {"type": "integer", "minimum": 1, "maximum": MAX_RETRY_AFTER,
+                            "description": f"only with the request header {WIRE_HEADER}: "
+                                           f"{CLOCK_ANSWERS_VERSION}, on too_early / expired: not final, keep "
+                                           "the report and resend it no sooner (docs/wire.md 7.4)"},
         },
     },
     "UploadResponse": {
@@ -157,6 +177,9 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
         "properties": {
             "results": {"type": "array", "items": {"$ref": "#/components/schemas/ReportResult"}},
             "accepted": {"type": "integer"},
+            "server_time": {"type": "integer", "description": f"only with the request header {WIRE_HEADER}: "
+                                                              f"{CLOCK_ANSWERS_VERSION}: the server's clock, "
+                                                              "Unix seconds"},
         },
     },
 }

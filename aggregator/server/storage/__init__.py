@@ -28,6 +28,7 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from aggregator.server.errors import DatabaseUnavailable
 from aggregator.server.faults import classify, first_line
 from aggregator.server.storage import migrations
 from aggregator.server.storage.audit import AuditEntry, AuditStore
@@ -35,6 +36,7 @@ from aggregator.server.storage.engine import (
     describe_database,
     make_engine,
     make_engine_or_explain,
+    sqlite_file_identity,
     unreachable,
 )
 from aggregator.server.storage.metrics import MetricStore
@@ -65,6 +67,7 @@ class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore, Au
     def __init__(self, engine: Engine, *, attempts: int = 5) -> None:
         self.engine = engine
         self.attempts = attempts
+        self._file_identity: tuple[int, int] | None = None  # SQLite: (device, inode) of the opened file
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True, attempts: int = 5, wait_seconds: float = 0.0) -> Storage:
@@ -89,6 +92,7 @@ class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore, Au
                     storage.migrate()
                 else:
                     storage.schema_version()
+                storage.remember_file()
                 return storage
             except (sa.exc.DBAPIError, OSError) as exc:
                 kind = classify(exc)
@@ -116,6 +120,37 @@ class Storage(MetricStore, RoundStore, ReportStore, TokenStore, ReleaseStore, Au
         """The applied schema version (0 when empty)."""
         with self.engine.connect() as conn:
             return migrations.current_version(conn)
+
+    def remember_file(self) -> None:
+        """Note which SQLite file is open (its device and inode), for :meth:`check_file`; PostgreSQL: nothing."""
+        path = self.sqlite_path
+        if path is not None:
+            self._file_identity = sqlite_file_identity(path)
+
+    @property
+    def sqlite_path(self) -> str | None:
+        """The SQLite file's path (``None`` on PostgreSQL)."""
+        return self.engine.url.database if self.dialect == "sqlite" else None
+
+    def check_file(self) -> None:
+        """Refuse to go on when the SQLite file at the path is not the one the server opened.
+
+        A removed file stays open (its reports land in an unlinked inode and
+        vanish with the process); a replaced one is another database. Both
+        are 503 naming the file, never ``accepted``. One ``stat`` call.
+
+        Raises:
+            DatabaseUnavailable: the file was removed or replaced (field ``database``).
+        """
+        path = self.sqlite_path
+        if self._file_identity is None or path is None:
+            return
+        found = sqlite_file_identity(path)
+        if found != self._file_identity:
+            what = "removed" if found is None else "replaced"
+            raise DatabaseUnavailable(
+                "database", f"the SQLite file {path} was {what} while the server had it open; nothing is stored "
+                            "until it is restored and the server restarted")
 
     def close(self) -> None:
         """Release the connection pool."""

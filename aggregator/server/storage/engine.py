@@ -40,6 +40,7 @@ SQLITE_BUSY_MS = 30_000
 # 52 -> 29 us of wall time per report. The WAL file is cut back to 64 MiB after a checkpoint.
 SQLITE_CHECKPOINT_PAGES = 10_000
 SQLITE_WAL_LIMIT_BYTES = 64 * 1024 * 1024
+PG_CONNECT_TIMEOUT_SECONDS = 10
 # PostgreSQL SQLSTATEs worth a retry: serialization failure, deadlock, unique violation.
 RETRY_SQLSTATES = frozenset({"40001", "40P01", "23505"})
 
@@ -61,7 +62,11 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
     if parsed.get_backend_name() == "postgresql":
-        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=4, max_overflow=4, hide_parameters=True)
+        # A database host that drops packets must not hold a request thread for the kernel's TCP timeout
+        # (minutes): a worker waiting for it answers 503 and tries again (aggregator.server.dependencies).
+        timeout = {} if "connect_timeout" in parsed.query else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
+        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=4, max_overflow=4, hide_parameters=True,
+                                connect_args=timeout)
     raise ParameterError("db_url", f"dialect must be sqlite or postgresql, got {parsed.get_backend_name()!r}")
 
 
@@ -95,6 +100,15 @@ def make_engine_or_explain(url: str) -> Engine:
     except OSError as exc:
         raise unreachable(url, exc, "storage_full" if exc.errno == errno.ENOSPC else "database_unavailable") \
             from None
+
+
+def sqlite_file_identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file at ``path``, ``None`` when there is none."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _sqlite_engine(url: sa.engine.URL) -> Engine:

@@ -335,16 +335,23 @@ class ReportStore:
                 for table in schema.metadata.sorted_tables
             }
 
-    def purge_expired(self, retention_seconds: int, *, now: int | None = None) -> int:
+    def purge_expired(self, retention_seconds: int, *, now: int | None = None, clock_skew_seconds: int = 0) -> int:
         """Delete raw reports whose window ended more than ``retention_seconds`` ago.
 
         Such windows are ``expired`` at ingestion, so their report ids need no
         replay protection any more; aggregates are kept. Returns the number of
         reports deleted.
+
+        "Now" is bounded by the stored data as well as by the clock: the
+        newest stored window was accepted, so the true time is at least its
+        start minus ``clock_skew_seconds``, and no window the server accepts
+        at that time is purged, however far ahead this machine's clock is
+        (a purged replay set would let re-sent reports count twice).
         """
         stamp = int(time.time()) if now is None else now
         deleted = 0
         with self.engine.begin() as conn:
+            stamp = min(stamp, self._newest_accepted_time(conn, clock_skew_seconds) or stamp)
             for row in conn.execute(sa.select(schema.metrics.c.id, schema.metrics.c.params)).all():
                 precision = int(loads(row.params)["time_precision"])
                 cutoff = stamp - retention_seconds - precision
@@ -352,4 +359,10 @@ class ReportStore:
                 result = conn.execute(sa.delete(t).where(t.c.metric_id == row.id, t.c.window_start <= cutoff))
                 deleted += result.rowcount
         return deleted
+
+    @staticmethod
+    def _newest_accepted_time(conn: Connection, clock_skew_seconds: int) -> int | None:
+        """The earliest the true time can be, from the newest stored window (``None``: no reports)."""
+        newest = conn.execute(sa.select(sa.func.max(schema.reports.c.window_start))).scalar()
+        return None if newest is None else int(newest) - clock_skew_seconds
 
