@@ -109,10 +109,10 @@ def test_prefix_metric_from_flags(capsys: pytest.CaptureFixture[str], server: di
                                                      "lengths": [1, 2, 3, 4]}
     assert main(["metric", "create", "--name", "w", "--encoding", "prefix", "--num-bits", "64", "--num-hashes",
                  "2", "--mode", "symmetric", "--level", "2", "--dry-run"]) == 2
-    assert capsys.readouterr().err.startswith("error: prefix_lengths:")
+    assert capsys.readouterr().err.startswith("error: --prefix-lengths:")
     assert main(["metric", "create", "--name", "w", "--encoding", "direct", "--pair-a", "x", "--mode",
                  "symmetric", "--level", "2", "--dry-run"]) == 2
-    assert capsys.readouterr().err.startswith("error: pair_b:")
+    assert capsys.readouterr().err.startswith("error: --pair-b is required here")
 
 
 def test_rounds_list_status_and_close(capsys: pytest.CaptureFixture[str], server: dict[str, str]) -> None:
