@@ -185,6 +185,18 @@ def test_a_missing_extra_has_one_message_for_every_command() -> None:
     assert "reinstall onesided" in missing_extra_line("demo", "mmh3")
 
 
+def test_every_missing_extra_of_a_command_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """demo needs server and research: a bare install hears of both in one line, not one after the other."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("flask", "scipy") else real(name, *a))
+    line = missing_extra_line("demo", "flask")
+    assert line == ("error: demo needs the Python packages 'flask' ('server' extra) and 'scipy' ('research' "
+                    "extra): pip install 'onesided[server,research]'")
+
+
 def test_a_missing_extra_at_run_time(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import aggregator.cli.commands.rounds as rounds
 
@@ -220,7 +232,7 @@ def test_every_command_names_its_missing_extra_the_same_way(tmp_path: Path) -> N
         f"serve --data-dir {tmp_path}/d --port 0": "server",
         "audit --list": "research",
         f"simulate relaxation --out {tmp_path}/sim": "research",
-        f"demo --out {tmp_path}/demo": "server",
+        f"demo --out {tmp_path}/demo": "server,research",
         f"token list --data-dir {tmp_path}/d": "server",
         f"purge --data-dir {tmp_path}/d": "server",
         f"backup --data-dir {tmp_path}/d {tmp_path}/copy.db": "server",
@@ -233,6 +245,9 @@ def test_every_command_names_its_missing_extra_the_same_way(tmp_path: Path) -> N
     for (line, extra), err in zip(needs.items(), errors, strict=True):
         command = line.split()[0]
         shape = rf"error: {command} needs the Python package '(\w+)' of the '{extra}' extra: pip install 'onesided\[{extra}\]'\n"
+        if "," in extra:  # every extra still missing, in one line
+            shape = (rf"error: {command} needs the Python packages '\w+' \('server' extra\) and '\w+' \('research' "
+                     rf"extra\): pip install 'onesided\[{extra}\]'\n")
         assert re.fullmatch(shape, err), (line, err)
     assert not (tmp_path / "sim").exists() and not (tmp_path / "demo").exists()  # refused before writing
 

@@ -116,13 +116,39 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+# Commands that need more than one extra: a missing package names every extra still missing, in one line.
+COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {"demo": ("server", "research")}
+
+
+def _not_installed(package: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(package) is None
+    except (ImportError, ValueError):
+        return True
+
+
 def missing_extra_line(command: str, module: str) -> str:
-    """The one message every command prints when a package of an optional extra is missing."""
+    """The one message every command prints when a package of an optional extra is missing.
+
+    A command that needs several extras (``demo``: server and research) names each one still
+    missing, so one install fixes them all.
+    """
     top = module.split(".")[0]
     extra = EXTRA_OF.get(top)
     if extra is None:
         return f"error: {command} needs the Python package {top!r}, which is not installed: reinstall onesided"
-    return f"error: {command} needs the Python package {top!r} of the {extra!r} extra: pip install 'onesided[{extra}]'"
+    named = [(top, extra)]  # (a missing package, its extra) for each extra still missing
+    for other in COMMAND_EXTRAS.get(command, ()):
+        missing = [p for p, e in EXTRA_OF.items() if e == other and _not_installed(p)]
+        if other != extra and missing:
+            named.append((missing[0], other))
+    if len(named) == 1:
+        return (f"error: {command} needs the Python package {top!r} of the {extra!r} extra: "
+                f"pip install 'onesided[{extra}]'")
+    what = " and ".join(f"{package!r} ({name!r} extra)" for package, name in named)
+    return f"error: {command} needs the Python packages {what}: pip install 'onesided[{','.join(e for _, e in named)}]'"
 
 
 def _quiet_stdout() -> None:
