@@ -98,7 +98,8 @@ def _add_param_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-batch-size", type=int, default=100,
                         help="no estimate is released from fewer reports (default 100)")
     parser.add_argument("--max-items", type=int, default=1,
-                        help="trusted set metrics: ones kept per report, the items a person contributes (default 1)")
+                        help="trusted set metrics: items kept per report, the items a person contributes; a "
+                             "report holding more keeps this many chosen at random (default 1)")
 
 
 def _encoding_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,8 +163,12 @@ def privacy_summary(params: MetricParams, round_to: Sequence[float] | None = Non
     from client_sdk.ledger import window_cost
 
     if not params.local_mechanism.randomized or params.level is None:
-        return {"mode": params.mode, "local_noise": False,
-                "note": "reports are not randomized on the device; privacy comes from central releases"}
+        summary: dict[str, Any] = {
+            "mode": params.mode, "local_noise": False,
+            "note": "reports are not randomized on the device; privacy comes from central releases"}
+        if params.value_kind == "set":
+            summary["max_items"] = params.max_items
+        return summary
     g = params.guarantee()
     levels = list(round_to) if round_to else [2 * params.level]
     rounds = []
@@ -180,7 +185,14 @@ def privacy_summary(params: MetricParams, round_to: Sequence[float] | None = Non
 def privacy_text(name: str, privacy: dict[str, Any]) -> str:
     """The privacy summary as a person reads it."""
     if not privacy["local_noise"]:
-        return f"privacy of {name!r} ({privacy['mode']}): {privacy['note']}\n"
+        text = f"privacy of {name!r} ({privacy['mode']}): {privacy['note']}\n"
+        if "max_items" in privacy:
+            k = privacy["max_items"]
+            text += (f"per-report clipping: each report keeps at most {k} item{'s' if k != 1 else ''} "
+                     f"(--max-items, default 1); a report holding more keeps {k} chosen at random and the "
+                     "others are dropped: its result says 'clipped', and the server counts such reports "
+                     "(onesided_reports_clipped_total in /metrics)\n")
+        return text
     lines = [
         f"privacy of {name!r} ({privacy['mode']}, level {privacy['level']:g}), each client, per window:",
         f"  epsilon per report   {privacy['epsilon_per_report']:g}  (one report)",

@@ -17,7 +17,7 @@ from werkzeug.exceptions import UnsupportedMediaType
 from aggregator.server.api.common import body_bytes, json_body
 from aggregator.server.context import app_state
 from aggregator.server.ingest import Ingestor
-from aggregator.server.monitoring import count_statuses
+from aggregator.server.monitoring import count_clipped, count_statuses
 from protocol.params import NAME_PATTERN
 from protocol.wire import (
     CONTENT_TYPE_BINARY,
@@ -26,6 +26,7 @@ from protocol.wire import (
     MAX_ROUND,
     MAX_WINDOW,
     REPORT_ID_BYTES,
+    STATUS_ACCEPTED,
     STATUSES,
     ReportEnvelope,
     parse_batch_binary,
@@ -58,6 +59,7 @@ def upload_reports() -> dict[str, Any]:
     ingestor = Ingestor(storage=state.storage, opener=state.opener, settings=state.settings)
     results = ingestor.ingest(envelopes, now=state.now())
     count_statuses([r.status for r in results])
+    count_clipped([r.detail for r in results if r.status == STATUS_ACCEPTED])
     return upload_response(results)
 
 
