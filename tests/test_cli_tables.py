@@ -171,3 +171,17 @@ def test_help_and_command_list_stay_light(tmp_path: Path) -> None:
             "print(sorted(n for n in ('aggregator.cli.render', 'json', 'importlib.metadata') if n in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "aggregator.cli.render" not in out.stdout and "importlib.metadata" not in out.stdout
+
+
+def test_a_round_status_shows_its_decoding_for_people() -> None:
+    """No raw JSON, no 16-digit floats, windows as ISO-8601 UTC times (not counts with commas)."""
+    from aggregator.cli.commands.rounds import round_text
+
+    body = {"id": 1, "metric": "places", "level_from": 1.0, "level_to": 8.0, "opened_at": 1795737600,
+            "decoding": {"windows": [1795737600], "reports": 18992,
+                         "top": [{"candidate": "place-0000", "estimate": 7810.123456789012,
+                                  "std_error": 14.045678901234567, "detected": True}]}}
+    text = round_text(body)
+    assert "decoding.windows  2026-11-27T00:00:00Z" in text and "1,795,737,600" not in text
+    assert "{" not in text and "7810.12" not in text and "14.0456" not in text
+    assert "place-0000" in text.split("decoding.top:\n")[1] and "7,810" in text and "14.05" in text
