@@ -93,12 +93,12 @@ def test_metric_create_prints_the_privacy_of_its_level(capsys: pytest.CaptureFix
                                       "android\x1fus")
     g = params.guarantee()
     assert f"epsilon per report   {g.epsilon_per_report:g}" in out
-    assert f"epsilon per window   {g.epsilon_longitudinal:g}" in out
+    assert f"at most, per window  {g.epsilon_longitudinal:g}" in out
     assert f"costs {window_cost(params, [1.5, 3.0])[0]:g} in all" in out
     assert re.search(r"^outcome +created$", out, re.M)
     dry = json.loads(run(capsys, server, *flags[:-2], "--dry-run", "--json"))
     assert dry["privacy"]["rounds"][0]["level_to"] == 3.0  # default: twice the level
-    assert dry["privacy"]["epsilon_per_window"] == g.epsilon_longitudinal
+    assert dry["privacy"]["epsilon_per_window_any_reports"] == g.epsilon_longitudinal
 
 
 def test_prefix_metric_from_flags(capsys: pytest.CaptureFixture[str], server: dict[str, str]) -> None:
@@ -185,3 +185,20 @@ def test_a_round_status_shows_its_decoding_for_people() -> None:
     assert "decoding.windows  2026-11-27T00:00:00Z" in text and "1,795,737,600" not in text
     assert "{" not in text and "7810.12" not in text and "14.0456" not in text
     assert "place-0000" in text.split("decoding.top:\n")[1] and "7,810" in text and "14.05" in text
+
+
+def test_epsilon_per_window_means_what_the_ledger_charges(capsys: pytest.CaptureFixture[str]) -> None:
+    """One meaning per label: metric create's 'epsilon per window' is the client ledger's epsilon_per_window
+    (a window's cost, IRR included); the bound for any number of reports has its own label."""
+    flags = ["metric", "create", "--name", "s", "--mode", "symmetric", "--encoding", "direct", "--domain", "a,b,c",
+             "--level", "1", "--irr-p", "0.25", "--irr-q", "0.75", "--dry-run"]
+    assert main([*flags, "--json"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    privacy, params = dry["privacy"], MetricParams.from_dict(dry["params"])
+    assert privacy["epsilon_per_window"] == window_cost(params, [1.0])[0]  # what Client.ledger() prints
+    assert privacy["epsilon_per_window_any_reports"] == params.guarantee().epsilon_longitudinal
+    assert privacy["epsilon_per_window"] < privacy["epsilon_per_window_any_reports"]
+    assert main(flags) == 0
+    out = capsys.readouterr().out
+    assert f"epsilon per window   {privacy['epsilon_per_window']:g}  (what a client's ledger charges" in out
+

@@ -178,7 +178,9 @@ def privacy_summary(params: MetricParams, round_to: Sequence[float] | None = Non
         rounds.append({"level_to": level, "epsilon_window": window_cost(params, [params.level, level])[0],
                        "epsilon_window_fresh": window_cost(params, [level])[0]})
     return {"mode": params.mode, "local_noise": True, "level": params.level,
-            "epsilon_per_report": g.epsilon_per_report, "epsilon_per_window": g.epsilon_longitudinal,
+            "epsilon_per_report": g.epsilon_per_report,
+            "epsilon_per_window": window_cost(params, [params.level])[0],  # the SDK ledger's epsilon_per_window
+            "epsilon_per_window_any_reports": g.epsilon_longitudinal,
             "neighbour": g.neighbour, "protects": g.protects, "reveals": g.reveals, "rounds": rounds}
 
 
@@ -195,9 +197,12 @@ def privacy_text(name: str, privacy: dict[str, Any]) -> str:
         return text
     lines = [
         f"privacy of {name!r} ({privacy['mode']}, level {privacy['level']:g}), each client, per window:",
-        f"  epsilon per report   {privacy['epsilon_per_report']:g}  (one report)",
-        f"  epsilon per window   {privacy['epsilon_per_window']:g}  (any number of reports of one window's "
-        "value; windows add up)",
+        f"  epsilon per report   {privacy['epsilon_per_report']:g}  (one report, its instantaneous randomized "
+        "response included)",
+        f"  epsilon per window   {privacy['epsilon_per_window']:g}  (what a client's ledger charges a window, "
+        "its epsilon_per_window; windows add up)",
+        f"  at most, per window  {privacy['epsilon_per_window_any_reports']:g}  (however many reports of one "
+        "window's value were sent: the memoized noise alone)",
         f"  neighbour            {privacy['neighbour']}",
         f"  protects             {privacy['protects']}",
         f"  reveals              {privacy['reveals']}",
