@@ -657,6 +657,8 @@
     rows.forEach((row, i) => {
       const y = head + i * rowH + 4;
       const g = svg("g", { class: "cohort", "data-cohort": row.cohort });
+      // the whole row (label, bar and the value under it) answers the pointer, gaps included
+      g.appendChild(svg("rect", { class: "hit", x: 0, y: y - 4, width: width, height: rowH, fill: "transparent" }));
       g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 11, "text-anchor": "end" }, "cohort " + row.cohort));
       g.appendChild(svg("rect", { class: "track", x: x(0), y: y, width: x(1) - x(0), height: 14 }));
       const share = row.participation === null ? 0 : Math.min(1, row.participation);
