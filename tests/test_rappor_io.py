@@ -278,14 +278,3 @@ def test_the_sample_data_set_is_written_where_asked_and_decodes(
     top = rows[0]
     assert top["string"] == "v1" and abs(top["estimate"] - int(truth["v1"])) <= 5 * top["std_error"] + 1
 
-
-def test_the_association_output_folder_is_made(tmp_path: Path) -> None:
-    """--output-dir need not exist: it is made before the inputs are read."""
-    from aggregator.cli.main import main
-
-    out = tmp_path / "a" / "b"
-    argv = ["decode-rappor", "--reports", str(tmp_path / "none.csv"), "--schema", str(tmp_path / "s.csv"),
-            "--params-dir", str(tmp_path), "--metric-name", "m", "--var1", "x", "--var2", "y",
-            "--output-dir", str(out)]
-    assert main(argv) == 2  # the inputs are missing, said in one line
-    assert out.is_dir()
