@@ -65,7 +65,7 @@ def cell(key: str, value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(cell(key, v) for v in value)
     if isinstance(value, Mapping):
-        return " ".join(f"{k}={cell(k, v)}" for k, v in value.items())
+        return " ".join(f"{k}={cell(k, v)}" for k, v in value.items()) or "-"
     return str(value)
 
 
