@@ -23,6 +23,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_client_offline.py", "test_client_options.py", "test_client_rounds.py", "test_client_sign_rotation.py",
     "test_client_state.py", "test_client_sync.py", "test_client_transport.py", "test_client_year.py",
     "test_counting.py", "test_crypto.py", "test_decoding.py", "test_encodings.py", "test_irr_enclosure.py",
+    "test_layers.py",
     "test_irr_relaxation.py", "test_laplace_bits.py", "test_local_mechanisms.py", "test_opener_dates.py",
     "test_privacy_history.py", "test_privacy_neighbours.py", "test_privacy_shared_limits.py",
     "test_randomizers.py", "test_rappor_io.py", "test_relaxation.py", "test_relaxation_chains.py",
