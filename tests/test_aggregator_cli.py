@@ -96,9 +96,9 @@ def test_metric_commands_drive_the_api(tmp_path: Path, capsys: pytest.CaptureFix
         monkeypatch.setenv("ONESIDED_TOKEN", admin)
         assert cli_json(capsys, "metric", "create", "--file", str(params_file), "--json")["name"] == "other"
         assert main(["metric", "create", *flags[:-2], "--time-precision", "0"]) == 2
-        assert capsys.readouterr().err.startswith("error: time_precision:")
+        assert capsys.readouterr().err.startswith("error: --time-precision:")
         assert main(["metric", "create", "--mode", "asymmetric"]) == 2
-        assert "error: name:" in capsys.readouterr().err
+        assert "error: --name" in capsys.readouterr().err
         assert main(["metric", "list", "--server", "http://127.0.0.1:9"]) == 2
         assert "ConnectionError" in capsys.readouterr().err
         health = requests.get(f"{server.url}/v1/health", timeout=10).json()
@@ -108,7 +108,7 @@ def test_metric_commands_drive_the_api(tmp_path: Path, capsys: pytest.CaptureFix
 def test_serve_refuses_several_workers_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--data-dir", str(tmp_path), "--workers", "3"]) == 2
     err = capsys.readouterr().err
-    assert "error: workers:" in err and "SQLite" in err and "PostgreSQL" in err
+    assert "error: --workers:" in err and "SQLite" in err and "PostgreSQL" in err
     assert not (tmp_path / "keys").exists()  # refused before touching anything
 
 

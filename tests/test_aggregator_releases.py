@@ -496,4 +496,4 @@ def test_cli_release_create_show_relax(world: World, capsys: pytest.CaptureFixtu
     assert code == 2 and "tightening_refused" in err and "(epsilon)" in err
     code, err = run("create", "--metric", "visits", "--window", str(world.window), "--threshold", "3",
                     "--analyst", "bob")
-    assert code == 2 and "error: analyst:" in err
+    assert code == 2 and "error: --analyst:" in err

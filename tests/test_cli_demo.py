@@ -39,3 +39,18 @@ def test_a_given_data_folder_is_emptied_not_removed(tmp_path: Path) -> None:
     data.mkdir()
     assert main(["demo", *SMALL, "--out", str(tmp_path / "demo"), "--data-dir", str(data)]) == 0
     assert data.is_dir() and not any(data.iterdir())
+
+
+def test_off_a_terminal_each_step_writes_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log gets one line per step (no carriage-return bar updates), each step one kind of client."""
+    args = [a for a in SMALL if a != "--no-progress"]
+    assert main(["demo", *args, "--out", str(tmp_path / "demo")]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert err.splitlines() == [
+        line for line in err.splitlines() if line.endswith(" s") and " of " in line
+    ]
+    steps = [line.split(":")[1].strip() for line in err.splitlines()]
+    assert steps == ["SDK clients sync, report, send", "simulated clients report",
+                     "SDK clients verify, relax, report, send", "simulated clients re-send"]
+    assert err.splitlines()[0].startswith("level 1: SDK clients sync, report, send: 4 of 4 clients in ")

@@ -44,7 +44,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 WRONG_INPUTS: list[tuple[str, str]] = [
     ("backup --data-dir {data} {tmp}/missing/copy.db", "No such file or directory"),
     (f"backup --data-dir {{data}} {NOT_A_FOLDER}/copy.db", "Not a directory"),
-    ("backup --data-dir {tmp}/empty {tmp}/copy.db", "data_dir"),
+    ("backup --data-dir {tmp}/empty {tmp}/copy.db", "--data-dir: no database"),
     (f"serve --init --data-dir {NOT_A_FOLDER}/data", "Not a directory"),
     (f"keys init --data-dir {NOT_A_FOLDER}/data", "Not a directory"),
     ("keys show --data-dir {tmp}/nothing", "keys init"),
@@ -55,7 +55,7 @@ WRONG_INPUTS: list[tuple[str, str]] = [
     (f"metric list --server {UNREACHABLE}", "is it running?"),
     ("metric list --server ftp://example.org", "server"),
     (f"round status 7 --server {UNREACHABLE}", "is it running?"),
-    (f"estimates places --server {UNREACHABLE} --candidates-file {{tmp}}/no.txt", "candidates_file"),
+    (f"estimates places --server {UNREACHABLE} --candidates-file {{tmp}}/no.txt", "--candidates-file: cannot read"),
     ("decode-rappor --params {tmp}/p.csv --counts c.csv --map m.csv", "p.csv"),
     ("demo --clients 5 --out {tmp}/demo", "clients"),
     (f"demo --clients 100 --out {NOT_A_FOLDER}/demo", "Not a directory"),
@@ -68,11 +68,11 @@ WRONG_INPUTS: list[tuple[str, str]] = [
     ("keys restore {badjson} --key-dir {tmp}/r --passphrase-file {data}/pw", "backup: cannot read"),
     ("keys backup {tmp}/b --data-dir {data} --passphrase-file {tmp}/none", "passphrase_file: cannot read"),
     ("keys backup {tmp}/b --data-dir {data} --passphrase-file {data}/short-pw", "passphrase: must be at least"),
-    ("keys rotate --seal --data-dir {data} --keep-old-days 9999", "keep_old_days: must be in"),
+    ("keys rotate --seal --data-dir {data} --keep-old-days 9999", "--keep-old-days: must be in"),
     ("keys rotate --sign --data-dir {tmp}/nothing", "keys init"),
     ("keys init --data-dir {data}", "refusing to replace keys"),
     # operations on the database
-    ("purge --data-dir {data} --retention 5", "retention_seconds: must be"),
+    ("purge --data-dir {data} --retention 5", "--retention: must be"),
     ("serve --data-dir {data} --workers 2", "workers: SQLite"),
     # releases: checked before anything is sent, or a server that does not answer
     ("release create --metric m --window 0 --threshold 1 --mechanism nope", "mechanism: must be one of"),
@@ -81,9 +81,9 @@ WRONG_INPUTS: list[tuple[str, str]] = [
     (f"release budget --metric m --window 0 --server {UNREACHABLE}", "is it running?"),
     (f"release show 3 --server {UNREACHABLE}", "is it running?"),
     # the client SDK by hand: no pinned key, a key that is not one, a bad ceiling, a state path it cannot use
-    ("client ledger --state {tmp}/c.state", "server_key: is required"),
-    ("client flush --server-key AAAA --state {tmp}/c.state", "server_public_keys[0]: must be a 32-byte"),
-    ("client ledger --server-key {signkey} --state {tmp}/c.state --max-epsilon -1", "max_epsilon: must be > 0"),
+    ("client ledger --state {tmp}/c.state", "--server-key: is required"),
+    ("client flush --server-key AAAA --state {tmp}/c.state", "--server-key: must be a 32-byte"),
+    ("client ledger --server-key {signkey} --state {tmp}/c.state --max-epsilon -1", "--max-epsilon: must be > 0"),
     (f"client ledger --server-key {{signkey}} --state {NOT_A_FOLDER}/c.state", "/etc/hostname"),
 ]
 
@@ -112,7 +112,7 @@ def test_a_server_key_beginning_with_a_dash_is_a_value(tmp_path: Path, capsys: p
                if k.startswith("-"))
     code = main(["client", "ledger", "--server-key", key, "--state", str(tmp_path / "c.state"), "--max-epsilon", "-1"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err == "error: max_epsilon: must be > 0, got -1.0", err  # parsed: the key was taken
+    assert code == 2 and err == "error: --max-epsilon: must be > 0, got -1.0", err  # parsed: the key was taken
 
 
 @pytest.mark.parametrize("argv", [
@@ -185,6 +185,18 @@ def test_a_missing_extra_has_one_message_for_every_command() -> None:
     assert "reinstall onesided" in missing_extra_line("demo", "mmh3")
 
 
+def test_every_missing_extra_of_a_command_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """demo needs server and research: a bare install hears of both in one line, not one after the other."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("flask", "scipy") else real(name, *a))
+    line = missing_extra_line("demo", "flask")
+    assert line == ("error: demo needs the Python packages 'flask' ('server' extra) and 'scipy' ('research' "
+                    "extra): pip install 'onesided[server,research]'")
+
+
 def test_a_missing_extra_at_run_time(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import aggregator.cli.commands.rounds as rounds
 
@@ -220,7 +232,7 @@ def test_every_command_names_its_missing_extra_the_same_way(tmp_path: Path) -> N
         f"serve --data-dir {tmp_path}/d --port 0": "server",
         "audit --list": "research",
         f"simulate relaxation --out {tmp_path}/sim": "research",
-        f"demo --out {tmp_path}/demo": "server",
+        f"demo --out {tmp_path}/demo": "server,research",
         f"token list --data-dir {tmp_path}/d": "server",
         f"purge --data-dir {tmp_path}/d": "server",
         f"backup --data-dir {tmp_path}/d {tmp_path}/copy.db": "server",
@@ -233,6 +245,9 @@ def test_every_command_names_its_missing_extra_the_same_way(tmp_path: Path) -> N
     for (line, extra), err in zip(needs.items(), errors, strict=True):
         command = line.split()[0]
         shape = rf"error: {command} needs the Python package '(\w+)' of the '{extra}' extra: pip install 'onesided\[{extra}\]'\n"
+        if "," in extra:  # every extra still missing, in one line
+            shape = (rf"error: {command} needs the Python packages '\w+' \('server' extra\) and '\w+' \('research' "
+                     rf"extra\): pip install 'onesided\[{extra}\]'\n")
         assert re.fullmatch(shape, err), (line, err)
     assert not (tmp_path / "sim").exists() and not (tmp_path / "demo").exists()  # refused before writing
 
@@ -252,3 +267,33 @@ def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     assert _with_reader_gone("audit", "--list") == (EXIT_BROKEN_PIPE, "")
     code, err = _with_reader_gone("--help")
     assert code in (0, EXIT_BROKEN_PIPE) and err == ""  # argparse ignores a failed write of its help
+
+
+@pytest.mark.parametrize(("argv", "near"), [
+    (["metrics"], "did you mean 'metric'?"),
+    (["round", "stauts", "3"], "did you mean 'status'?"),
+    (["metric", "create", "--name", "m", "--mode", "asymmetric", "--level", "abc"],
+     "argument --level: invalid float value: 'abc' ('onesided metric create --help' shows the options)"),
+])
+def test_a_usage_error_is_one_line_with_a_hint(argv: list[str], near: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """No usage block before the error: the error, what was probably meant, where the options are."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and len(err.splitlines()) == 1, err
+    assert near in err
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["metric", "create", "--name", "m", "--mode", "asymmetric", "--level", "1", "--dry-run"],
+     "error: --num-bits is required here"),
+    (["metric", "create", "--name", "m", "--mode", "asymmetric", "--level", "1", "--num-bits", "0",
+      "--num-hashes", "2", "--dry-run"], "error: --num-bits: "),
+    (["client", "ledger", "--server-key", "abc", "--state", "/nonexistent/x.state", "--server", UNREACHABLE],
+     "error: --server-key: "),
+])
+def test_a_domain_error_names_the_flag_typed(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and len(err.splitlines()) == 1, err

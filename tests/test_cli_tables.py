@@ -93,12 +93,12 @@ def test_metric_create_prints_the_privacy_of_its_level(capsys: pytest.CaptureFix
                                       "android\x1fus")
     g = params.guarantee()
     assert f"epsilon per report   {g.epsilon_per_report:g}" in out
-    assert f"epsilon per window   {g.epsilon_longitudinal:g}" in out
+    assert f"at most, per window  {g.epsilon_longitudinal:g}" in out
     assert f"costs {window_cost(params, [1.5, 3.0])[0]:g} in all" in out
     assert re.search(r"^outcome +created$", out, re.M)
     dry = json.loads(run(capsys, server, *flags[:-2], "--dry-run", "--json"))
     assert dry["privacy"]["rounds"][0]["level_to"] == 3.0  # default: twice the level
-    assert dry["privacy"]["epsilon_per_window"] == g.epsilon_longitudinal
+    assert dry["privacy"]["epsilon_per_window_any_reports"] == g.epsilon_longitudinal
 
 
 def test_prefix_metric_from_flags(capsys: pytest.CaptureFixture[str], server: dict[str, str]) -> None:
@@ -109,10 +109,10 @@ def test_prefix_metric_from_flags(capsys: pytest.CaptureFixture[str], server: di
                                                      "lengths": [1, 2, 3, 4]}
     assert main(["metric", "create", "--name", "w", "--encoding", "prefix", "--num-bits", "64", "--num-hashes",
                  "2", "--mode", "symmetric", "--level", "2", "--dry-run"]) == 2
-    assert capsys.readouterr().err.startswith("error: prefix_lengths:")
+    assert capsys.readouterr().err.startswith("error: --prefix-lengths:")
     assert main(["metric", "create", "--name", "w", "--encoding", "direct", "--pair-a", "x", "--mode",
                  "symmetric", "--level", "2", "--dry-run"]) == 2
-    assert capsys.readouterr().err.startswith("error: pair_b:")
+    assert capsys.readouterr().err.startswith("error: --pair-b is required here")
 
 
 def test_rounds_list_status_and_close(capsys: pytest.CaptureFixture[str], server: dict[str, str]) -> None:
@@ -171,3 +171,34 @@ def test_help_and_command_list_stay_light(tmp_path: Path) -> None:
             "print(sorted(n for n in ('aggregator.cli.render', 'json', 'importlib.metadata') if n in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "aggregator.cli.render" not in out.stdout and "importlib.metadata" not in out.stdout
+
+
+def test_a_round_status_shows_its_decoding_for_people() -> None:
+    """No raw JSON, no 16-digit floats, windows as ISO-8601 UTC times (not counts with commas)."""
+    from aggregator.cli.commands.rounds import round_text
+
+    body = {"id": 1, "metric": "places", "level_from": 1.0, "level_to": 8.0, "opened_at": 1795737600,
+            "decoding": {"windows": [1795737600], "reports": 18992,
+                         "top": [{"candidate": "place-0000", "estimate": 7810.123456789012,
+                                  "std_error": 14.045678901234567, "detected": True}]}}
+    text = round_text(body)
+    assert "decoding.windows  2026-11-27T00:00:00Z" in text and "1,795,737,600" not in text
+    assert "{" not in text and "7810.12" not in text and "14.0456" not in text
+    assert "place-0000" in text.split("decoding.top:\n")[1] and "7,810" in text and "14.05" in text
+
+
+def test_epsilon_per_window_means_what_the_ledger_charges(capsys: pytest.CaptureFixture[str]) -> None:
+    """One meaning per label: metric create's 'epsilon per window' is the client ledger's epsilon_per_window
+    (a window's cost, IRR included); the bound for any number of reports has its own label."""
+    flags = ["metric", "create", "--name", "s", "--mode", "symmetric", "--encoding", "direct", "--domain", "a,b,c",
+             "--level", "1", "--irr-p", "0.25", "--irr-q", "0.75", "--dry-run"]
+    assert main([*flags, "--json"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    privacy, params = dry["privacy"], MetricParams.from_dict(dry["params"])
+    assert privacy["epsilon_per_window"] == window_cost(params, [1.0])[0]  # what Client.ledger() prints
+    assert privacy["epsilon_per_window_any_reports"] == params.guarantee().epsilon_longitudinal
+    assert privacy["epsilon_per_window"] < privacy["epsilon_per_window_any_reports"]
+    assert main(flags) == 0
+    out = capsys.readouterr().out
+    assert f"epsilon per window   {privacy['epsilon_per_window']:g}  (what a client's ledger charges" in out
+

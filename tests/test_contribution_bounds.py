@@ -140,14 +140,34 @@ def _report(params: MetricParams, srv: LiveServer, ones: list[int], seed: int) -
                         ephemeral_private=bytes([seed]) * 32)
 
 
+def _clipped_total() -> float:
+    """onesided_reports_clipped_total of this process's registry (the in-process server's /metrics)."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("onesided_reports_clipped_total") or 0.0
+
+
+def test_metric_create_states_the_clipping_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    from aggregator.cli.main import main
+
+    argv = ["metric", "create", "--name", "v", "--mode", "trusted", "--encoding", "direct", "--domain", "a,b,c",
+            "--dry-run"]
+    assert main(argv) == 0
+    assert "each report keeps at most 1 item (--max-items, default 1)" in capsys.readouterr().out
+    assert main([*argv, "--max-items", "3"]) == 0
+    assert "each report keeps at most 3 items" in capsys.readouterr().out
+
+
 def test_a_report_with_5_ones_adds_exactly_2_when_max_items_is_2(server: LiveServer) -> None:
     params = _visits(2)
     assert server.register(params, server.admin_token()).status_code == 201
     big, small = _report(params, server, [0, 2, 3, 5, 7], 1), _report(params, server, [1, 6], 2)
+    before = _clipped_total()
     response = post_reports(server.url, [big, small])
     body = response.json()
     assert body["accepted"] == 2, response.text
     assert "clipped" in body["results"][0]["detail"] and body["results"][1]["detail"] is None
+    assert _clipped_total() == before + 1  # /metrics counts it: nobody loses items silently
     ones, totals = server.storage.bit_counts("visits", window=current_window(params), round=0)
     assert int(ones.sum()) == 4 and int(totals.sum()) == 2  # 2 of the 5, and both of the 2
     assert ones[0, 1] == 1 and ones[0, 6] == 1 and ones[0, [0, 2, 3, 5, 7]].sum() == 2

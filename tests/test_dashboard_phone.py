@@ -20,6 +20,23 @@ from protocol.encodings import DirectEncoding
 from protocol.params import MetricParams
 
 PAGE_OVERFLOW = "() => document.documentElement.scrollWidth - window.innerWidth"
+# Every shown chart fits its box, and no text of it (legend, label, value) passes the chart's edges:
+# the list of what does not, empty when all is well.
+CHARTS_CUT = """() => {
+  const cut = [];
+  for (const box of document.querySelectorAll('.chart')) {
+    if (!box.offsetParent) continue;  // in a hidden view
+    if (box.scrollWidth > box.clientWidth + 1) cut.push('chart wider than its box: ' + box.id);
+    for (const chart of box.querySelectorAll('svg')) {
+      const width = chart.width.baseVal.value;
+      for (const text of chart.querySelectorAll('text')) {
+        const b = text.getBBox();
+        if (b.x < -1 || b.x + b.width > width + 1) cut.push(text.textContent);
+      }
+    }
+  }
+  return cut;
+}"""
 
 
 @pytest.fixture
@@ -45,6 +62,9 @@ def test_every_view_fits_a_phone(browser: Any, scenario: Scenario, width: int) -
     page.click("#metrics-table button[data-metric='places']")
     expect(page.locator("#estimates-chart svg")).to_be_visible()
     assert page.evaluate(PAGE_OVERFLOW) <= 0, "estimates chart"
+    assert page.evaluate(CHARTS_CUT) == [], "estimates chart"
+    legend = page.locator("#estimates-chart svg text.legend").all_text_contents()
+    assert "detection threshold" in legend and any(t.endswith("% interval") for t in legend), legend
     page.click("#est-as-table")
     expect(page.locator("#estimates-table")).to_be_visible()
     assert page.evaluate(PAGE_OVERFLOW) <= 0, "estimates table"
@@ -55,10 +75,12 @@ def test_every_view_fits_a_phone(browser: Any, scenario: Scenario, width: int) -
     assert page.evaluate(PAGE_OVERFLOW) <= 0, "certificates"
     page.click("#tab-rounds")
     expect(page.locator(f".round[data-round='{scenario.round_id}']")).to_be_visible()
+    assert page.evaluate(CHARTS_CUT) == [], "participation chart"
     page.select_option("#compare-round", str(scenario.round_id))
     page.click("#compare-load")
     expect(page.locator("#compare-figure")).to_be_visible()
     assert page.evaluate(PAGE_OVERFLOW) <= 0, "rounds"
+    assert page.evaluate(CHARTS_CUT) == [], "before/after chart"
 
 
 def test_certify_only_where_it_applies_and_no_stale_answers(browser: Any, scenario: Scenario) -> None:  # noqa: F811

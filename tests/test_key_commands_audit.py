@@ -89,11 +89,11 @@ def test_a_database_that_cannot_be_opened_stops_the_command_with_the_keys_untouc
     missing = ["--data-dir", str(tmp_path / "elsewhere"), "--key-dir", str(data / "keys")]
     assert main(["keys", "rotate", "--seal", *missing]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: data_dir: no database at") and "nothing was changed" in err
+    assert err.startswith("error: --data-dir: no database at") and "nothing was changed" in err
     assert not (tmp_path / "elsewhere").exists()  # no stray database made for the entry
     unreachable = ["--db", f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}", "--key-dir", str(data / "keys")]
     assert main(["keys", "rotate", "--sign", *unreachable]) == 2
-    assert "db_url" in capsys.readouterr().err
+    assert "error: --db:" in capsys.readouterr().err
     assert main(["keys", "backup", str(tmp_path / "k.backup"), *missing, "--passphrase-file",
                  str(tmp_path / "pw")]) == 2
     assert not (tmp_path / "k.backup").exists()
@@ -175,11 +175,11 @@ def test_init_force_needs_the_database_and_records_the_replaced_key_ids(
     missing = ["--data-dir", str(tmp_path / "elsewhere"), "--key-dir", str(keys)]
     assert main(["keys", "init", "--force", *missing]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: data_dir: no database at") and "nothing was changed" in err
+    assert err.startswith("error: --data-dir: no database at") and "nothing was changed" in err
     assert not (tmp_path / "elsewhere").exists()
     unreachable = ["--db", f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}", "--key-dir", str(keys)]
     assert main(["keys", "init", "--force", *unreachable]) == 2
-    assert "db_url" in capsys.readouterr().err
+    assert "error: --db:" in capsys.readouterr().err
     # without --force existing keys are refused before the database is even opened
     assert main(["keys", "init", *unreachable]) == 2
     assert "refusing to replace keys" in capsys.readouterr().err

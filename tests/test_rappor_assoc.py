@@ -187,12 +187,16 @@ def test_bad_rows_are_removed_only_when_asked(tmp_path: Path, capsys: pytest.Cap
     assert "removed 2 rows" in captured.err and len(captured.out.splitlines()) == 1 + 3 * 2
 
 
-def test_bad_em_options_and_output_folder_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_em_options_are_named_and_a_new_output_folder_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _tiny(tmp_path, GOOD)
-    for extra, field in ((["--max-em-iters", "0"], "max_em_iters"), (["--em-tolerance", "0"], "em_tolerance"),
-                         (["--output-dir", str(tmp_path / "missing")], "output_dir")):
+    for extra, field in ((["--max-em-iters", "0"], "max_em_iters"), (["--em-tolerance", "0"], "em_tolerance")):
         assert main_decode_rappor(_options(tmp_path, *extra)) == 2
         assert capsys.readouterr().err.startswith(f"error: {field} ")
+    folder = tmp_path / "new" / "results"
+    assert main_decode_rappor(_options(tmp_path, "--output-dir", str(folder))) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["assoc-metrics.json", "assoc-results.csv"]
 
 
 @pytest.mark.parametrize(("argv", "message"), [

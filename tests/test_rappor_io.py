@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import math
 import struct
 from pathlib import Path
@@ -30,11 +31,17 @@ from aggregator.analysis.rappor_io import (
     write_map,
     write_params,
 )
+from aggregator.analysis.rappor_sample import (
+    SAMPLE_PARAMS,
+    RapporSample,
+    sample_collection,
+    write_sample,
+)
 from aggregator.cli.commands.decode_rappor import main_decode_rappor
 from protocol import BloomEncoding, MetricParams, SeededRandom, bloom_bits
 from protocol.errors import ParameterError
 
-DEMO = RapporParams(k=16, h=2, m=64, p=0.1, q=0.9, f=0.2)  # google/rappor tests/params.csv
+DEMO = SAMPLE_PARAMS  # google/rappor tests/params.csv
 
 
 def test_params_round_trip_and_reference_layout(tmp_path: Path) -> None:
@@ -142,33 +149,18 @@ def test_map_reader_follows_the_reference(tmp_path: Path) -> None:
     assert err.value.field == "map"
 
 
-def _demo_population(
-    rappor: RapporParams, clients: int, seed: int
-) -> tuple[list[str], np.ndarray, BitCounts]:
-    params = rappor.to_metric_params()
-    true_values = [f"v{i}" for i in range(1, 21)]
-    candidates = true_values + [f"v{i}" for i in range(21, 41)]
-    weights = 1.0 / np.arange(1, 21)
-    sizes = np.floor(clients * weights / weights.sum()).astype(int)
-    items = np.repeat(np.arange(20), sizes)
-    rng = SeededRandom(seed)
-    cohorts = rng.integers(rappor.m, items.size)
-    bits = true_bits(params, items, cohorts, params.encoding.bit_table(candidates))
-    counts = simulate_counts(params, None, bits, cohorts, rng)
-    truth = np.concatenate([sizes, np.zeros(20, dtype=int)])
-    return candidates, truth, counts
+def _demo_population(clients: int, seed: int) -> tuple[list[str], np.ndarray, BitCounts]:
+    sample = sample_collection(clients, seed)  # DEMO's parameters
+    return sample.candidates, sample.truth, sample.counts
 
 
 def _write_demo(folder: Path, candidates: list[str], counts: BitCounts) -> tuple[Path, Path, Path]:
-    paths = (folder / "params.csv", folder / "counts.csv", folder / "map.csv")
-    write_params(paths[0], DEMO)
-    write_counts(paths[1], counts)
-    write_map(paths[2], candidates, DEMO.to_metric_params().encoding.bit_table(candidates), DEMO.k)
-    return paths
+    paths = write_sample(folder, RapporSample(candidates, np.zeros(len(candidates), dtype=np.int64), counts))
+    return paths["params"], paths["counts"], paths["map"]
 
 
 def test_rappor_data_set_decodes_to_the_truth(tmp_path: Path) -> None:
-    candidates, truth, counts = _demo_population(DEMO, 200_000, seed=31)
+    candidates, truth, counts = _demo_population(200_000, seed=31)
     rows = decode_rappor(*_write_demo(tmp_path, candidates, counts))
     found = {r["string"]: r for r in rows}
     true_of = dict(zip(candidates, truth, strict=True))
@@ -193,7 +185,7 @@ def test_rappor_data_set_decodes_to_the_truth(tmp_path: Path) -> None:
 
 
 def test_cli_prints_reference_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    candidates, _, counts = _demo_population(DEMO, 100_000, seed=5)
+    candidates, _, counts = _demo_population(100_000, seed=5)
     params_path, counts_path, map_path = _write_demo(tmp_path, candidates, counts)
     argv = ["--params", str(params_path), "--counts", str(counts_path), "--map", str(map_path)]
     assert main_decode_rappor(argv) == 0
@@ -204,7 +196,7 @@ def test_cli_prints_reference_columns(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [row[0] for row in parsed[1:]] == [r["string"] for r in direct]
     assert [int(row[1]) for row in parsed[1:]] == [r["estimate"] for r in direct]
     assert main_decode_rappor([*argv[:4], "--map", str(tmp_path / "missing.csv")]) == 2
-    assert "error:" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'missing.csv'}: No such file")  # not [Errno 2]
     assert main_decode_rappor(["--params", "x"]) == 2
 
 
@@ -269,3 +261,20 @@ def test_f_zero_files_decode(tmp_path: Path) -> None:
     }
     assert {"a", "b"} <= set(rows)  # z > 40 for both
     assert abs(rows["a"]["estimate"] - 20_000) <= 4.5 * rows["a"]["std_error"] + 1
+
+
+def test_the_sample_data_set_is_written_where_asked_and_decodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--write-sample makes the folder, says how to decode it, and the printed command decodes it."""
+    folder = tmp_path / "new" / "sample"
+    assert main_decode_rappor(["--write-sample", str(folder)]) == 0
+    command = capsys.readouterr().out.splitlines()[-1].split()
+    assert command[:2] == ["onesided", "decode-rappor"]
+    assert main_decode_rappor([*command[2:], "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    truth = dict(line.split(",") for line in (folder / "truth.csv").read_text().splitlines()[1:])
+    # v1 has 27,795 reports (z > 100 at these sizes): detected, within 5 standard errors (false failure < 1e-6).
+    top = rows[0]
+    assert top["string"] == "v1" and abs(top["estimate"] - int(truth["v1"])) <= 5 * top["std_error"] + 1
+

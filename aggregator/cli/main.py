@@ -8,8 +8,11 @@ command needs (the server, numpy, scipy, the client SDK) is imported when
 the command runs, so ``onesided --help`` stays fast and a command whose
 extra is not installed fails with one line naming the extra.
 
-Errors: a domain error (bad parameter, error answer from the server) prints
-``error: <field>: <detail>`` on stderr and exits 2, and so does a file or
+Errors: a usage error prints one line (``onesided CMD: error: ...``, with "did
+you mean" for a mistyped command and where the options are listed); a domain
+error (bad parameter, error answer from the server) prints ``error: --flag:
+<detail>`` naming the flag the user typed (or the field, when no flag sets it)
+on stderr and exits 2, and so does a file or
 folder the command cannot use (``error: PATH: <reason>``) or a package of a
 missing extra (one message for every command, :func:`missing_extra_line`).
 Output piped into a reader that stops early (``| head``) ends quietly with
@@ -35,6 +38,7 @@ from aggregator.cli.commands import (
     decode_rappor,
     demo,
     discover,
+    doctor,
     keys,
     metrics,
     purge,
@@ -45,7 +49,8 @@ from aggregator.cli.commands import (
     simulate,
     tokens,
 )
-from aggregator.cli.options import Subparsers
+from aggregator.cli.options import Subparsers, os_error_line
+from aggregator.cli.parser import OnesidedParser, print_domain_error
 from protocol.errors import OnesidedError
 
 Registrar = Callable[[Subparsers], None]
@@ -73,6 +78,7 @@ COMMANDS: tuple[Registrar, ...] = (
     discover.register,
     client.register,
     demo.register,
+    doctor.register,
     rounds.register,
     simulate.register,
     reproduce.register,
@@ -84,7 +90,7 @@ COMMANDS: tuple[Registrar, ...] = (
 
 def build_parser(commands: Sequence[Registrar] = COMMANDS) -> argparse.ArgumentParser:
     """The parser with every command of ``commands``."""
-    parser = argparse.ArgumentParser(
+    parser = OnesidedParser(
         prog="onesided", description="Locally private telemetry with one-sided error and relaxable privacy."
     )
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -114,24 +120,39 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+# Commands that need more than one extra: a missing package names every extra still missing, in one line.
+COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {"demo": ("server", "research")}
+
+
+def _not_installed(package: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(package) is None
+    except (ImportError, ValueError):
+        return True
+
+
 def missing_extra_line(command: str, module: str) -> str:
-    """The one message every command prints when a package of an optional extra is missing."""
+    """The one message every command prints when a package of an optional extra is missing.
+
+    A command that needs several extras (``demo``: server and research) names each one still
+    missing, so one install fixes them all.
+    """
     top = module.split(".")[0]
     extra = EXTRA_OF.get(top)
     if extra is None:
         return f"error: {command} needs the Python package {top!r}, which is not installed: reinstall onesided"
-    return f"error: {command} needs the Python package {top!r} of the {extra!r} extra: pip install 'onesided[{extra}]'"
-
-
-def os_error_line(exc: OSError) -> str:
-    """``error: PATH: reason`` for a file or folder a command cannot use (no traceback)."""
-    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
-    reason = exc.strerror or str(exc)
-    hint = {
-        FileNotFoundError: " (check the path; create the folder first)",
-        PermissionError: " (choose a path you may write, or fix its permissions)",
-    }.get(type(exc), "")
-    return f"error: {where}: {reason}{hint}" if where else f"error: {reason}{hint}"
+    named = [(top, extra)]  # (a missing package, its extra) for each extra still missing
+    for other in COMMAND_EXTRAS.get(command, ()):
+        missing = [p for p, e in EXTRA_OF.items() if e == other and _not_installed(p)]
+        if other != extra and missing:
+            named.append((missing[0], other))
+    if len(named) == 1:
+        return (f"error: {command} needs the Python package {top!r} of the {extra!r} extra: "
+                f"pip install 'onesided[{extra}]'")
+    what = " and ".join(f"{package!r} ({name!r} extra)" for package, name in named)
+    return f"error: {command} needs the Python packages {what}: pip install 'onesided[{','.join(e for _, e in named)}]'"
 
 
 def _quiet_stdout() -> None:
@@ -199,9 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except OnesidedError as exc:
-        field = getattr(exc, "field", None)
-        detail = getattr(exc, "detail", None) or str(exc)
-        print(f"error: {field}: {detail}" if field else f"error: {detail}", file=sys.stderr)
+        print_domain_error(args, getattr(exc, "field", None), getattr(exc, "detail", None) or str(exc))
         return EXIT_ERROR
     except ModuleNotFoundError as exc:
         print(missing_extra_line(args.command, exc.name or str(exc)), file=sys.stderr)

@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 Subparsers = Any  # argparse._SubParsersAction, which is private
 
 
+def os_error_line(exc: OSError) -> str:
+    """``error: PATH: reason`` for a file or folder a command cannot use (no traceback)."""
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    reason = exc.strerror or str(exc)
+    hint = {
+        FileNotFoundError: " (check the path; create the folder first)",
+        PermissionError: " (choose a path you may write, or fix its permissions)",
+    }.get(type(exc), "")
+    return f"error: {where}: {reason}{hint}" if where else f"error: {reason}{hint}"
+
+
 def int_list(text: str) -> list[int]:
     """An argparse ``type``: comma-separated whole numbers (``"0,3,5"``), or a one-line usage error."""
     try:

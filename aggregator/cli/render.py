@@ -12,7 +12,6 @@ places    1,200  0.1235
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -49,7 +48,12 @@ def number(value: float) -> str:
 
 
 def cell(key: str, value: Any) -> str:
-    """One value of field ``key`` as text (``-`` for none, times in ISO-8601, lists joined)."""
+    """One value of field ``key`` as text (``-`` for none, times in ISO-8601, lists joined, objects as
+    ``key=value`` pairs: never raw JSON with every digit of a float).
+
+    >>> cell("top", {"candidate": "a", "estimate": 1234.56789, "std_error": 0.123456789})
+    'candidate=a estimate=1,235 std_error=0.1235'
+    """
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -61,7 +65,7 @@ def cell(key: str, value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(cell(key, v) for v in value)
     if isinstance(value, Mapping):
-        return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+        return " ".join(f"{k}={cell(k, v)}" for k, v in value.items()) or "-"
     return str(value)
 
 

@@ -62,7 +62,8 @@ def print_table(result: DemoResult, say: Callable[[str], None]) -> None:
     say(f"protected: {p['guarantee']}; revealed: {p['reveals']}")
     t = result.timings
     say(f"time: collect {t.get('collect', 0):.1f} s, round {t.get('round', 0):.1f} s, "
-        f"decode {t.get('decode', 0):.1f} s, total {t.get('total', 0):.1f} s")
+        f"decode {t.get('decode', 0):.1f} s, total {t.get('total', 0):.1f} s wall, "
+        f"{t.get('cpu', 0):.1f} CPU-s (this process, all its threads)")
 
 
 def _fmt(row: dict[str, Any]) -> str:

@@ -4,6 +4,9 @@ Exposed at ``GET /metrics`` (text format 0.0.4) by :mod:`aggregator.server.api.m
 
 * ``onesided_reports_total{status}``: reports answered per status
   (``accepted``, ``replayed``, ``decrypt_error``, ``expired``...);
+* ``onesided_reports_clipped_total``: accepted reports of trusted set metrics
+  that held more than ``max_items`` items and kept ``max_items`` of them
+  (their result's ``detail`` says ``clipped``);
 * ``onesided_batches_rejected_total{reason}``: whole batches refused (400,
   413, 415, 408 by error code);
 * ``onesided_request_seconds{endpoint,method,status}``: request latency (histogram);
@@ -53,6 +56,7 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 OTHER = "other"
 
 REPORTS = Counter("onesided_reports", "Reports answered, by per-report status", ["status"])
+CLIPPED = Counter("onesided_reports_clipped", "Accepted trusted reports that kept max_items of more items")
 BATCHES_REJECTED = Counter("onesided_batches_rejected", "Whole batches refused, by error code", ["reason"])
 LATENCY = Histogram(
     "onesided_request_seconds", "Request latency", ["endpoint", "method", "status"],
@@ -68,6 +72,14 @@ def count_statuses(statuses: list[str]) -> None:
     """Add one batch's per-report statuses."""
     for status in set(statuses):
         REPORTS.labels(status=status).inc(statuses.count(status))
+
+
+def count_clipped(details: list[str | None]) -> int:
+    """Add and return the accepted reports clipped to their metric's ``max_items`` (detail ``clipped: ...``)."""
+    clipped = sum(1 for detail in details if detail is not None and detail.startswith("clipped:"))
+    if clipped:
+        CLIPPED.inc(clipped)
+    return clipped
 
 
 def _before() -> None:

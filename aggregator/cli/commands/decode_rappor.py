@@ -6,7 +6,9 @@ params folder, maps). The readers and decoders are in
 :mod:`aggregator.analysis.rappor_io`; this module is only the command line:
 it parses the options (every argument, ``-h`` included, is its own), prints
 CSV on stdout and notes on stderr, and answers an unusable input with one
-line and exit code 2.
+line and exit code 2 (a file it cannot read: ``error: PATH: reason``).
+``--write-sample DIR`` writes a small data
+set to try it on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aggregator.cli.options import Subparsers
+from aggregator.cli.options import Subparsers, os_error_line
 from protocol.errors import ParameterError
 
 
@@ -62,6 +64,11 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
                      help="multiple-testing control: bonferroni (default) or bh (Benjamini-Hochberg)")
     one.add_argument("--all", action="store_true",
                      help="every string of the map with its interval and a detected column, not only the detected")
+    one.add_argument("--format", choices=("csv", "json"), default="csv",
+                     help="csv: RAPPOR's result columns (default); json: a list of rows, for scripts")
+    parser.add_argument("--write-sample", metavar="DIR",
+                        help="write a sample data set (params.csv, counts.csv, map.csv, truth.csv) into DIR "
+                             "(made if absent) and print the command that decodes it")
     two = parser.add_argument_group("two variables (RAPPOR's decode-assoc)")
     two.add_argument("--reports", help="reports CSV: header with cohort, <var1>, <var2>; bit strings")
     two.add_argument("--schema", help="schema CSV: metric, var, var_type (string|boolean), params")
@@ -82,6 +89,8 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
                      help="accepted for RAPPOR's command lines (booleans need no map here)")
     try:
         args = parser.parse_args(argv)
+        if args.write_sample is not None:
+            return _write_sample(Path(args.write_sample))
         single = [o for o in SINGLE_OPTIONS if getattr(args, o) is not None]
         assoc = [o for o in (*ASSOC_OPTIONS, "map1", "map2") if getattr(args, o) is not None]
         if single and assoc:
@@ -102,17 +111,39 @@ def main_decode_rappor(argv: Sequence[str] | None = None) -> int:
             args.params, args.counts, args.map, alpha=args.alpha, correction=args.correction,
             every_candidate=args.all,
         )
-    except (ParameterError, OSError, UnicodeDecodeError) as exc:
+    except (ParameterError, UnicodeDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.all:
+    except OSError as exc:
+        print(os_error_line(exc), file=sys.stderr)
+        return 2
+    if args.format == "json":
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    elif args.all:
         sys.stdout.write(rows_to_csv(rows, (*RESULT_COLUMNS, "detected")))
+    else:
+        sys.stdout.write(rows_to_csv(rows))
+    if args.all:
         detected = sum(row["detected"] for row in rows)
         print(f"note: {detected} of {len(rows)} strings of the map detected", file=sys.stderr)
     else:
-        sys.stdout.write(rows_to_csv(rows))
         print(f"note: {len(rows)} strings of the map detected (--all lists every string with its interval)",
               file=sys.stderr)
+    return 0
+
+
+SAMPLE_CLIENTS = 100_000
+SAMPLE_SEED = 2026
+
+
+def _write_sample(folder: Path) -> int:
+    """``--write-sample DIR``: the sample data set, and the command line that decodes it."""
+    from aggregator.analysis.rappor_sample import sample_collection, write_sample
+
+    paths = write_sample(folder, sample_collection(SAMPLE_CLIENTS, SAMPLE_SEED))
+    print(f"wrote {', '.join(str(p) for p in paths.values())} ({SAMPLE_CLIENTS:,} simulated RAPPOR clients, "
+          "k=16 h=2 m=64 p=0.1 q=0.9 f=0.2; truth.csv holds the true counts); decode them with:")
+    print(f"onesided decode-rappor --params {paths['params']} --counts {paths['counts']} --map {paths['map']}")
     return 0
 
 
@@ -120,8 +151,8 @@ def _main_association(args: argparse.Namespace) -> int:
     from aggregator.analysis.rappor_io import decode_rappor_association
 
     folder = None if args.output_dir is None else Path(args.output_dir)
-    if folder is not None and not folder.is_dir():
-        raise ParameterError("output_dir", f"{folder} is not a folder")
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)  # made now, before the EM runs
     result = decode_rappor_association(
         reports=args.reports, schema=args.schema, params_dir=args.params_dir, metric_name=args.metric_name,
         var1=args.var1, var2=args.var2, map1=args.map1, map2=args.map2, remove_bad_rows=args.remove_bad_rows,

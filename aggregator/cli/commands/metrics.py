@@ -98,7 +98,8 @@ def _add_param_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-batch-size", type=int, default=100,
                         help="no estimate is released from fewer reports (default 100)")
     parser.add_argument("--max-items", type=int, default=1,
-                        help="trusted set metrics: ones kept per report, the items a person contributes (default 1)")
+                        help="trusted set metrics: items kept per report, the items a person contributes; a "
+                             "report holding more keeps this many chosen at random (default 1)")
 
 
 def _encoding_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,8 +163,12 @@ def privacy_summary(params: MetricParams, round_to: Sequence[float] | None = Non
     from client_sdk.ledger import window_cost
 
     if not params.local_mechanism.randomized or params.level is None:
-        return {"mode": params.mode, "local_noise": False,
-                "note": "reports are not randomized on the device; privacy comes from central releases"}
+        summary: dict[str, Any] = {
+            "mode": params.mode, "local_noise": False,
+            "note": "reports are not randomized on the device; privacy comes from central releases"}
+        if params.value_kind == "set":
+            summary["max_items"] = params.max_items
+        return summary
     g = params.guarantee()
     levels = list(round_to) if round_to else [2 * params.level]
     rounds = []
@@ -173,19 +178,31 @@ def privacy_summary(params: MetricParams, round_to: Sequence[float] | None = Non
         rounds.append({"level_to": level, "epsilon_window": window_cost(params, [params.level, level])[0],
                        "epsilon_window_fresh": window_cost(params, [level])[0]})
     return {"mode": params.mode, "local_noise": True, "level": params.level,
-            "epsilon_per_report": g.epsilon_per_report, "epsilon_per_window": g.epsilon_longitudinal,
+            "epsilon_per_report": g.epsilon_per_report,
+            "epsilon_per_window": window_cost(params, [params.level])[0],  # the SDK ledger's epsilon_per_window
+            "epsilon_per_window_any_reports": g.epsilon_longitudinal,
             "neighbour": g.neighbour, "protects": g.protects, "reveals": g.reveals, "rounds": rounds}
 
 
 def privacy_text(name: str, privacy: dict[str, Any]) -> str:
     """The privacy summary as a person reads it."""
     if not privacy["local_noise"]:
-        return f"privacy of {name!r} ({privacy['mode']}): {privacy['note']}\n"
+        text = f"privacy of {name!r} ({privacy['mode']}): {privacy['note']}\n"
+        if "max_items" in privacy:
+            k = privacy["max_items"]
+            text += (f"per-report clipping: each report keeps at most {k} item{'s' if k != 1 else ''} "
+                     f"(--max-items, default 1); a report holding more keeps {k} chosen at random and the "
+                     "others are dropped: its result says 'clipped', and the server counts such reports "
+                     "(onesided_reports_clipped_total in /metrics)\n")
+        return text
     lines = [
         f"privacy of {name!r} ({privacy['mode']}, level {privacy['level']:g}), each client, per window:",
-        f"  epsilon per report   {privacy['epsilon_per_report']:g}  (one report)",
-        f"  epsilon per window   {privacy['epsilon_per_window']:g}  (any number of reports of one window's "
-        "value; windows add up)",
+        f"  epsilon per report   {privacy['epsilon_per_report']:g}  (one report, its instantaneous randomized "
+        "response included)",
+        f"  epsilon per window   {privacy['epsilon_per_window']:g}  (what a client's ledger charges a window, "
+        "its epsilon_per_window; windows add up)",
+        f"  at most, per window  {privacy['epsilon_per_window_any_reports']:g}  (however many reports of one "
+        "window's value were sent: the memoized noise alone)",
         f"  neighbour            {privacy['neighbour']}",
         f"  protects             {privacy['protects']}",
         f"  reveals              {privacy['reveals']}",

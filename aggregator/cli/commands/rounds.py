@@ -64,14 +64,20 @@ def register(subparsers: Subparsers) -> None:
 
 def round_text(body: dict[str, Any]) -> str:
     """A round for people: its fields, then its participation per cohort."""
-    from aggregator.cli.render import record, table
+    from aggregator.cli.render import iso_time, record, table
 
     text = record(body, ROUND_KEYS)
     if body.get("participation"):
         text += "participation:\n" + table(body["participation"], ["cohort", "reports", "base_reports",
                                                                     "participation"])
     if body.get("decoding"):
-        text += record({"decoding": body["decoding"]})
+        decoding = dict(body["decoding"])
+        top = decoding.pop("top", None)
+        if isinstance(decoding.get("windows"), list):  # the pooled windows' starts (a ledger's windows is a count)
+            decoding["windows"] = [iso_time(w) for w in decoding["windows"]]
+        text += record({"decoding": decoding})
+        if top:
+            text += "decoding.top:\n" + table(top, list(top[0]))
     return text
 
 

@@ -18,7 +18,7 @@ from aggregator.server.api.common import body_bytes, json_body
 from aggregator.server.clock_watch import clock_answers
 from aggregator.server.context import app_state
 from aggregator.server.ingest import Ingestor
-from aggregator.server.monitoring import count_statuses
+from aggregator.server.monitoring import count_clipped, count_statuses
 from protocol.params import NAME_PATTERN
 from protocol.wire import (
     CLOCK_ANSWERS_VERSION,
@@ -29,6 +29,7 @@ from protocol.wire import (
     MAX_ROUND,
     MAX_WINDOW,
     REPORT_ID_BYTES,
+    STATUS_ACCEPTED,
     STATUSES,
     WIRE_HEADER,
     ReportEnvelope,
@@ -64,6 +65,7 @@ def upload_reports() -> dict[str, Any]:
     results = ingestor.ingest(envelopes, now=now)
     statuses = [r.status for r in results]
     count_statuses(statuses)
+    count_clipped([r.detail for r in results if r.status == STATUS_ACCEPTED])
     state.clock_watch.observe(statuses)
     if request.headers.get(WIRE_HEADER) != CLOCK_ANSWERS_VERSION:
         return upload_response(results)  # a client before wire version 2 rejects keys it does not know

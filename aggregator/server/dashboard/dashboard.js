@@ -73,9 +73,12 @@
     return level === null || level === undefined ? "∞ (exact)" : String(level);
   }
 
-  function shortLabel(text) {
+  // A label cut to fit `room` pixels (8 px a character: wide enough for 12 px capitals and signs; a
+  // narrow screen's labels get fewer characters) and to LABEL_CHARS at most, "…" marking the cut.
+  function shortLabel(text, room) {
     const s = String(text);
-    return s.length > LABEL_CHARS ? s.slice(0, LABEL_CHARS - 1) + "…" : s;
+    const most = Math.max(4, Math.min(LABEL_CHARS, Math.floor(room / 8)));
+    return s.length > most ? s.slice(0, most - 1) + "…" : s;
   }
 
   function median(values) {
@@ -566,9 +569,18 @@
       right: Math.min(layout.right, Math.round(0.18 * width)), rowH: layout.rowH, head: layout.head };
   }
 
-  // The container's width (a phone's 300 px and up), so that a chart never widens the page.
+  // The container's width (a phone's 240 px and up), so that a chart never widens the page. A chart drawn
+  // in a tab not shown yet has no width of its own: its nearest shown ancestor's, less that one's padding
+  // and 40 px for the boxes between them, stands in.
   function chartWidth(container) {
-    return Math.max(300, Math.min(1100, container.clientWidth || 900));
+    let width = container.clientWidth;
+    for (let node = container.parentElement; !width && node; node = node.parentElement) {
+      if (node.clientWidth) {
+        const style = getComputedStyle(node);
+        width = node.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) - 40;
+      }
+    }
+    return Math.max(240, Math.min(1100, width || 900));
   }
 
   // An x axis on top: grid lines down to `bottom` and tick labels.
@@ -581,14 +593,23 @@
     root.appendChild(axis);
   }
 
+  // Entries left to right from x; one that would pass the chart's right edge starts a new line at the
+  // left edge (15 px lower), so a phone shows every entry. Returns the y of the last line.
   function legend(root, x, y, entries) {
+    const width = Number(root.getAttribute("width"));
     let at = x;
     for (const [cls, text] of entries) {
+      const size = 26 + 7 * text.length;
+      if (at > 4 && at + size - 10 > width) {
+        at = 4;
+        y += 15;
+      }
       root.appendChild(svg("rect", { class: "swatch " + cls, x: at, y: y - 9, width: 12, height: 10 }));
       const label = svg("text", { class: "legend", x: at + 16, y: y }, text);
       root.appendChild(label);
-      at += 26 + 7 * text.length;
+      at += size;
     }
+    return y;
   }
 
   // ---------------------------------------------------------------- rounds
@@ -628,7 +649,7 @@
   function participationChart(container, r) {
     const rows = r.participation;
     const { root, width, height, left, right, rowH, head } = rowFrame(container, "participation", rows.length,
-      { max: 720, left: 90, right: 300, rowH: 22, head: 26 });
+      { max: 720, left: 90, right: 24, rowH: 36, head: 26 });
     const x = linear(0, 1, left, width - right);
     xAxis(root, x, [0, 0.25, 0.5, 0.75, 1], head, height - 4);
     for (const t of root.querySelectorAll("text.tick")) t.textContent = (100 * Number(t.textContent)).toFixed(0) + "%";
@@ -636,6 +657,8 @@
     rows.forEach((row, i) => {
       const y = head + i * rowH + 4;
       const g = svg("g", { class: "cohort", "data-cohort": row.cohort });
+      // the whole row (label, bar and the value under it) answers the pointer, gaps included
+      g.appendChild(svg("rect", { class: "hit", x: 0, y: y - 4, width: width, height: rowH, fill: "transparent" }));
       g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 11, "text-anchor": "end" }, "cohort " + row.cohort));
       g.appendChild(svg("rect", { class: "track", x: x(0), y: y, width: x(1) - x(0), height: 14 }));
       const share = row.participation === null ? 0 : Math.min(1, row.participation);
@@ -643,7 +666,7 @@
       const pct = row.participation === null ? "no base reports" : (100 * row.participation).toFixed(0) + "%";
       const refused = Math.max(0, row.base_reports - row.reports);
       const text = row.reports + " / " + row.base_reports + " (" + pct + ")";
-      g.appendChild(svg("text", { class: "value", x: x(1) + 8, y: y + 11 }, text + " · " + refused + " not in"));
+      g.appendChild(svg("text", { class: "value", x: x(0), y: y + 28 }, text + " · " + refused + " not in"));
       root.appendChild(g);
       items.push({ node: g, text: "cohort " + row.cohort + ": " + text + " took part; " + refused +
         " refused or absent" });
@@ -700,8 +723,12 @@
     clear(container);
     const base = new Map(before.rows.map((r) => [r.candidate, r]));
     const rows = after.rows.slice(0, top).filter((r) => base.has(r.candidate));
-    const { root, width, height, left, right, rowH, head } = rowFrame(container, "compare", rows.length,
-      { left: 200, right: 150, rowH: 26, head: 46 });
+    const frame = rowFrame(container, "compare", rows.length, { left: 200, right: 150, rowH: 26, head: 46 });
+    const { root, width, height, left, rowH, head } = frame;
+    const errors = new Map(rows.map((r) => [r.candidate,
+      "±" + fixed(base.get(r.candidate).std_error, 1) + " → ±" + fixed(r.std_error, 1)]));
+    // room on the right for the longest "±before → ±after" (7 px a character), whatever the width
+    const right = Math.max(frame.right, 14 + 7 * Math.max(0, ...Array.from(errors.values(), (t) => t.length)));
     const all = rows.flatMap((r) => [r, base.get(r.candidate)]);
     const lo = Math.min(0, ...all.map((r) => (isFinite(r.lower) ? r.lower : r.estimate)));
     const hi = Math.max(1, ...all.map((r) => (isFinite(r.upper) ? r.upper : r.estimate)));
@@ -716,11 +743,10 @@
       const y = head + i * rowH + rowH / 2;
       const g = svg("g", { class: "pair" });
       g.dataset.candidate = r.candidate;
-      g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 4, "text-anchor": "end" }, shortLabel(r.candidate)));
+      g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 4, "text-anchor": "end" }, shortLabel(r.candidate, left - 10)));
       g.appendChild(intervalMark(x, b, y - 5, "before"));
       g.appendChild(intervalMark(x, r, y + 5, "after"));
-      g.appendChild(svg("text", { class: "value", x: width - right + 8, y: y + 4 },
-        "±" + fixed(b.std_error, 1) + " → ±" + fixed(r.std_error, 1)));
+      g.appendChild(svg("text", { class: "value", x: width - right + 8, y: y + 4 }, errors.get(r.candidate)));
       root.appendChild(g);
       items.push({ node: g, text: r.candidate + ": round 0 " + fixed(b.estimate, 1) + " ± " + fixed(b.std_error, 1) +
         " [" + fixed(b.lower, 1) + ", " + fixed(b.upper, 1) + "] → round " + after.round + " " + fixed(r.estimate, 1) +
@@ -869,7 +895,7 @@
       const y = head + i * rowH;
       const g = svg("g", { class: "bar-row " + (row.detected ? "detected" : "undetected") });
       g.dataset.candidate = row.candidate;
-      g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 13, "text-anchor": "end" }, shortLabel(row.candidate)));
+      g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 13, "text-anchor": "end" }, shortLabel(row.candidate, left - 10)));
       const x0 = x(Math.min(0, row.estimate));
       g.appendChild(svg("rect", { class: "bar", x: x0, y: y + 4, width: Math.max(0.5, Math.abs(x(row.estimate) - x(0))),
         height: 10 }));
@@ -1181,7 +1207,7 @@
       const kind = a.safe === true ? "safe" : a.safe === false ? "unsafe" : "unanswered";
       const g = svg("g", { class: "answer " + kind });
       g.dataset.place = a.place;
-      g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 12, "text-anchor": "end" }, shortLabel(a.place)));
+      g.appendChild(svg("text", { class: "label", x: left - 8, y: y + 12, "text-anchor": "end" }, shortLabel(a.place, left - 10)));
       let shown;
       if (typeof a.answer === "number") {
         g.appendChild(svg("rect", { class: "bar", x: x(Math.min(0, a.answer)), y: y + 3,
