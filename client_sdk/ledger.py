@@ -38,6 +38,7 @@ from typing import Any
 
 from protocol.accounting import from_micro, round_up, sequence_bit_epsilon, to_micro
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.local import local_mechanism
 from protocol.params import MetricParams
 from protocol.validation import check_int, check_number
 
@@ -230,7 +231,7 @@ def _composition_proven(params: MetricParams, levels: Sequence[float]) -> bool:
     along the exponential chain are associated); not for a symmetric chain of several levels,
     which is then charged the memoized bits' bound alone.
     """
-    return params.mode == "asymmetric" or len(distinct_levels(levels)) == 1
+    return local_mechanism(params.mode).one_sided or len(distinct_levels(levels)) == 1
 
 
 def _relaxed_reports(

@@ -76,7 +76,7 @@ def test_the_sweeps_come_from_the_command_line(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "run.json").read_text())["sweeps"]["alpha"] == [0.5]
 
 
-@pytest.mark.parametrize(("argv", "field"), [(["--only", "nope"], "only"), (["--thresholds", "1.5"], "thresholds")])
+@pytest.mark.parametrize(("argv", "field"), [(["--only", "nope"], "--only"), (["--thresholds", "1.5"], "--thresholds")])
 def test_bad_options_are_one_line_errors(argv: list[str], field: str, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reproduce", "--out", str(tmp_path), *argv]) == 2

@@ -108,4 +108,4 @@ def test_a_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
         port = taken.getsockname()[1]
         assert main(["serve", "--init", "--data-dir", str(tmp_path / "d"), "--port", str(port)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: port:") and "in use" in err, err
+    assert err.count("\n") == 1 and err.startswith("error: --port:") and "in use" in err, err

@@ -48,6 +48,7 @@ from protocol.accounting import neighbour_relation
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import BloomEncoding, DirectEncoding, Value
 from protocol.errors import BudgetExceeded, ParameterError
+from protocol.local import local_mechanism
 from protocol.params import MetricParams
 from protocol.rng import RandomSource, SeededRandom
 
@@ -216,7 +217,8 @@ def _run_client(scenario: DeviceScenario, history: DeviceHistory, keys: Aggregat
                     max_epsilon=scenario.max_epsilon, clock=lambda: now[0], rng=rng, insecure_rng_for_testing=True,
                     budget_period=scenario.budget_period,
                     background=False,  # the auditor drives sync() and flush(): everything sent is in its hands
-                    budget_warning=0.0)  # a ceiling reached on purpose is not worth a log line per sample
+                    budget_warning=0.0,  # a ceiling reached on purpose is not worth a log line per sample
+                    strict=True)  # a refusal raises (suppressed below), as the schedule expects, and logs nothing
     try:
         client.sync()
         round_id, level = 0, params.level
@@ -502,7 +504,7 @@ def asymmetric_irr_flips_ones() -> Iterator[None]:
     original = memo.apply_irr
 
     def xor(randomizer: Any, permanent: int, masks: Any) -> int:
-        if randomizer.mode != "asymmetric" or not randomizer.has_irr:
+        if not local_mechanism(randomizer.mode).one_sided or not randomizer.has_irr:
             return original(randomizer, permanent, masks)
         return permanent ^ masks[1]
 
