@@ -202,3 +202,23 @@ def test_epsilon_per_window_means_what_the_ledger_charges(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert f"epsilon per window   {privacy['epsilon_per_window']:g}  (what a client's ledger charges" in out
 
+
+
+def test_metric_create_prints_each_epsilon_rounded_up_never_below_the_ledger_charge() -> None:
+    """The SDK's ledger charges 0.899668 where `:g` printed 0.899667: a printed charge is never below it."""
+    from aggregator.cli.commands.metrics import privacy_summary, privacy_text
+    from protocol.encodings import DirectEncoding
+    from protocol.params import MetricParams
+
+    checked = 0
+    for level in (0.3, 0.7, 1.1, 1.9, 2.3, 3.7):
+        params = MetricParams(name="m", encoding=DirectEncoding(domain=("a", "b", "c")), mode="symmetric",
+                              level=level, time_precision=3600)
+        summary = privacy_summary(params, [level * 2])
+        text = privacy_text("m", summary)
+        printed = {line.split()[2]: float(line.split()[3]) for line in text.splitlines()
+                   if line.startswith("  epsilon per")}
+        assert printed["report"] >= summary["epsilon_per_report"]
+        assert printed["window"] >= summary["epsilon_per_window"]
+        checked += printed["window"] > float(f"{summary['epsilon_per_window']:g}")
+    assert checked  # at least one level where rounding to nearest printed less than the charge

@@ -195,13 +195,15 @@ def privacy_text(name: str, privacy: dict[str, Any]) -> str:
                      "others are dropped: its result says 'clipped', and the server counts such reports "
                      "(onesided_reports_clipped_total in /metrics)\n")
         return text
+    from client_sdk.status import epsilon_text as up  # printed charges round up, as the ledger's do
+
     lines = [
         f"privacy of {name!r} ({privacy['mode']}, level {privacy['level']:g}), each client, per window:",
-        f"  epsilon per report   {privacy['epsilon_per_report']:g}  (one report, its instantaneous randomized "
+        f"  epsilon per report   {up(privacy['epsilon_per_report'])}  (one report, its instantaneous randomized "
         "response included)",
-        f"  epsilon per window   {privacy['epsilon_per_window']:g}  (what a client's ledger charges a window, "
+        f"  epsilon per window   {up(privacy['epsilon_per_window'])}  (what a client's ledger charges a window, "
         "its epsilon_per_window; windows add up)",
-        f"  at most, per window  {privacy['epsilon_per_window_any_reports']:g}  (however many reports of one "
+        f"  at most, per window  {up(privacy['epsilon_per_window_any_reports'])}  (however many reports of one "
         "window's value were sent: the memoized noise alone)",
         f"  neighbour            {privacy['neighbour']}",
         f"  protects             {privacy['protects']}",
@@ -209,8 +211,8 @@ def privacy_text(name: str, privacy: dict[str, Any]) -> str:
     ]
     for r in privacy["rounds"]:
         lines.append(f"  a round to level {r['level_to']:g}: a window reported at level {privacy['level']:g} and "
-                     f"again at {r['level_to']:g} costs {r['epsilon_window']:g} in all (a report at "
-                     f"{r['level_to']:g} alone: {r['epsilon_window_fresh']:g})")
+                     f"again at {r['level_to']:g} costs {up(r['epsilon_window'])} in all (a report at "
+                     f"{r['level_to']:g} alone: {up(r['epsilon_window_fresh'])})")
     return "\n".join(lines) + "\n"
 
 
