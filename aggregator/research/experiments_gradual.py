@@ -25,7 +25,7 @@ import numpy as np
 from aggregator.research.reproduce import SIZES, Outcome, Row, verdict
 
 GR = "gradual release"
-__all__ = ["jumps", "lazy_step", "rappor_threshold", "scenario_advantage", "scenario_collusion",
+__all__ = ["jumps", "lazy_step", "rappor_threshold", "scenario_advantage", "scenario_collusion", "scenario_runs",
            "scenario_relaxation", "scenario_sql_counting"]
 LEVELS = (1.0, 2.0, 4.0)
 
@@ -111,15 +111,16 @@ def rappor_threshold(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
 # --------------------------------------------------------------------------
 
 
-def _runs(name: str, scale: str, seed: int) -> list[dict[str, Any]]:
+def scenario_runs(name: str, scale: str, seed: int, size: str = "scenario") -> list[dict[str, Any]]:
+    """``onesided simulate NAME --scale SCALE`` at seeds ``seed, seed + 1, ...`` (``SIZES[scale][size]`` runs)."""
     from aggregator.research.scenarios import run_scenario
 
-    return [run_scenario(name, scale=scale, seed=seed + r) for r in range(SIZES[scale]["scenario"])]
+    return [run_scenario(name, scale=scale, seed=seed + r) for r in range(SIZES[scale][size])]
 
 
 def scenario_relaxation(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
     """``simulate relaxation``: relaxed/one-shot MSE ratios (claim: 1) and composition (claim: > 1)."""
-    runs = _runs("relaxation", scale, seed)
+    runs = scenario_runs("relaxation", scale, seed)
     setting = f"simulate relaxation --scale {scale}; seeds {seed}..{seed + len(runs) - 1}"
     src = f"{GR} Theorem 10 (simulate relaxation)"
     lows, highs = [f["ratio_min"] for f in runs], [f["ratio_max"] for f in runs]
@@ -142,7 +143,7 @@ def scenario_relaxation(scale: str, seed: int, options: dict[str, Any]) -> Outco
 
 def scenario_advantage(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
     """``simulate asymmetric-advantage``: asymmetric/symmetric variance of a rare item against ``1 - e^-eps``."""
-    runs = _runs("asymmetric-advantage", scale, seed)
+    runs = scenario_runs("asymmetric-advantage", scale, seed)
     setting = f"simulate asymmetric-advantage --scale {scale}; seeds {seed}..{seed + len(runs) - 1}"
     rows = []
     for i, row in enumerate(runs[0]["rows"]):
@@ -156,7 +157,7 @@ def scenario_advantage(scale: str, seed: int, options: dict[str, Any]) -> Outcom
 
 def scenario_collusion(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
     """``simulate collusion``: the averaging attack's figures quoted in benchmarks/RESULTS.md."""
-    runs = _runs("collusion", scale, seed)
+    runs = scenario_runs("collusion", scale, seed)
     setting = f"simulate collusion --scale {scale}; seeds {seed}..{seed + len(runs) - 1}"
     last = runs[0]["colluders"][-1]
     src = "multi-user Laplace Sec. B (simulate collusion)"
@@ -186,7 +187,7 @@ def scenario_collusion(scale: str, seed: int, options: dict[str, Any]) -> Outcom
 
 def scenario_sql_counting(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
     """``simulate sql-counting``: the paper's FLEX join count (sensitivity 50) answered to colluding analysts."""
-    runs = _runs("sql-counting", scale, seed)
+    runs = scenario_runs("sql-counting", scale, seed)
     setting = f"simulate sql-counting --scale {scale}; seeds {seed}..{seed + len(runs) - 1}; margin 50"
     src = "multi-user Laplace, FLEX experiment (simulate sql-counting)"
     rows = []

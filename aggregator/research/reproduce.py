@@ -33,12 +33,14 @@ from typing import Any
 import numpy as np
 
 SCALES: tuple[str, ...] = ("small", "paper")
-# Per scale: seeded repetitions and sizes (the small scale is what the test runs).
+# Per scale: seeded repetitions and sizes (the small scale is what the test runs). ``scenario``: runs of
+# a cheap ``simulate`` scenario; ``slow_scenario``: of association and discovery (half a minute and more a
+# run at the small scale), which run at the paper scale only.
 SIZES: dict[str, dict[str, int]] = {
     "small": {"adp": 20, "lazy": 10, "lazy_n": 100_000, "jump_chains": 4_000, "jump_steps": 200, "jump_reps": 5,
-              "splits": 100, "scenario": 3},
+              "splits": 100, "scenario": 3, "slow_scenario": 0},
     "paper": {"adp": 200, "lazy": 40, "lazy_n": 1_000_000, "jump_chains": 40_000, "jump_steps": 1_000,
-              "jump_reps": 10, "splits": 500, "scenario": 3},
+              "jump_reps": 10, "splits": 500, "scenario": 3, "slow_scenario": 1},
 }
 
 __all__ = [
@@ -111,11 +113,12 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A named experiment: ``run(scale, seed, options) -> Outcome``."""
+    """A named experiment: ``run(scale, seed, options) -> Outcome``, run at the ``scales`` named."""
 
     name: str
     title: str
     run: Callable[[str, int, dict[str, Any]], Outcome]
+    scales: tuple[str, ...] = SCALES
 
 
 def experiments() -> list[Experiment]:
@@ -123,6 +126,7 @@ def experiments() -> list[Experiment]:
     from aggregator.research import experiments_adp as adp
     from aggregator.research import experiments_gradual as gr
     from aggregator.research import experiments_multiuser as mu
+    from aggregator.research import experiments_scenarios as sc
 
     return [
         Experiment("adp-fig2", "ADP Figs. 2-3: certified safe places at 6 p.m.", adp.adp_fig2),
@@ -139,6 +143,13 @@ def experiments() -> list[Experiment]:
         Experiment("sim-asymmetric-advantage", "simulate asymmetric-advantage over seeds", gr.scenario_advantage),
         Experiment("sim-collusion", "simulate collusion over seeds", gr.scenario_collusion),
         Experiment("sim-sql-counting", "simulate sql-counting over seeds", gr.scenario_sql_counting),
+        Experiment("sim-certificates", "simulate certificates over seeds", sc.scenario_certificates),
+        Experiment("sim-city", "simulate city over seeds", sc.scenario_city),
+        Experiment("sim-irr-relaxation", "simulate irr-relaxation over seeds", sc.scenario_irr),
+        Experiment("sim-association", "simulate association (paper scale only)", sc.scenario_association,
+                   scales=("paper",)),
+        Experiment("sim-discovery", "simulate discovery (paper scale only)", sc.scenario_discovery,
+                   scales=("paper",)),
     ]
 
 
@@ -162,10 +173,16 @@ def _cpu_name() -> str:
 
 def run_experiments(experiments: Sequence[Experiment], *, scale: str, seed: int, options: dict[str, Any],
                     progress: Callable[[str], None]) -> tuple[dict[str, Outcome], dict[str, dict[str, float]]]:
-    """Run each experiment once; returns the outcomes and each one's wall and CPU seconds (this process)."""
+    """Run each experiment of ``scale`` once; returns the outcomes and each one's wall and CPU seconds.
+
+    An experiment that does not run at ``scale`` is named in ``progress`` and skipped.
+    """
     outcomes: dict[str, Outcome] = {}
     seconds: dict[str, dict[str, float]] = {}
     for exp in experiments:
+        if scale not in exp.scales:
+            progress(f"{exp.name}: skipped, runs at --scale {' or '.join(exp.scales)} only")
+            continue
         progress(f"{exp.name}: {exp.title}")
         wall, cpu = time.perf_counter(), time.process_time()
         outcomes[exp.name] = exp.run(scale, seed, options)
