@@ -152,3 +152,17 @@ def test_the_averaging_attack_holds_one_block_of_trials_at_a_time() -> None:
     # the law is unchanged: RMSE sqrt(2) D / (eps sqrt(i)). Over 20,000 trials the RMSE's relative sd is 0.8%
     # (i = 1) and 0.5% (i = 1,024): 3% is 3.8 sd, false-failure rate ~1e-4 if unseeded; seeded (rng 7).
     assert result.rmse == pytest.approx([2 * math.sqrt(2), 2 * math.sqrt(2) / 32], rel=0.03)
+
+
+def test_certificates_at_the_paper_scale_give_only_the_error_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # at the paper scale the thresholds grow with the clients: no t 5 row to set beside the ADP paper's Fig. 2
+    from aggregator.research import experiments_scenarios
+
+    decisions = {key: {"decisions": 5994, "wrong": wrong} for key, wrong in (("local_alpha", 1), ("dp", 4))}
+    figures = {"by_threshold": [{"epsilon": 1.0, "threshold": 200}], "never_wrong_errors": 0,
+               "false_safe": decisions, "alpha": 0.001}
+    monkeypatch.setattr(experiments_scenarios, "scenario_runs", lambda *args, **kwargs: [figures] * 3)
+    rows = experiments_scenarios.scenario_certificates("paper", 2026, {}).rows
+    assert [r.quantity.split(":")[0] for r in rows] == [
+        "never-wrong mechanisms", "local certificate at alpha 0.001", "(eps, 1e-4)-DP bound"]
+    assert rows[0].agree is True and rows[2].values == (4 / 5994,) * 3
