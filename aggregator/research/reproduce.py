@@ -1,6 +1,6 @@
 """``onesided reproduce``: every quantitative experiment of the three papers, beside the paper's numbers.
 
-An experiment (:mod:`aggregator.research.paper_experiments`) runs ``R``
+An experiment (the ``experiments_*`` modules beside this one) runs ``R``
 seeded repetitions (repetition ``r`` draws from child ``r`` of
 ``SeedSequence(seed)``) and returns :class:`Row` records, one per figure
 the paper states: the paper's value, ours as the mean over the
