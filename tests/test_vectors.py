@@ -282,7 +282,9 @@ def test_sealed_vector_opens_from_the_file_alone() -> None:
 
 
 def test_vector_files_are_all_checked() -> None:
-    from tests import js_vectors  # the TypeScript client's vectors: checked by test_client_js_vectors.py
+    from tests import (
+        js_vectors,  # the TypeScript client's vectors: checked by test_client_js_vectors.py
+    )
 
     ported = {name.removesuffix(".json") for name in js_vectors.FILES}
     assert {p.stem for p in VECTORS.glob("*.json")} == set(GENERATORS) | ported
