@@ -1,8 +1,9 @@
 """Opening sealed envelopes, in this process or in a small pool of processes.
 
 Opening an envelope (X25519, HKDF-SHA256, AES-128-GCM: ``protocol.crypto``)
-costs about 55 us of CPU and holds Python's GIL, so one process opens at
-most ~18,000 per second whatever its threads. With PostgreSQL, more worker
+costs about 38 us of CPU here (the X25519 exchange most of it) and holds
+Python's GIL, so one process opens at most ~26,000 per second whatever its
+threads. With PostgreSQL, more worker
 processes add cores. With SQLite, where one process must do all the writing,
 ``decrypt_processes = N`` hands the opening of large batches to ``N`` helper
 processes (started with ``forkserver``, holding the X25519 private key),
