@@ -194,9 +194,8 @@ def _window_cost(
     level). Where it is out of reach (more than
     :data:`MAX_EXACT_REPORT_CHAIN` reports, or no bound from doubles): with
     a relaxed report only the first bound is charged; with fresh IRRs only,
-    the smaller of it and the composition of one ``eps_1`` per report (the
-    older charge; never below the enclosure in every case tested), marked
-    not exact. ``bits_changed`` follows
+    the smaller of it and the composition of one ``eps_1`` per report where
+    that composition is proven (:func:`_composition_proven`), marked not exact. ``bits_changed`` follows
     the metric's neighbour relation (``k``; ``2k`` for a symmetric
     categorical value replaced). Trusted: ``inf``.
 
@@ -217,10 +216,21 @@ def _window_cost(
     if found is not None:
         reports, reports_exact = found
         return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), reports_exact)
-    if any(relaxed):
+    if any(relaxed) or not _composition_proven(params, levels):
         return from_micro(chain), False
     reports = sum(to_micro(step.guarantee(level).epsilon_per_report) for step, level in zip(steps, levels, strict=True))
     return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
+
+
+def _composition_proven(params: MetricParams, levels: Sequence[float]) -> bool:
+    """Whether ``sum_i eps_1(i)`` bounds a window of fresh-IRR reports (docs/privacy.md, section 8).
+
+    Proven for one permanent level in both modes (every bit's loss is a concave function of the
+    summed report log-ratios, hence subadditive) and for any asymmetric chain (the memoized bits
+    along the exponential chain are associated); not for a symmetric chain of several levels,
+    which is then charged the memoized bits' bound alone.
+    """
+    return params.mode == "asymmetric" or len(distinct_levels(levels)) == 1
 
 
 def _relaxed_reports(
@@ -624,6 +634,8 @@ class LedgerEntry:
         period_start, renews_at: the current period (the one holding the clock's instant).
         spent_this_period: what the current period was charged (its lost-state prior included).
         periods: the periods from the one of the first report through the current one.
+        total_unknown_since: an ISO date: a lost state left no high-water mark then, and ``spent``
+            (the lifetime total) is infinite, never below the truth (``None``: ``spent`` is known).
     """
 
     metric: str
@@ -648,6 +660,7 @@ class LedgerEntry:
     spent_this_period: float | None = None
     periods: int | None = None
     irrs: tuple[Irr | None, ...] = ()
+    total_unknown_since: str | None = None
 
 
 def ledger_entry(
@@ -717,6 +730,7 @@ class Budget:
             user whose every window differs is up to this sum).
         periods: the periods from the first report's through the current one (``None``: unknown).
         epsilon_per_window: what the next window costs; ``windows_left`` how many fit in ``remaining``.
+        total_unknown_since: as in :class:`LedgerEntry` (``total_spent`` is then infinite).
     """
 
     metric: str
@@ -729,6 +743,7 @@ class Budget:
     periods: int | None
     epsilon_per_window: float
     windows_left: float
+    total_unknown_since: str | None = None
 
     @classmethod
     def of(cls, entry: LedgerEntry) -> Budget:
@@ -740,6 +755,7 @@ class Budget:
             spent_this_period=entry.spent if entry.spent_this_period is None else entry.spent_this_period,
             remaining=entry.remaining, renews_at=entry.renews_at, total_spent=entry.spent, periods=entry.periods,
             epsilon_per_window=per_window, windows_left=0.0 if math.isinf(per_window) else left,
+            total_unknown_since=entry.total_unknown_since,
         )
 
 

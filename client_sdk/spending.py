@@ -1,5 +1,9 @@
 """What a client has spent and has left: the ceiling, the charges of lost states, the low-budget warning.
 
+A lost state's charge comes from its high-water mark (:mod:`client_sdk.highwater`): its exact
+lifetime total and per-period charge where a mark survived; otherwise an infinite lifetime total
+(``total_unknown_since``) and the whole ceiling charged to the period the loss was found in.
+
 :class:`Spending` answers the questions the client's ledger rules ask
 (:func:`~client_sdk.ledger.check_new_window`,
 :func:`~client_sdk.ledger.check_relaxation` take a ``prior``: what a lost
@@ -9,11 +13,13 @@ state may have spent, charged in full) and builds the ledger an app reads
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 from protocol.wire import ConfigPayload
 
+from .highwater import lifetime_prior, period_prior, unknown_since
 from .ledger import (
     Ceiling,
     Ledger,
@@ -47,15 +53,12 @@ class Spending:
         self._warned: set[tuple[str, int]] = set()
 
     def prior(self, metric: str, when: float | None = None) -> float:
-        """Lost-state charges of ``metric``: all of them, or (renewing budget) those of the period holding ``when``."""
-        lost = self._disk.state.lost
-        if not lost:
-            return 0.0
-        period = self.ceiling.period
-        return sum(
-            Ceiling.from_dict(entry["ceiling"]).for_metric(metric) for entry in lost
-            if when is None or period is None or period_of(float(entry["at"]), period) == period_of(when, period)
-        )
+        """What lost states spent on ``metric``: over their lifetime (``inf``: unknown), or (renewing
+        budget) in the period holding ``when`` (:mod:`client_sdk.highwater`)."""
+        lost, period = self._disk.state.lost, self.ceiling.period
+        if when is None or period is None:
+            return lifetime_prior(lost, metric)
+        return period_prior(lost, metric, period_of(when, period), period)
 
     def period_prior(self, metric: str, record: MetricRecord | None, when: float) -> float:
         """The ``prior`` a ceiling check takes: per period (renewing budget) or for the lifetime."""
@@ -82,16 +85,22 @@ class Spending:
     def entry(self, metric: str, record: MetricRecord) -> LedgerEntry:
         """The ledger line of a metric this client reported."""
         now = self._clock()
-        return ledger_entry(record, record.metric_params(), self.ceiling.for_metric(metric), self.prior(metric),
-                            now=now, period_prior=self.period_prior(metric, record, now))
+        entry = ledger_entry(record, record.metric_params(), self.ceiling.for_metric(metric), self.prior(metric),
+                             now=now, period_prior=self.period_prior(metric, record, now))
+        return self._unknown(entry)
+
+    def _unknown(self, entry: LedgerEntry) -> LedgerEntry:
+        """``entry`` marked ``total unknown since <date>`` when a lost state left no high-water mark."""
+        since = unknown_since(self._disk.state.lost)
+        return entry if since is None else dataclasses.replace(entry, total_unknown_since=since)
 
     def ledger(self, config: ConfigPayload | None) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
         state = self._disk.state
         now, period = self._clock(), self.ceiling.period
-        unused = () if config is None else tuple(
+        unused = () if config is None else tuple(self._unknown(
             unused_entry(e.params, self.ceiling.for_metric(e.params.name), self.prior(e.params.name),
-                         period=period, now=now, period_prior=self.prior(e.params.name, now))
+                         period=period, now=now, period_prior=self.prior(e.params.name, now)))
             for e in config.metrics if e.params.name not in state.metrics
         )
         return Ledger(

@@ -15,6 +15,7 @@ other save waits for it to end first, so writes keep their order.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import weakref
@@ -23,10 +24,11 @@ from typing import TypeVar
 
 from protocol.errors import OnesidedError
 
+from .highwater import HighWaterFile, iso_date, lost_record, mark_of
 from .ledger import Ceiling, LedgerEvent
 from .lock import StateLock
 from .queue import QueueDamage, ReportQueue
-from .state import ClientState, StateCorrupted, StateStore
+from .state import ClientState, StateCorrupted, StateStore, remove_temporary_files
 
 log = logging.getLogger("onesided.client")
 T = TypeVar("T")
@@ -61,7 +63,7 @@ class Storage:
     Args:
         store: the state file (:class:`~client_sdk.state.StateStore`).
         on_corrupt: ``"raise"`` or ``"reset"`` (docs/client.md).
-        ceiling: the budget policy in force (charged in full for a lost state).
+        ceiling: the budget policy in force (charged to a lost state's period when no high-water mark survives).
         clock: wall time (events, the period a lost state is charged to).
         notify: where errors go (the client's ``on_error`` and log).
         lock: the client's lock (the write behind it waits on it).
@@ -85,6 +87,7 @@ class Storage:
         self._writing = False  # a write behind the lock is running
         self.state: ClientState
         self.queue: ReportQueue
+        self.marks = HighWaterFile(store.path)
 
     def open(self) -> None:
         """Take the state file's lock, then read the state and its queue.
@@ -95,6 +98,7 @@ class Storage:
         """
         self.lock.acquire()
         try:
+            remove_temporary_files(self.marks.path)
             self.queue = ReportQueue(self.store.queue_path, self.store.key)
             self.state = self._load()
             now = self._clock()
@@ -130,25 +134,29 @@ class Storage:
         self._notify(ReportsDropped(damage.dropped, damage.detail))
 
     def _reset_after_loss(self, error: StateCorrupted) -> ClientState:
-        """The ``reset`` policy: keep the bad file, start over, charge the lost spend in full.
+        """The ``reset`` policy: keep the bad file, start over, charge what the lost state spent.
 
-        The lost state may have spent up to the whole ceiling then in force on
-        every metric, and the new secret's noise is independent of the old
-        one, so every metric starts with ``prior`` = that ceiling.
+        The new secret's noise is independent of the old one, so every metric
+        starts with the lost state's total as ``prior``: from its high-water
+        mark when one survives, else unknown (:mod:`client_sdk.highwater`).
         """
         now = self._clock()
+        key = None
+        with contextlib.suppress(OnesidedError):  # a missing or bad key file: no mark can be verified
+            key = self.store.key()
+        mark = self.marks.read(key, None if self.store.generations is None else self.store.generations.read())
         moved = self.store.quarantine(f"{int(now)}")
         self.queue.discard()
         state = ClientState.fresh()
         state.queue = self.queue
-        state.lost.append({"at": now, "reason": error.reason, "ceiling": self._ceiling.to_dict()})
+        state.lost.append(lost_record(now, error.reason, self._ceiling, mark))
+        charged = "its high-water mark charged" if mark is not None else f"total unknown since {iso_date(now)}"
         state.record_event(LedgerEvent(
             at=now, kind="state_lost", metric=None,
-            detail=f"{error.reason}; {'kept as ' + str(moved) if moved else 'no file kept'}; "
-            "prior spend charged at the ceiling",
+            detail=f"{error.reason}; {'kept as ' + str(moved) if moved else 'no file kept'}; {charged}",
         ))
-        self.store.save(state)
-        log.warning("client state lost (%s); started a new state and charged the ceiling", error.reason)
+        self._save_state(state)
+        log.warning("client state lost (%s); started a new state, %s", error.reason, charged)
         self._notify(error)
         return state
 
@@ -162,7 +170,7 @@ class Storage:
             while self._writing:
                 self._written.wait()
             if self.dirty:
-                self.store.save(self.state)
+                self._save_state(self.state)
                 self.dirty = False
             self.queue.persist(self.state.generation)
 
@@ -185,6 +193,7 @@ class Storage:
                 self.save()  # rare: the queue file is rewritten, under the lock
                 return durable
             sealed = self.store.seal(self.state) if self.dirty else None
+            mark = None if sealed is None else mark_of(self.state.metrics, self.state.lost, sealed[1])
             taken = self.queue.take_append(self.state.generation)
             if sealed is None and taken is None:
                 return durable
@@ -193,6 +202,8 @@ class Storage:
         try:
             if sealed is not None:
                 self.store.write(*sealed)
+            if mark is not None:  # the mark of the state just written, before any report it charges
+                self.marks.write(self.store.key(), mark)
             if taken is not None:
                 self.queue.append_taken(taken[1])
         except BaseException:
@@ -206,6 +217,11 @@ class Storage:
                 self._writing = False
                 self._written.notify_all()
         return durable
+
+    def _save_state(self, state: ClientState) -> None:
+        """Write the state, then its high-water mark (before any report it charges reaches the queue)."""
+        self.store.save(state)
+        self.marks.write(self.store.key(), mark_of(state.metrics, state.lost, state.generation))
 
     def event(self, kind: str, metric: str | None, detail: str) -> None:
         """Record a ledger event (the state is then to be saved)."""

@@ -184,7 +184,10 @@ def test_budget_of_a_lifetime_ceiling_and_of_an_unused_metric(tmp_path: Path) ->
                                                                                          T0 + DAY)
 
 
-def test_a_lost_state_charges_its_ceiling_to_the_period_it_was_found_in(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mark", [True, False])
+def test_a_lost_state_charges_its_mark_or_else_its_ceiling_to_the_period_it_was_found_in(
+    mark: bool, tmp_path: Path
+) -> None:
     clock, path = Clock(T0 + 60.0), tmp_path / "s"
     client = make_client(path, clock, max_epsilon=3.0, budget_period="week")
     client.report("places", {"home"})
@@ -192,15 +195,22 @@ def test_a_lost_state_charges_its_ceiling_to_the_period_it_was_found_in(tmp_path
     data = bytearray(path.read_bytes())
     data[-1] ^= 1  # the state no longer opens
     path.write_bytes(bytes(data))
+    if not mark:
+        Path(f"{path}.spent").unlink()  # its high-water mark is gone too
     clock.advance(DAY)
     errors: list[Exception] = []
     reset = make_client(path, clock, max_epsilon=3.0, budget_period="week", on_corrupt="reset",
                         on_error=errors.append)
     entry = reset.ledger()["places"]
-    assert (entry.prior, entry.spent_this_period, entry.remaining) == (3.0, 3.0, 0.0)  # this week: spent
-    with pytest.raises(BudgetExceeded):
+    if mark:  # the lost week's charge and the lifetime total are known exactly
+        assert (entry.prior, entry.spent_this_period, entry.remaining) == (1.0, 1.0, 2.0)
         reset.report("places", {"home"})
+    else:  # this week: spent (the ceiling); the total: unknown
+        assert (entry.prior, entry.spent_this_period, entry.remaining) == (math.inf, 3.0, 0.0)
+        with pytest.raises(BudgetExceeded):
+            reset.report("places", {"home"})
     clock.advance(WEEK)  # the next week renews; the total keeps the lost week's charge
     reset.report("places", {"home"})
     budget = reset.budget("places")
-    assert (budget.spent_this_period, budget.remaining, budget.total_spent) == (1.0, 2.0, 4.0)
+    assert (budget.spent_this_period, budget.remaining) == (1.0, 2.0)
+    assert budget.total_spent == (3.0 if mark else math.inf)

@@ -473,7 +473,7 @@ def test_missing_key_file_is_state_corrupted(fake: FakeAggregator, tmp_path: Pat
     client = make_client(fake, path, on_corrupt="reset", max_epsilon=4.0)  # treated as a lost state
     assert [e.kind for e in client.ledger().events] == ["state_lost"]
     client.sync()
-    with pytest.raises(BudgetExceeded):  # the lost state's spend is charged at the ceiling
+    with pytest.raises(BudgetExceeded):  # the key went with it: its high-water mark cannot be verified
         client.report("places", "home")
 
 
@@ -509,9 +509,9 @@ def test_temporary_files_of_a_crash_are_removed(fake: FakeAggregator, tmp_path: 
 def test_an_older_state_put_back_is_detected(fake: FakeAggregator, tmp_path: Path) -> None:
     path = tmp_path / "s"
     client = make_client(fake, path, max_epsilon=4.0)
-    queue_reports(client, 2)  # spent 1.0
+    queue_reports(client, 2)  # spent 2.0
     old = path.read_bytes()
-    queue_reports(client, 1)  # spent 1.5
+    queue_reports(client, 1)  # spent 3.0
     client.close()
     path.write_bytes(old)
     with pytest.raises(StateCorrupted, match="rolled back"):
@@ -519,11 +519,10 @@ def test_an_older_state_put_back_is_detected(fake: FakeAggregator, tmp_path: Pat
     assert path.read_bytes() == old  # left alone under "raise"
     reset = make_client(fake, path, max_epsilon=4.0, on_corrupt="reset")
     reset.sync()
-    with pytest.raises(BudgetExceeded):  # charged the ceiling, as for a lost state
-        queue_reports(reset, 1)
-    assert reset.ledger()["places"].prior == 4.0
+    assert reset.ledger()["places"].prior == 3.0  # charged what was spent, from the high-water mark
+    queue_reports(reset, 1)  # 4.0: the ceiling
     reset.close()
-    assert make_client(fake, path, max_epsilon=4.0).ledger()["places"].prior == 4.0  # no false alarm later
+    assert make_client(fake, path, max_epsilon=4.0).ledger()["places"].prior == 3.0  # no false alarm later
 
 
 def test_generation_record_is_private_and_follows_saves(fake: FakeAggregator, tmp_path: Path) -> None:

@@ -133,6 +133,8 @@ class AuditResult:
         samples: outcomes drawn per input (both halves).
         confidence: ``1 - alpha``.
         seed: the seed of the two sample streams.
+        law_p: the p-value of the outcomes under the mechanism's exact law, for a target that
+            has one (:attr:`AuditTarget.law`); ``None`` otherwise.
     """
 
     name: str
@@ -144,11 +146,12 @@ class AuditResult:
     samples: int
     confidence: float
     seed: int
+    law_p: float | None = None
 
     @property
     def passed(self) -> bool:
-        """The audit found no loss above the claim."""
-        return self.lower_bound <= self.claimed
+        """The audit found no loss above the claim, and the outcomes fit the exact law (where checked)."""
+        return self.lower_bound <= self.claimed and (self.law_p is None or self.law_p >= 1.0 - self.confidence)
 
     def to_dict(self) -> dict[str, Any]:
         k_a, n_a, k_b, n_b = self.counts
@@ -162,6 +165,7 @@ class AuditResult:
             "samples": self.samples,
             "confidence": self.confidence,
             "seed": self.seed,
+            "law_p": self.law_p,
             "passed": self.passed,
         }
 
@@ -422,7 +426,10 @@ def audit(
     the true epsilon of the mechanism (for this neighbour, in the audited
     direction) is at least ``lower_bound``: the event is fixed before the
     second half is looked at, and each Clopper-Pearson bound fails with
-    probability at most ``(1 - confidence) / 2``.
+    probability at most ``(1 - confidence) / 2``. A target with a law check
+    (:attr:`AuditTarget.law`) is also tested on all its outcomes against its
+    exact law, at ``1 - confidence``: a correct mechanism then fails the audit
+    with probability at most about ``2 (1 - confidence)``.
 
     Args:
         target: the mechanism and the neighbours.
@@ -465,6 +472,7 @@ def audit(
         samples=samples,
         confidence=float(confidence),
         seed=seed,
+        law_p=None if target.law is None else target.law(out_a, out_b),
     )
 
 

@@ -51,6 +51,7 @@ from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
 from protocol.rng import RandomSource, SeededRandom
 
+from .audit_law import law_check
 from .audit_targets import AuditEvent, AuditTarget, Outcomes, TargetRegistry
 
 __all__ = [
@@ -75,12 +76,29 @@ SERVER_URL = "http://aggregator.audit"
 DEVICE_MAX_SAMPLES = 4_000
 
 
+Irr = tuple[float | None, float | None]
+
+
 @dataclass(frozen=True)
 class Window:
-    """One window of a history: the value reported, then the levels of rounds opened during it."""
+    """One window of a history: the value reported, then the rounds opened during it.
+
+    ``rounds`` holds each round's level; ``irrs`` (empty: none) each round's IRR
+    ``(irr_p, irr_q)``, ``None`` for a round that keeps the IRR. A round that sets
+    an IRR may keep the level (an IRR-only round).
+    """
 
     value: Value | frozenset[Value]
     rounds: tuple[float, ...] = ()
+    irrs: tuple[Irr | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.irrs and len(self.irrs) != len(self.rounds):
+            raise ParameterError("irrs", f"must hold one IRR (or None) per round ({len(self.rounds)})")
+
+    def round_irr(self, k: int) -> Irr | None:
+        """The IRR round ``k`` sets (``None``: kept)."""
+        return self.irrs[k] if self.irrs else None
 
 
 DeviceHistory = tuple[Window, ...]
@@ -115,7 +133,7 @@ class DeviceScenario:
         if len(self.history_a) != len(self.history_b) or not self.history_a:
             raise ParameterError("history_b", "must have the schedule of history_a (as many windows)")
         for i, (wa, wb) in enumerate(zip(self.history_a, self.history_b, strict=True)):
-            if wa.rounds != wb.rounds:
+            if (wa.rounds, wa.irrs) != (wb.rounds, wb.irrs):
                 raise ParameterError(f"history_b[{i}].rounds", "must be the rounds of history_a (the schedule)")
 
     @functools.cached_property
@@ -134,12 +152,15 @@ class DeviceScenario:
         return T0 + index * max(self.params.time_precision, DAY)
 
 
-def _announcement(params: MetricParams, round_id: int, level_from: float, level_to: float, now: int) -> Any:
+def _announcement(params: MetricParams, round_id: int, level_from: float, level_to: float, now: int,
+                  irr: Irr | None = None) -> Any:
     from protocol.wire import MetricEntry, RoundAnnouncement
 
+    irr_p, irr_q = (None, None) if irr is None else irr
     return RoundAnnouncement(
         round_id=round_id, metric=params.name, params_digest=MetricEntry.of(params).digest,
         level_from=level_from, level_to=level_to, cohorts=None, opened_at=now, expires_at=now + 3600,
+        irr_p=irr_p, irr_q=irr_q,
     )
 
 
@@ -208,7 +229,7 @@ def _run_client(scenario: DeviceScenario, history: DeviceHistory, keys: Aggregat
             for k, level_to in enumerate(window.rounds):
                 round_id += 1
                 now[0] = float(start + 120 + k)
-                fake.open_round(_announcement(params, round_id, level, level_to, int(now[0])))
+                fake.open_round(_announcement(params, round_id, level, level_to, int(now[0]), window.round_irr(k)))
                 level = level_to
                 client.sync()  # joins the round if the ledger and the app allow: relaxes and re-sends
             client.flush()
@@ -388,8 +409,10 @@ def device_target(name: str, scenario: DeviceScenario, *, patch: Patch | None = 
         focus=_focus(scenario),
         events=events,
         description=f"device path (Client, sealed, opened by the aggregator): {scenario.description}; "
-        f"neighbour: {relation.sentence}, in every window; claim: the ledger's charge",
+        f"neighbour: {relation.sentence}, in every window; claim: the ledger's charge; "
+        "law: each window's reports against their exact joint law",
         max_samples=DEVICE_MAX_SAMPLES,
+        law=law_check(scenario),
     )
 
 
@@ -471,11 +494,47 @@ def ledger_forgets_a_window() -> Iterator[None]:
         MetricRecord.close_window = original  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def asymmetric_irr_flips_ones() -> Iterator[None]:
+    """The asymmetric IRR applied as an XOR: a true 1 is flipped to 0 as often as a 0 to 1 (one-sidedness lost)."""
+    import client_sdk.memo as memo
+
+    original = memo.apply_irr
+
+    def xor(randomizer: Any, permanent: int, masks: Any) -> int:
+        if randomizer.mode != "asymmetric" or not randomizer.has_irr:
+            return original(randomizer, permanent, masks)
+        return permanent ^ masks[1]
+
+    with _replaced("client_sdk.memo", "apply_irr", xor):
+        yield
+
+
+@contextlib.contextmanager
+def relaxed_step_keeps_changed_bits() -> Iterator[None]:
+    """The relaxed IRR step ignores which memoized bits changed: a bit whose memoized value moved keeps its
+    old report's garbling instead of a fresh IRR at the new level."""
+    import protocol.irr_relaxation as irr_relaxation
+
+    original = irr_relaxation.relax_instantaneous
+
+    def no_restart(permanent: Any, report: Any, before: Any, after: Any, rng: Any = None, **_: Any) -> Any:
+        return original(permanent, report, before, after, rng)
+
+    irr_relaxation.relax_instantaneous = no_restart
+    try:
+        yield
+    finally:
+        irr_relaxation.relax_instantaneous = original
+
+
 # ==========================================================================
 # Scenarios
 # ==========================================================================
 
 _PLACES = DirectEncoding(domain=("home", "clinic", "work"))
+_TWELVE = DirectEncoding(domain=tuple(f"place-{i}" for i in range(12)))  # 11 true zeros per client: the law's trials
+ONE, NONE = frozenset({"place-0"}), frozenset[Value]()
 _DIAG = DirectEncoding(domain=("none", "flu", "covid"))
 _SYM = 2.0 * math.log(2.0)  # f = 1/2: bit epsilon ln 3
 HC, H = frozenset({"home", "clinic"}), frozenset({"home"})
@@ -522,6 +581,37 @@ def _scenarios() -> dict[str, Callable[[], DeviceScenario]]:
             asym(), (Window(HC), Window(HC), Window(HC)), (Window(H), Window(H), Window(H)),
             max_epsilon=1.0, budget_period="day", description="asymmetric direct set, a ceiling of 1.0 renewed "
             "each day: all three daily windows go (1.0 each), the claim is the ledger's total over the days"),
+        "device-asymmetric-irr-level-round-fresh": lambda: DeviceScenario(
+            asym(encoding=_TWELVE, level=1.0, irr_q=0.5), (Window(ONE, rounds=(2.0,)),),
+            (Window(NONE, rounds=(2.0,)),), description="asymmetric direct set, IRR q 0.5, a round 1 -> 2 "
+            "keeping the IRR: the re-send draws a fresh IRR"),
+        "device-asymmetric-irr-round-relaxed": lambda: DeviceScenario(
+            asym(encoding=_TWELVE, level=1.0, irr_q=0.2),
+            (Window(ONE, rounds=(6.0,), irrs=((None, 0.1),)), Window(ONE)),
+            (Window(NONE, rounds=(6.0,), irrs=((None, 0.1),)), Window(NONE)),
+            description="asymmetric direct set, a round 1 -> 6 relaxing the IRR q 0.2 -> 0.1: the re-send is "
+            "drawn from the last report, bits whose memoized value changed restart; window 2 at the new IRR"),
+        "device-asymmetric-irr-only-round": lambda: DeviceScenario(
+            asym(encoding=_TWELVE, level=1.0, irr_q=0.5), (Window(ONE, rounds=(1.0,), irrs=((None, 0.2),)),),
+            (Window(NONE, rounds=(1.0,), irrs=((None, 0.2),)),),
+            description="asymmetric direct set, an IRR-only round (level kept) relaxing q 0.5 -> 0.2"),
+        "device-symmetric-irr-round-relaxed": lambda: DeviceScenario(
+            _metric("symmetric", encoding=_TWELVE, level=_SYM, irr_p=0.5, irr_q=0.75),
+            (Window(ONE, rounds=(2 * _SYM,), irrs=((0.25, 0.75),)),),
+            (Window(NONE, rounds=(2 * _SYM,), irrs=((0.25, 0.75),)),),
+            description="symmetric direct set, RAPPOR's IRR (0.5, 0.75) -> (0.25, 0.75) with the level doubled: "
+            "relaxed re-send"),
+        "device-symmetric-irr-round-fresh": lambda: DeviceScenario(
+            _metric("symmetric", encoding=_TWELVE, level=1.0, irr_p=0.5, irr_q=0.75),
+            (Window(ONE, rounds=(5.0,), irrs=((0.25, 0.75),)),),
+            (Window(NONE, rounds=(5.0,), irrs=((0.25, 0.75),)),),
+            description="symmetric direct set, level 1 -> 5 with IRR (0.5, 0.75) -> (0.25, 0.75): the relaxed "
+            "chain would cost more, the re-send draws a fresh IRR"),
+        "device-symmetric-irr-only-round": lambda: DeviceScenario(
+            _metric("symmetric", encoding=_TWELVE, level=_SYM, irr_p=0.5, irr_q=0.75),
+            (Window(ONE, rounds=(_SYM,), irrs=((0.25, 0.75),)),),
+            (Window(NONE, rounds=(_SYM,), irrs=((0.25, 0.75),)),),
+            description="symmetric direct set, an IRR-only round (0.5, 0.75) -> (0.25, 0.75), level kept"),
         "device-ceiling-global": lambda: DeviceScenario(
             asym(level=1.0), (Window(HC, rounds=(2.0,)), Window(HC)), (Window(H, rounds=(2.0,)), Window(H)),
             max_epsilon=1.5, description="asymmetric direct set, global ceiling 1.5: window 1 and its round "
@@ -548,5 +638,10 @@ PLANTED_DEVICE: Mapping[str, AuditTarget] = TargetRegistry({
     "planted-device-no-permanent-noise": _planted("device-asymmetric-set", permanent_noise_skipped),
     "planted-device-noise-per-report": _planted("device-asymmetric-close-rounds", noise_redrawn_per_report),
     "planted-device-ledger-forgets": _planted("device-ceiling-per-metric", ledger_forgets_a_window),
+    "planted-device-asymmetric-irr-xor": _planted("device-asymmetric-set-irr-windows", asymmetric_irr_flips_ones),
+    "planted-device-relaxed-no-restart": _planted("device-asymmetric-irr-round-relaxed",
+                                                  relaxed_step_keeps_changed_bits),
+    "planted-device-symmetric-relaxed-no-restart": _planted("device-symmetric-irr-round-relaxed",
+                                                            relaxed_step_keeps_changed_bits),
 })
 """Device-path regressions, planted in this process while sampling; each must be caught."""

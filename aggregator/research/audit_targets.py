@@ -83,6 +83,9 @@ class AuditTarget:
         description: the mechanism and the neighbour, in words.
         max_samples: a cap on the samples per input for slow samplers (the
             client's own per-report code); the result records what was drawn.
+        law: ``(outcomes of a, outcomes of b) -> p-value`` of a test of the
+            outcomes against the mechanism's exact law (``None``: none);
+            the audit fails when it is below ``1 - confidence``.
     """
 
     name: str
@@ -95,6 +98,7 @@ class AuditTarget:
     statistic: Callable[[Outcomes], FloatArray] | None = None
     description: str = ""
     max_samples: int | None = None
+    law: Callable[[Outcomes, Outcomes], float] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

@@ -106,12 +106,14 @@ def _list(selected: list[tuple[str, bool]], as_json: bool) -> int:
 
 
 def _table(rows: list[dict[str, Any]], samples: int, confidence: float) -> None:
-    header = ("target", "samples", "claimed", "audited lower bound", "event", "verdict")
+    header = ("target", "samples", "claimed", "audited lower bound", "event", "law p", "verdict")
     cells = [(r["name"], str(r["samples"]), f"{r['claimed']:.6f}", f"{r['lower_bound']:.6f}",
-              f"[{r['ratio']}] {r['event']}", r["verdict"]) for r in rows]
-    print(f"up to {samples} samples per input (a target may cap them), confidence {confidence:g} per lower bound")
+              f"[{r['ratio']}] {r['event']}", "-" if r["law_p"] is None else f"{r['law_p']:.3g}", r["verdict"])
+             for r in rows]
+    print(f"up to {samples} samples per input (a target may cap them), confidence {confidence:g} per lower bound "
+          f"and per law check (device targets: each window's reports against their exact joint law)")
     print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(["---", "---:", "---:", "---:", "---", "---"]) + "|")
+    print("|" + "|".join(["---", "---:", "---:", "---:", "---", "---:", "---"]) + "|")
     for row in cells:
         print("| " + " | ".join(row) + " |")
 
