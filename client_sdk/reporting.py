@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from protocol.chain import Irr
 from protocol.crypto import b64d
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import ParameterError, PolicyError
@@ -28,7 +29,7 @@ from protocol.params import MetricParams
 from protocol.rng import RandomSource
 from protocol.wire import PAYLOAD_HEADER, ConfigPayload, MetricEntry
 
-from .ledger import Irr, MetricRecord, with_irr
+from .ledger import MetricRecord, with_irr
 from .memo import ReportPlan, noise_key, prepare_level
 from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, pending_item

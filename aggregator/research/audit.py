@@ -880,7 +880,7 @@ def _client_history(name: str) -> AuditTarget:
     h_b = (frozenset({"home"}), frozenset({"home"}))
     clinic, m = 1, params.num_bits
     # The ledger's charge for the schedule (2 windows at the level): the windows add up.
-    from client_sdk.ledger import window_cost
+    from protocol.chain import window_cost
 
     claimed = 2 * window_cost(params, [params.level])[0]
     return AuditTarget(
