@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from protocol.validation import check_int, check_number
 from protocol.wire import ConfigPayload, MetricEntry, window_start
 
 from . import status as st
-from .background import Background
+from .background import Background, weak_call
 from .following import Following, Joining
 from .ledger import (
     Budget,
@@ -64,9 +64,10 @@ from .ledger import (
     with_irr,
 )
 from .options import ClientOptions, pinned_keys, seconds
-from .queue import Item, ReportQueue
+from .outbox import Outbox
+from .queue import ReportQueue
 from .reporting import AlreadyReported, Reporter, Reporting, check_kind, repeat
-from .sender import FlushResult, Sender
+from .sender import FlushResult, Sender, SyncSchedule
 from .servertime import OFF_THRESHOLD, ServerClock
 from .spending import Accountant
 from .state import ClientState, StateStore
@@ -127,10 +128,6 @@ class Client:
             max_response_bytes=o.max_response_bytes, monotonic=o.monotonic, server_time=self.server_clock.learn,
         )
         self._lock = threading.RLock()
-        self._sender = Sender(self, self.transport, batch_size=o.batch_size, monotonic=o.monotonic,
-                              clock_retry_cap=o.clock_retry_cap)
-        self._background = Background(self, self._sender, sync_interval=o.sync_interval, monotonic=o.monotonic,
-                                      rng=o.random, flush_at=o.flush_at)
         store = StateStore(state_path, key=o.state_key, key_path=o.key_path, rollback_keyring=o.rollback_keyring)
         self._disk = Storage(store, on_corrupt=o.on_corrupt, ceiling=o.ceiling, clock=self._clock,
                              notify=weak_callback(self._notify), lock=self._lock)
@@ -140,6 +137,16 @@ class Client:
                                     clock=self._clock)
         self._reporter = Reporter(o.random)
         self._ephemeral, self._held, self._irr = self._reporter.ephemeral, self._reporter.held, self._reporter.irr
+        self._outbox = Outbox(self._disk, self._held, self._lock, max_queue=o.max_queue,
+                              event=weak_callback(self._dropped), notify=weak_callback(self._notify))
+        schedule = SyncSchedule(o.sync_interval)
+        self._sender = Sender(self._outbox, self.transport, schedule=schedule, save=weak_call(self._save),
+                              notify=weak_callback(self._notify), batch_size=o.batch_size, monotonic=o.monotonic,
+                              clock_retry_cap=o.clock_retry_cap)
+        self._background = Background(
+            self._sender, schedule, sync=weak_call(self._sync), write=weak_call(self._write),
+            release_held=weak_call(self._release_held), prepare=weak_call(self._prepare), close=weak_call(self.close),
+            notify=weak_callback(self._notify), monotonic=o.monotonic, rng=o.random, flush_at=o.flush_at)
         self._plans = self._reporter.plans
         self._disk_failing = False
         try:
@@ -427,14 +434,14 @@ class Client:
         except OnesidedError as exc:
             self._event("refused", metric, str(exc))
             raise
-        item = self._reporter.item(made, value_or_set, window, value_key)
+        item, sent = self._reporter.item(made, value_or_set, window, value_key)
         report_id: str = item["report_id"]
         step = record.step
         self._accountant.spend(metric, record, params, WindowRelease(
             window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
-            sent=self._reporter.sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
+            sent=sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
         ), after)
-        self._enqueue(item)
+        self._outbox.put(item)
         self._persist()
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
@@ -532,25 +539,9 @@ class Client:
         seal_public = self._following.verified().aggregator.seal_public
         return self._reporter.made(self._state.secret, entry, self._record(entry), seal_public)
 
-    def _enqueue(self, item: Item) -> None:
-        """Queue in memory; the file gets it at the next :meth:`save`, after the state."""
-        self._queue.append(item)
-        overflow = len(self._queue) - self.max_queue
-        if overflow > 0:
-            self._drop(self._queue.oldest(overflow), f"queue full ({self.max_queue})",
-                       f"offline queue full ({self.max_queue}); oldest dropped", oldest=True)
-
-    def _drop(self, ids: Sequence[str], why: str, notice: str, *, oldest: bool = False) -> int:
-        """Remove queued reports for good: counted, an event, ``ReportsDropped`` to ``on_error``."""
-        with self._lock:
-            count = self._queue.remove(ids)
-            self._held.forget(ids)
-            if count:
-                self._state.dropped += count
-                self._event("dropped", None, f"{count} {'oldest ' if oldest else ''}report(s) dropped: {why}")
-        if count:
-            self._notify(ReportsDropped(count, notice))
-        return count
+    def _dropped(self, detail: str) -> None:
+        """The outbox dropped reports for good: a ledger event, also passed to ``on_event``."""
+        self._event("dropped", None, detail)
 
     def relax(self, metric: str, level_to: float, round_id: int, *, irr: IrrPair | None = None) -> LedgerEntry:
         """Move the metric's memoized noise to ``level_to`` (the local part of a round), and its IRR to ``irr``.
@@ -615,18 +606,18 @@ class Client:
         record = self._state.metrics[metric]
         current, relaxed = record.current, join.relaxed
         irr = None if step.irr_to is None else Irr.of(step.irr_to)
-        item = self._reporter.resend(self._state.secret, entry, record, step.level_to, round_id,
+        queued = self._reporter.resend(self._state.secret, entry, record, step.level_to, round_id,
                                      self._following.verified().aggregator.seal_public, irr=irr, relaxed=relaxed)
         record.levels.append(step.level_to)
         record.irrs.append(record.irrs[-1] if irr is None else irr)
         record.rounds.append(round_id)
-        if item is not None and current is not None:
+        if queued is not None and current is not None:
             current.last_step = record.step
-            current.report_id = item["report_id"]
-            current.sent = self._reporter.sent if with_irr(params, record.irr).irr_q is not None else None
+            current.report_id = queued.item["report_id"]
+            current.sent = queued.sent if with_irr(params, record.irr).irr_q is not None else None
             if relaxed:
                 current.relaxed.append(record.step)
-            self._enqueue(item)
+            self._outbox.put(queued.item)
         irr_text = "" if irr is None else \
             f", IRR {tuple(step.irr_from)} -> {tuple(irr)}{' (relaxed step)' if relaxed else ''}"
         self._event("relax", metric, f"level {step.level_from:.6g} -> {step.level_to:.6g}{irr_text} (round {round_id})")
@@ -675,19 +666,6 @@ class Client:
             return
         self._reopen()
         self._background.start(float(interval))
-
-    def _config_outdated(self) -> None:
-        """An upload answer said the config changed: the background sender syncs at its next turn."""
-        self._background.schedule.now()
-
-    def _undrop(self, count: int) -> None:
-        """Reports counted dropped (the queue was full) whose batch was in flight and was delivered."""
-        self._state.dropped = max(0, self._state.dropped - count)
-        self._disk.dirty = True
-
-    def _reached(self) -> None:
-        """An upload went through: after failed syncs, the background sender syncs at its next turn."""
-        self._background.schedule.reached()
 
     @property
     def batch_size(self) -> int:
