@@ -248,7 +248,7 @@ def _composition_proven(params: MetricParams, levels: Sequence[float]) -> bool:
     along the exponential chain are associated); not for a symmetric chain of several levels,
     which is then charged the memoized bits' bound alone.
     """
-    return params.mode == "asymmetric" or len(distinct_levels(levels)) == 1
+    return params.local_mechanism.one_sided or len(distinct_levels(levels)) == 1
 
 
 def _relaxed_reports(

@@ -500,7 +500,7 @@ def asymmetric_irr_flips_ones() -> Iterator[None]:
     original = memo.apply_irr
 
     def xor(randomizer: Any, permanent: int, masks: Any) -> int:
-        if randomizer.mode != "asymmetric" or not randomizer.has_irr:
+        if not randomizer.mechanism.one_sided or not randomizer.has_irr:
             return original(randomizer, permanent, masks)
         return permanent ^ masks[1]
 
