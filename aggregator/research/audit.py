@@ -59,10 +59,10 @@ import numpy.typing as npt
 from scipy import stats
 
 from protocol.accounting import sequence_bit_epsilon
+from protocol.central import AGeoMechanism, ALapMechanism, SALapMechanism
 from protocol.encodings import BloomEncoding, DirectEncoding, Encoding, Value
 from protocol.errors import ParameterError
 from protocol.local import local_mechanism
-from protocol.mechanisms import AGeoMechanism, ALapMechanism, SALapMechanism
 from protocol.params import MetricParams
 from protocol.randomizers import Mode, Randomizer
 from protocol.rng import FloatArray, RandomSource, SeededRandom
