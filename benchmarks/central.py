@@ -16,8 +16,8 @@ import numpy as np
 
 from aggregator.research.bounds import dp_beta_upper_bound
 from aggregator.research.collusion import colluders_needed, collusion_experiment
+from protocol.central import AGeoMechanism, ALapMechanism, ageo, alap, geometric_mechanism, salap
 from protocol.exact import geometric_exact
-from protocol.mechanisms import AGeoMechanism, ALapMechanism, ageo, alap, geometric_mechanism, salap
 from protocol.releases import make_release, relax_release
 from protocol.rng import RandomSource, SecureRandom, SeededRandom
 

@@ -22,7 +22,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Any
 
 from protocol.rng import RandomSource
 
@@ -31,49 +31,49 @@ from .sender import Sender, SyncSchedule
 log = logging.getLogger("onesided.client")
 
 
-class BackgroundHost(Protocol):
-    """What the schedule uses of the client."""
+def weak_call(method: Callable[[], Any]) -> Callable[[], Any]:
+    """A bound method without arguments called through a weak reference (no cycle with its object).
 
-    def _sync(self) -> object: ...
-    def close(self) -> object: ...
-    def _prepare(self) -> None: ...
-    def _notify(self, error: Exception) -> None: ...
-    def _write(self) -> int: ...
-    def _release_held(self) -> None: ...
+    Raises:
+        ReferenceError: the object is gone (the app dropped its client): the background thread ends.
+    """
+    ref = weakref.WeakMethod(method)
 
+    def call() -> Any:
+        bound = ref()
+        if bound is None:
+            raise ReferenceError("the client is gone")
+        return bound()
 
-def _close_quietly(host: BackgroundHost) -> None:
-    """At interpreter exit: stop the sender, flush, save, all within ``exit_deadline``; never raises."""
-    try:
-        host.close()
-    except Exception as exc:  # the app is exiting: log, never raise
-        host._notify(exc)
+    return call
 
 
-def _close_if_alive(ref: weakref.ReferenceType[BackgroundHost]) -> None:
-    host = ref()
-    if host is not None:
-        _close_quietly(host)
+def _flush_if_alive(ref: weakref.ReferenceType[Background]) -> None:
+    background = ref()
+    if background is not None:
+        background.flush_at_exit()
 
 
 class Background:
     """One client's background turns and exit hook.
 
     Args:
-        host: the client (:class:`BackgroundHost`), held weakly (the exit hook
-            holds it while registered, as the interpreter would).
         sender: the client's sender (its thread and its flushes).
-        sync_interval: seconds between syncs (the config's own announcement wins).
+        schedule: when to sync (:class:`~client_sdk.sender.SyncSchedule`, shared with the sender).
+        sync, write, release_held, prepare, close, notify: the client's operations a turn runs
+            (:func:`weak_call`: held weakly, the exit hook too, so a client the app drops is freed).
         monotonic, rng: the clock of the schedule, and the jitter of a failed sync's backoff.
         flush_at: send at once when the queue holds this many reports.
     """
 
-    def __init__(self, host: BackgroundHost, sender: Sender, *, sync_interval: float,
+    def __init__(self, sender: Sender, schedule: SyncSchedule, *, sync: Callable[[], object],
+                 write: Callable[[], int], release_held: Callable[[], object], prepare: Callable[[], object],
+                 close: Callable[[], object], notify: Callable[[Exception], None],
                  monotonic: Callable[[], float], rng: RandomSource, flush_at: int) -> None:
-        self._host = cast(BackgroundHost, weakref.proxy(host))
-        self._ref = weakref.ref(host)
         self._sender = sender
-        self.schedule = SyncSchedule(sync_interval)
+        self.schedule = schedule
+        self._sync, self._write, self._release_held, self._prepare = sync, write, release_held, prepare
+        self._close, self._notify = close, notify
         self.flush_at = flush_at
         self._clock = monotonic
         self._rng = rng
@@ -96,7 +96,7 @@ class Background:
 
     def written(self) -> None:
         """``report()`` woke the thread: write what it queued (one write for a burst), send a full queue."""
-        queued = self._host._write()
+        queued = self._write()
         if queued >= self.flush_at:
             self._sender.flush(None, wait=False)
 
@@ -104,25 +104,25 @@ class Background:
         """One turn of the background sender: sync when due, report what waited for the server's time,
         send what is queued, make keys and IRR ahead."""
         self.sync_if_due()
-        self._host._release_held()
+        self._release_held()
         self._sender.flush(None, wait=False)
-        self._host._prepare()
+        self._prepare()
 
     def sync_if_due(self) -> None:
         """Sync when the schedule says so; a failure goes to ``on_error`` and is retried with backoff."""
         if not self.schedule.due(self._clock()):
             return
         try:
-            self._host._sync()
+            self._sync()
         except Exception as exc:  # background work never raises into the app
             self.schedule.failed(self._clock(), float(self._rng.uniform(1)[0]))
-            self._host._notify(exc)
+            self._notify(exc)
 
     def register_exit(self) -> None:
         """Flush at interpreter exit (once, however often asked)."""
         with self._guard:
             if self._exit_hook is None:
-                self._exit_hook = functools.partial(_close_if_alive, self._ref)
+                self._exit_hook = functools.partial(_flush_if_alive, weakref.ref(self))
                 atexit.register(self._exit_hook)
 
     def unregister_exit(self) -> None:
@@ -132,8 +132,14 @@ class Background:
                 self._exit_hook = None
 
     def flush_at_exit(self) -> None:
-        """What the exit hook runs: :meth:`Client.close`, never raising."""
-        _close_quietly(self._host)
+        """What the exit hook runs: stop the sender, flush, save (:meth:`Client.close`, within
+        ``exit_deadline``), never raising; nothing once the app dropped its client."""
+        try:
+            self._close()
+        except ReferenceError:
+            return
+        except Exception as exc:  # the app is exiting: log, never raise
+            self._notify(exc)
 
 
-__all__ = ["Background", "BackgroundHost"]
+__all__ = ["Background", "weak_call"]

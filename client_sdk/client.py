@@ -22,7 +22,7 @@ as documented.
 ``Client`` keeps the public API and the ledger's rules (what may be reported,
 what it costs); it holds one collaborator per job: its settings
 (:mod:`~client_sdk.options`), its open state and queue
-(:mod:`~client_sdk.storage`), the budget arithmetic (:mod:`~client_sdk.spending`),
+(:mod:`~client_sdk.storage`), the accountant (:mod:`~client_sdk.spending`),
 the signed config and its rounds (:mod:`~client_sdk.following`), the report
 pipeline (:mod:`~client_sdk.reporting`), values waiting for the first config
 (:mod:`~client_sdk.waiting`), the sender (:mod:`~client_sdk.sender`) and its
@@ -34,10 +34,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from protocol.chain import Irr, IrrPair, RoundRepeats, RoundStep
 from protocol.crypto import b64e
 from protocol.encodings import Value, canonical_value
 from protocol.errors import (
@@ -46,32 +47,29 @@ from protocol.errors import (
     ParameterError,
     PolicyError,
 )
-from protocol.params import MetricParams
 from protocol.randomizers import MAX_LEVEL
 from protocol.validation import check_int, check_number
 from protocol.wire import ConfigPayload, MetricEntry, window_start
 
 from . import status as st
-from .background import Background
-from .following import Following, resend_relaxed
+from .background import Background, weak_call
+from .following import Following, Joining
 from .ledger import (
     Budget,
-    Irr,
     Ledger,
     LedgerEntry,
     MetricRecord,
     WindowRelease,
-    check_new_window,
-    check_relaxation,
     period_of,
     with_irr,
 )
 from .options import ClientOptions, pinned_keys, seconds
-from .queue import Item, ReportQueue
+from .outbox import Outbox
+from .queue import ReportQueue
 from .reporting import AlreadyReported, Reporter, Reporting, check_kind, repeat
-from .sender import FlushResult, Sender
+from .sender import FlushResult, Sender, SyncSchedule
 from .servertime import OFF_THRESHOLD, ServerClock
-from .spending import Spending
+from .spending import Accountant
 from .state import ClientState, StateStore
 from .status import ClientEvent, ReportStatus, iso_utc
 from .storage import ReportsDropped, Storage, weak_callback
@@ -130,19 +128,25 @@ class Client:
             max_response_bytes=o.max_response_bytes, monotonic=o.monotonic, server_time=self.server_clock.learn,
         )
         self._lock = threading.RLock()
-        self._sender = Sender(self, self.transport, batch_size=o.batch_size, monotonic=o.monotonic,
-                              clock_retry_cap=o.clock_retry_cap)
-        self._background = Background(self, self._sender, sync_interval=o.sync_interval, monotonic=o.monotonic,
-                                      rng=o.random, flush_at=o.flush_at)
         store = StateStore(state_path, key=o.state_key, key_path=o.key_path, rollback_keyring=o.rollback_keyring)
         self._disk = Storage(store, on_corrupt=o.on_corrupt, ceiling=o.ceiling, clock=self._clock,
                              notify=weak_callback(self._notify), lock=self._lock)
         self._store, self._file_lock = store, self._disk.lock
-        self._spending = Spending(o.ceiling, o.budget_warning, self._disk, self._clock)
-        self._following = Following(self, o.keys, o.accept_round, disk=self._disk, spending=self._spending,
+        self._accountant = Accountant(o.ceiling, o.budget_warning, self._disk, self._clock)
+        self._following = Following(o.keys, o.accept_round, disk=self._disk, accountant=self._accountant,
                                     clock=self._clock)
         self._reporter = Reporter(o.random)
         self._ephemeral, self._held, self._irr = self._reporter.ephemeral, self._reporter.held, self._reporter.irr
+        self._outbox = Outbox(self._disk, self._held, self._lock, max_queue=o.max_queue,
+                              event=weak_callback(self._dropped), notify=weak_callback(self._notify))
+        schedule = SyncSchedule(o.sync_interval)
+        self._sender = Sender(self._outbox, self.transport, schedule=schedule, save=weak_call(self._save),
+                              notify=weak_callback(self._notify), batch_size=o.batch_size, monotonic=o.monotonic,
+                              clock_retry_cap=o.clock_retry_cap)
+        self._background = Background(
+            self._sender, schedule, sync=weak_call(self._sync), write=weak_call(self._write),
+            release_held=weak_call(self._release_held), prepare=weak_call(self._prepare), close=weak_call(self.close),
+            notify=weak_callback(self._notify), monotonic=o.monotonic, rng=o.random, flush_at=o.flush_at)
         self._plans = self._reporter.plans
         self._disk_failing = False
         try:
@@ -280,11 +284,16 @@ class Client:
         self.server_clock.learn_at_least(float(config.issued_at))  # the server's clock was at least this
         with self._lock:
             if not self._following.adopt(document, config):
+                self.save()  # its stale_config event, if new
                 return self._following.verified()  # the kept one, newer
             self._reporter.forget_plans()
             self._commit()
             self._release_waiting()
-            applied = self._following.apply_rounds(config)
+            joining = self._following.decide_rounds(config)
+            for join in joining:
+                self._join(join)
+            self.save()  # the refusals' events
+            applied = len(joining)
             self._background.schedule.synced(self._monotonic(), config.sync_interval)
         self._prepare()
         log.info("config synced: %d metrics, %d open rounds, %d applied", len(config.metrics), len(config.rounds),
@@ -308,7 +317,7 @@ class Client:
             cohort = int(self._rng.integers(params.num_cohorts, 1)[0])
             record = MetricRecord(
                 params=params.to_dict(), digest=entry.digest, cohort=cohort, levels=[params.level], rounds=[0],
-                period=self._spending.ceiling.period,
+                period=self._accountant.ceiling.period,
             )
             self._state.metrics[params.name] = record
             self._disk.dirty = True
@@ -420,29 +429,20 @@ class Client:
             return repeat(record, window, value_text)
         if current is not None and window < current.window:
             self._check_earlier(record, window, current.window)
-        spending = self._spending
-        ceiling = spending.ceiling.for_metric(metric)
         try:
-            after = check_new_window(record, params, ceiling, spending.period_prior(metric, record, window),
-                                     window=window)
+            after = self._accountant.check_spend(metric, record, params, window)
         except OnesidedError as exc:
             self._event("refused", metric, str(exc))
             raise
-        item = self._reporter.item(made, value_or_set, window, value_key)
-        record.close_window(params)
+        item, sent = self._reporter.item(made, value_or_set, window, value_key)
         report_id: str = item["report_id"]
-        step = len(record.levels) - 1
-        record.current = WindowRelease(
+        step = record.step
+        self._accountant.spend(metric, record, params, WindowRelease(
             window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
-            sent=self._reporter.sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
-        )
-        if record.first_window is None:
-            record.first_window = window
-        self._enqueue(item)
-        self._disk.dirty = True
+            sent=sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
+        ), after)
+        self._outbox.put(item)
         self._persist()
-        if ceiling - after < spending.warning * ceiling:
-            spending.warn_low(metric, record, ceiling - after, ceiling, window)
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
 
@@ -539,34 +539,11 @@ class Client:
         seal_public = self._following.verified().aggregator.seal_public
         return self._reporter.made(self._state.secret, entry, self._record(entry), seal_public)
 
-    def _settle(self, record: MetricRecord, params: MetricParams) -> None:
-        """Close the latest window's release once its window has passed: it can never be re-sent."""
-        current = record.current
-        if current is not None and current.window < window_start(self._clock(), params.time_precision):
-            record.close_window(params)
-            self._disk.dirty = True
+    def _dropped(self, detail: str) -> None:
+        """The outbox dropped reports for good: a ledger event, also passed to ``on_event``."""
+        self._event("dropped", None, detail)
 
-    def _enqueue(self, item: Item) -> None:
-        """Queue in memory; the file gets it at the next :meth:`save`, after the state."""
-        self._queue.append(item)
-        overflow = len(self._queue) - self.max_queue
-        if overflow > 0:
-            self._drop(self._queue.oldest(overflow), f"queue full ({self.max_queue})",
-                       f"offline queue full ({self.max_queue}); oldest dropped", oldest=True)
-
-    def _drop(self, ids: Sequence[str], why: str, notice: str, *, oldest: bool = False) -> int:
-        """Remove queued reports for good: counted, an event, ``ReportsDropped`` to ``on_error``."""
-        with self._lock:
-            count = self._queue.remove(ids)
-            self._held.forget(ids)
-            if count:
-                self._state.dropped += count
-                self._event("dropped", None, f"{count} {'oldest ' if oldest else ''}report(s) dropped: {why}")
-        if count:
-            self._notify(ReportsDropped(count, notice))
-        return count
-
-    def relax(self, metric: str, level_to: float, round_id: int, *, irr: Irr | None = None) -> LedgerEntry:
+    def relax(self, metric: str, level_to: float, round_id: int, *, irr: IrrPair | None = None) -> LedgerEntry:
         """Move the metric's memoized noise to ``level_to`` (the local part of a round), and its IRR to ``irr``.
 
         If the metric reported in the current window, that window's value is
@@ -577,12 +554,13 @@ class Client:
 
         ``irr``: ``(irr_p, irr_q)`` after the round (``None``: the IRR is kept;
         docs/irr-relaxation.md). It must be a relaxation of the IRR the metric
-        reports with now; the level may then stay. The re-send's IRR is drawn
+        reports with now; the level may then stay (the round rule,
+        :meth:`protocol.chain.RoundStep.check`). The re-send's IRR is drawn
         from the window's last report by the relaxed step when that report is
         kept and the window is charged no more so than with a fresh IRR (a
-        fresh IRR otherwise: :func:`~client_sdk.following.resend_relaxed`),
-        and the ledger charges the window's reports as drawn
-        (:func:`~client_sdk.ledger.window_cost`). Later windows report with ``irr``.
+        fresh IRR otherwise: :meth:`protocol.chain.WindowChain.after`), and
+        the ledger charges the window's reports as drawn
+        (:meth:`protocol.chain.WindowChain.cost`). Later windows report with ``irr``.
 
         Raises:
             TighteningRefused: ``level_to`` is below the current level.
@@ -602,48 +580,49 @@ class Client:
             if not params.local_mechanism.relaxable:
                 raise ParameterError("metric", f"{metric!r} is trusted: there is no noise to relax")
             record = self._record(entry)
-            self._settle(record, params)
-            held = record.current_irr(params)
-            if irr is not None:
-                # only rounds that relax an IRR need it
-                from protocol.irr_relaxation import check_irr_step
+            if record.settle(params, self._clock()):
+                self._disk.dirty = True
+            step = RoundStep.of(params, record.levels[-1], record.irrs[-1], float(level_to), irr)
+            current = record.current
+            try:
+                step.check()
+                after = record.window_chain().after(step, params,
+                                                    sent_kept=current is not None and current.sent is not None)
+                self._accountant.check_spend(metric, record, params, after)
+            except RoundRepeats:
+                return self._accountant.entry(metric, record)
+            except OnesidedError as exc:
+                self._event("refused", metric, str(exc))
+                raise
+            self._join(Joining(metric=metric, round_id=round_id, step=step, after=after))
+            return self._accountant.entry(metric, record)
 
-                try:
-                    check_irr_step(params.mode, held, irr)
-                    irr = (None if irr[0] is None else float(irr[0]), float(irr[1]))  # type: ignore[arg-type]
-                except OnesidedError as exc:
-                    self._event("refused", metric, str(exc))
-                    raise
-            relaxes_irr = irr is not None and irr != held
-            if level_to != record.levels[-1] or relaxes_irr:
-                current = record.current
-                relaxed = resend_relaxed(record, params, float(level_to), irr)
-                ceiling = self._spending.ceiling.for_metric(metric)
-                prior = self._spending.relax_prior(metric, record)
-                try:
-                    check_relaxation(record, params, float(level_to), ceiling, prior, irr=irr, relaxed=relaxed)
-                except OnesidedError as exc:
-                    self._event("refused", metric, str(exc))
-                    raise
-                item = self._reporter.resend(self._state.secret, entry, record, float(level_to), round_id,
-                                             self._following.verified().aggregator.seal_public, irr=irr,
-                                             relaxed=relaxed)
-                record.levels.append(float(level_to))
-                record.irrs.append(record.irrs[-1] if irr is None else irr)
-                record.rounds.append(round_id)
-                if item is not None and current is not None:
-                    current.last_step = record.step
-                    current.report_id = item["report_id"]
-                    current.sent = self._reporter.sent if with_irr(params, record.irr).irr_q is not None else None
-                    if relaxed:
-                        current.relaxed.append(record.step)
-                    self._enqueue(item)
-                irr_text = "" if irr is None else f", IRR {held} -> {irr}{' (relaxed step)' if relaxed else ''}"
-                self._event("relax", metric,
-                            f"level {record.levels[-2]:.6g} -> {level_to:.6g}{irr_text} (round {round_id})")
-                self._commit()
-                log.info("metric %s relaxed to level %.6g for round %d", metric, level_to, round_id)
-            return self._spending.entry(metric, record)
+    def _join(self, join: Joining) -> None:
+        """Apply a checked round step (:meth:`relax`, or a round :class:`Following` decided to join): the
+        current window's value re-sent (``join.after``), the level and IRR moved, the event recorded."""
+        metric, step, round_id = join.metric, join.step, join.round_id
+        entry = self._following.entry(metric)
+        params = entry.params
+        record = self._state.metrics[metric]
+        current, relaxed = record.current, join.relaxed
+        irr = None if step.irr_to is None else Irr.of(step.irr_to)
+        queued = self._reporter.resend(self._state.secret, entry, record, step.level_to, round_id,
+                                     self._following.verified().aggregator.seal_public, irr=irr, relaxed=relaxed)
+        record.levels.append(step.level_to)
+        record.irrs.append(record.irrs[-1] if irr is None else irr)
+        record.rounds.append(round_id)
+        if queued is not None and current is not None:
+            current.last_step = record.step
+            current.report_id = queued.item["report_id"]
+            current.sent = queued.sent if with_irr(params, record.irr).irr_q is not None else None
+            if relaxed:
+                current.relaxed.append(record.step)
+            self._outbox.put(queued.item)
+        irr_text = "" if irr is None else \
+            f", IRR {tuple(step.irr_from)} -> {tuple(irr)}{' (relaxed step)' if relaxed else ''}"
+        self._event("relax", metric, f"level {step.level_from:.6g} -> {step.level_to:.6g}{irr_text} (round {round_id})")
+        self._commit()
+        log.info("metric %s relaxed to level %.6g for round %d", metric, step.level_to, round_id)
 
     # --- sending ----------------------------------------------------------------
 
@@ -687,19 +666,6 @@ class Client:
             return
         self._reopen()
         self._background.start(float(interval))
-
-    def _config_outdated(self) -> None:
-        """An upload answer said the config changed: the background sender syncs at its next turn."""
-        self._background.schedule.now()
-
-    def _undrop(self, count: int) -> None:
-        """Reports counted dropped (the queue was full) whose batch was in flight and was delivered."""
-        self._state.dropped = max(0, self._state.dropped - count)
-        self._disk.dirty = True
-
-    def _reached(self) -> None:
-        """An upload went through: after failed syncs, the background sender syncs at its next turn."""
-        self._background.schedule.reached()
 
     @property
     def batch_size(self) -> int:
@@ -755,7 +721,7 @@ class Client:
         if self._off is not None:
             return Ledger(entries=(), events=(), dropped_reports=0, queued_reports=0, unused=())
         with self._lock:
-            return self._spending.ledger(self._following.config)
+            return self._accountant.ledger(self._following.config)
 
     def budget(self, metric: str) -> Budget:
         """What is left of ``metric``'s privacy budget, and when it renews.
@@ -763,7 +729,10 @@ class Client:
         Raises:
             KeyError: ``metric`` is neither used nor in the verified config.
         """
-        return Budget.of(self.ledger()[metric])
+        if self._off is not None:
+            raise KeyError(metric)
+        with self._lock:
+            return self._accountant.remaining(metric, self._following.config)
 
     def _event(self, kind: str, metric: str | None, detail: str) -> None:
         """A ledger event (kept in the state), also passed to ``on_event``."""

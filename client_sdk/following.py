@@ -6,75 +6,75 @@ learned from a signing-key rotation announced in a verified config,
 docs/client.md, keys), decides whether a
 fetched config replaces the kept one (``issued_at`` is the serial: an
 older one is refused), records a metric whose parameters changed, and
-applies the latest open round of each metric the client reports
-(docs/client.md, rounds) through the client's own ``relax()``, so the
-ledger's rules stay in one place.
+decides on the latest open round of each metric the client reports
+(docs/client.md, rounds): :meth:`Following.decide_rounds` checks each once
+(:meth:`protocol.chain.RoundStep.check`, the app's consent, the
+accountant's ceiling) and returns the rounds to join, which the client
+applies.
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from dataclasses import dataclass
+from typing import Any
 
+from protocol.chain import RoundRepeats, RoundStep, WindowChain
 from protocol.crypto import key_id
-from protocol.errors import OnesidedError, ParameterError, ReportRejected, SignatureError
-from protocol.params import MetricParams
+from protocol.errors import (
+    OnesidedError,
+    ParameterError,
+    ReportRejected,
+    SignatureError,
+    TighteningRefused,
+)
 from protocol.wire import ConfigPayload, MetricEntry, RoundAnnouncement, verify_config
 
-from .ledger import Irr, MetricRecord, check_relaxation
-from .spending import Spending
+from .ledger import MetricRecord
+from .spending import Accountant
 from .storage import Storage
 
 log = logging.getLogger("onesided.client")
 
 
-def resend_relaxed(record: MetricRecord, params: MetricParams, level_to: float, irr: Irr | None) -> bool:
-    """Whether a round's re-send is drawn from the window's kept report by the relaxed IRR step (else a fresh IRR).
+@dataclass(frozen=True, kw_only=True)
+class Joining:
+    """A round this client joins, checked once (:meth:`Following.decide_rounds`): the client applies it.
 
-    Relaxed when the round sets an IRR, the window's last report is kept, and the window is charged no more so
-    than with a fresh IRR. When the same round raises the level far, the relaxed chain can cost more than a
-    fresh report (symmetric, level 1 -> 5: 1.283063 against 1.243596), and past
-    :data:`~client_sdk.ledger.MAX_EXACT_REPORT_CHAIN` reports only bounds are at hand; the choice depends on
-    public parameters only (levels, IRRs, what was kept), never on the value (docs/irr-relaxation.md, "Ledger").
+    Attributes:
+        metric, round_id: the round.
+        step: its checked step.
+        after: the metric's current window chain once the round re-sends the window's value
+            (its last flag: the re-send drawn by the relaxed IRR step; no window: one report, unused).
     """
-    current = record.current
-    if irr is None or current is None or current.sent is None:
-        return False
-    levels, irrs, flags = record.window_chain()
-    chain = (*levels, float(level_to)), (*irrs, (irr[0], irr[1]))
-    relaxed, fresh = (record.window_cost(params, (*chain, (*flags, flag)))[0] for flag in (True, False))
-    return relaxed <= fresh
 
+    metric: str
+    round_id: int
+    step: RoundStep
+    after: WindowChain
 
-class FollowingHost(Protocol):
-    """What joining a round uses of the client: the ledger's rules."""
-
-    def relax(self, metric: str, level_to: float, round_id: int, *,
-              irr: tuple[float | None, float | None] | None = None) -> object: ...
-    def _settle(self, record: MetricRecord, params: MetricParams) -> None: ...
-    def _commit(self) -> None: ...
+    @property
+    def relaxed(self) -> bool:
+        """The re-send is drawn from the window's last report by the relaxed IRR step."""
+        return bool(self.after.relaxed) and self.after.relaxed[-1]
 
 
 class Following:
     """Config verification and round joining for one client.
 
     Args:
-        host: the client (:class:`FollowingHost`), held weakly.
         keys: the pinned Ed25519 public keys by key id.
         accept_round: the app's consent to a round (``None``: every round the ceiling allows).
-        disk, spending, clock: the client's open state, budget arithmetic and wall time.
+        disk, accountant, clock: the client's open state, its accountant and wall time.
     """
 
-    def __init__(self, host: FollowingHost, keys: dict[str, bytes],
-                 accept_round: Callable[[RoundAnnouncement], bool] | None, *, disk: Storage, spending: Spending,
-                 clock: Callable[[], float]) -> None:
-        self._host = cast(FollowingHost, weakref.proxy(host))
+    def __init__(self, keys: dict[str, bytes], accept_round: Callable[[RoundAnnouncement], bool] | None, *,
+                 disk: Storage, accountant: Accountant, clock: Callable[[], float]) -> None:
         self._keys = dict(keys)  # the app's pins: always trusted
         self._accept_round = accept_round
         self._disk = disk
-        self._spending = spending
+        self._accountant = accountant
         self._clock = clock
         self.config: ConfigPayload | None = None  # the last verified config
 
@@ -149,7 +149,7 @@ class Following:
 
         ``issued_at`` (the signing time) is the config's serial: an older
         config (a replayed or stale signed document) is refused, with a
-        ``stale_config`` event recorded once. A kept config records a
+        ``stale_config`` event recorded once (the caller writes it). A kept config records a
         ``params_changed`` event (once) for each metric this client reports
         whose parameters it changed.
         """
@@ -158,7 +158,6 @@ class Following:
             detail = f"config issued at {config.issued_at} is older than the kept one ({kept.issued_at}); kept"
             if not any(e.kind == "stale_config" and e.detail == detail for e in self._disk.state.events):
                 self._disk.event("stale_config", None, detail)
-                self._host._commit()
             log.warning("refused a config older than the kept one (issued %d < %d)", config.issued_at,
                         kept.issued_at)
             return False
@@ -197,70 +196,71 @@ class Following:
             log.info("no longer trusting learned signing key id %s", kid)
         self._disk.state.learned_sign_keys = kept
 
-    def apply_rounds(self, config: ConfigPayload) -> int:
-        """Apply the latest open round of each metric this client reports (docs/client.md, rounds).
+    def decide_rounds(self, config: ConfigPayload) -> list[Joining]:
+        """The latest open round of each metric this client reports that it joins (docs/client.md, rounds).
 
         The announcements were verified with the config (pinned Ed25519 key).
-        A round is applied when it is for this metric's parameters and this
-        client's cohort, unexpired, raises the level (or keeps it and relaxes
-        the IRR), its IRR (if any) relaxes the one this client reports with,
-        the app consents and the ledger ceiling allows it; otherwise it is
-        skipped with its reason in the ledger events and nothing is sent. A
-        client that missed rounds jumps straight to the latest level (one lazy
-        step, Markov property) and IRR (a chain of relaxations is one).
+        A round is joined when it is for this metric's parameters and this
+        client's cohort, unexpired, passes the round rule
+        (:meth:`~protocol.chain.RoundStep.check`: it raises the level, or
+        keeps it and relaxes the IRR this client reports with), the app
+        consents and the ceiling allows it; otherwise it is skipped with its
+        reason in the ledger events (the caller writes them) and nothing is
+        sent. A client that missed rounds jumps straight to the latest level
+        (one lazy step, Markov property) and IRR (a chain of relaxations is one).
         """
         latest: dict[str, RoundAnnouncement] = {}
         for announcement in config.rounds:
             held = latest.get(announcement.metric)
             if held is None or announcement.round_id > held.round_id:
                 latest[announcement.metric] = announcement
-        applied = 0
+        joining: list[Joining] = []
         for name, announcement in sorted(latest.items()):
             record = self._disk.state.metrics.get(name)
             if record is None or record.round >= announcement.round_id:
                 continue
-            reason = self._refusal(announcement, record)
-            if reason is None:
-                self._host.relax(name, announcement.level_to, announcement.round_id, irr=announcement.irr)
-                applied += 1
+            decision = self._decide(config, announcement, record)
+            if isinstance(decision, Joining):
+                joining.append(decision)
                 continue
-            detail = f"round {announcement.round_id}: {reason}"
+            detail = f"round {announcement.round_id}: {decision}"
             if not any(e.metric == name and e.detail == detail for e in self._disk.state.events):
                 self._disk.event("round_refused", name, detail)
-                self._host._commit()
-            log.info("round %d of metric %s not applied: %s", announcement.round_id, name, reason)
-        return applied
+            log.info("round %d of metric %s not applied: %s", announcement.round_id, name, decision)
+        return joining
 
-    def _refusal(self, announcement: RoundAnnouncement, record: MetricRecord) -> str | None:
-        """Why this client does not take part in a round, or ``None``."""
+    def _decide(self, config: ConfigPayload, announcement: RoundAnnouncement, record: MetricRecord) -> Joining | str:
+        """The round to join, or why this client does not take part in it."""
         if announcement.params_digest != record.digest:
             return "announced for other parameters than this client's"
+        entry = config.metric(announcement.metric)
+        if entry is None or entry.digest != record.digest:
+            return "the metric's parameters changed since this client first reported it"
         if announcement.expires_at <= self._clock():
             return "expired"
         if announcement.cohorts is not None and record.cohort not in announcement.cohorts:
             return "not for this client's cohort"
         params = record.metric_params()
-        held = record.current_irr(params)
-        if announcement.irr is not None:
-            try:  # signed or not, an IRR that does not relax what this client sent is never followed
-                announcement.check_irr(params, held)
-            except ReportRejected as exc:
-                return f"its IRR is refused ({exc.field}): {exc.reason}"
-        relaxes_irr = announcement.irr is not None and announcement.irr != held
-        if not (announcement.level_to > record.levels[-1]
-                or (relaxes_irr and announcement.level_to == record.levels[-1])):
+        if not params.local_mechanism.relaxable:
+            return "the metric is trusted: there is no noise to relax"
+        step = RoundStep.of(params, record.levels[-1], record.irrs[-1], announcement.level_to, announcement.irr)
+        try:  # signed or not, a round that breaks the rule is never followed
+            step.check()
+        except (TighteningRefused, RoundRepeats):
             return f"does not raise the level ({record.levels[-1]:.6g} -> {announcement.level_to:.6g})"
+        except ParameterError as exc:
+            return f"its IRR is refused ({exc.field}): {exc.detail}"
         if self._accept_round is not None and not self._accept_round(announcement):
             return "declined by the app"
-        self._host._settle(record, params)
-        try:  # the check relax() makes, asked first so a refusal is recorded once, as a round refusal
-            check_relaxation(record, params, announcement.level_to,
-                             self._spending.ceiling.for_metric(announcement.metric),
-                             self._spending.relax_prior(announcement.metric, record), irr=announcement.irr,
-                             relaxed=resend_relaxed(record, params, announcement.level_to, announcement.irr))
+        if record.settle(params, self._clock()):
+            self._disk.dirty = True
+        current = record.current
+        after = record.window_chain().after(step, params, sent_kept=current is not None and current.sent is not None)
+        try:
+            self._accountant.check_spend(announcement.metric, record, params, after)
         except OnesidedError as exc:
             return str(exc)
-        return None
+        return Joining(metric=announcement.metric, round_id=announcement.round_id, step=step, after=after)
 
 
-__all__ = ["Following", "FollowingHost", "resend_relaxed"]
+__all__ = ["Following", "Joining"]

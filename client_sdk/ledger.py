@@ -7,7 +7,7 @@ report of another value in the same window is refused. So a client's
 history is a sequence of independent window releases, each a chain of
 reports of one value at the levels ``levels[first..last]``, and the cost is:
 
-* one window: ``window_cost(params, levels[first..last])``: without IRR the
+* one window: :meth:`protocol.chain.WindowChain.cost` of ``levels[first..last]``: without IRR the
   exact epsilon of the released bit chain (``bits_changed *
   sequence_bit_epsilon``); with IRR the smaller of that and the epsilon of
   the window's reports themselves (RAPPOR's ``eps_1`` for one report; for a
@@ -23,26 +23,27 @@ on the values, so every refusal the aggregator could notice (a report not
 sent, a round not joined) is a function of non-sensitive state. Charges are
 kept in integer micro-epsilons (:func:`protocol.accounting.to_micro`).
 Every report and relaxation is checked against the ceiling *before*
-anything is sent; relaxing never lowers a level.
+anything is sent; relaxing never lowers a level (:meth:`protocol.chain.RoundStep.check`).
+``window_cost``, ``with_irr`` and ``Irr`` stay importable from here for existing callers;
+the charge is :mod:`protocol.chain`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.accounting import from_micro, round_up, sequence_bit_epsilon, to_micro
-from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
-from protocol.local import local_mechanism
+from protocol.accounting import from_micro, round_up, to_micro
+from protocol.chain import Irr, IrrPair, WindowChain, window_cost
+from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
 from protocol.validation import check_int, check_number
+from protocol.wire import window_start
 
-from .memo import distinct_levels
 from .status import epsilon_text, iso_utc
 
 DEFAULT_KEY = "*"
@@ -128,13 +129,6 @@ def period_of(when: float, period: int) -> int:
     return int(when // period) * period
 
 
-Irr = tuple[float | None, float | None]
-"""A metric's IRR ``(irr_p, irr_q)`` after a round that relaxed it."""
-
-Chain = tuple[tuple[float, ...], tuple[Irr | None, ...], tuple[bool, ...]]
-"""A window's ``(levels, irrs, relaxed)``: the arguments of :func:`window_cost`."""
-
-
 def _json_float(value: float) -> float | None:
     """JSON has no infinity: ``inf`` is written ``null``."""
     return None if math.isinf(value) else value
@@ -144,127 +138,9 @@ def _float_of_json(value: float | None) -> float:
     return math.inf if value is None else float(value)
 
 
-MAX_EXACT_REPORT_CHAIN = 8
-"""The longest window chain whose reports' joint law is computed exactly (``2^n`` report sequences)."""
-
-
-def with_irr(params: MetricParams, irr: Irr | None) -> MetricParams:
+def with_irr(params: MetricParams, irr: IrrPair | None) -> MetricParams:
     """``params`` with the IRR ``irr`` (``None``: as they are): what a round that relaxed the IRR reports with."""
     return params.with_irr(irr)
-
-
-def window_cost(
-    params: MetricParams, levels: Sequence[float], irrs: Sequence[Irr | None] | None = None,
-    relaxed: Sequence[bool] | None = None,
-) -> tuple[float, bool]:
-    """Cost of one window: a report of the window's value at each of ``levels`` (its noise chain).
-
-    ``irrs``: the IRR of each report (``None``: the metric's own; default all
-    ``None``); ``relaxed[i]``: report ``i + 1`` was drawn from report ``i``
-    by the relaxed IRR step (default all fresh). A pure function of these,
-    remembered (a report checks and closes a window on every call; the exact
-    accounting behind it takes tens of microseconds). See
-    :func:`_window_cost` for the derivation.
-    """
-    n = len(levels)
-    irr_key = (None,) * n if irrs is None else tuple(None if i is None else (i[0], i[1]) for i in irrs)
-    flags = (False,) * (n - 1) if relaxed is None else tuple(bool(f) for f in relaxed)
-    if len(irr_key) != n or len(flags) != max(0, n - 1):
-        raise ParameterError("irrs", f"need one IRR per level and one relaxed flag per level after the first ({n})")
-    return _window_cost(params, tuple(levels), irr_key, flags)
-
-
-@functools.lru_cache(maxsize=1024)
-def _window_cost(
-    params: MetricParams, levels: tuple[float, ...], irrs: tuple[Irr | None, ...], relaxed: tuple[bool, ...]
-) -> tuple[float, bool]:
-    """:func:`window_cost`, computed.
-
-    Without IRR: ``bits_changed * sequence_bit_epsilon(mode, levels)`` (the
-    released permanent bits; exact for the asymmetric mode, proven by an
-    enclosure for symmetric chains; a level repeated by an IRR-only round
-    releases the same bits again). With IRR the reports are a
-    post-processing of those bits, so that bound holds, and the smaller of
-    it and the epsilon of the window's reports themselves is charged; one
-    report alone is exactly RAPPOR's ``eps_1``. The reports' epsilon is
-    enclosed in outward-rounded double intervals and charged at the
-    enclosure's upper end
-    (:func:`~protocol.irr_relaxation.enclosed_report_chain_charge` of the
-    IRR levels used, each report relaxed or fresh as sent; a chain of
-    relaxed reports at one permanent level costs one report at the last IRR
-    level). Where it is out of reach (more than
-    :data:`MAX_EXACT_REPORT_CHAIN` reports, or no bound from doubles): with
-    a relaxed report only the first bound is charged; with fresh IRRs only,
-    the smaller of it and the composition of one ``eps_1`` per report where
-    that composition is proven (:func:`_composition_proven`), marked not exact. ``bits_changed`` follows
-    the metric's neighbour relation (``k``; ``2k`` for a symmetric
-    categorical value replaced). Trusted: ``inf``.
-
-    Returns:
-        ``(epsilon rounded up, exact)``.
-    """
-    if not params.local_mechanism.randomized:
-        return math.inf, True
-    bits_changed = params.guarantee(levels[-1]).bits_changed
-    eps, exact = sequence_bit_epsilon(params.mode, distinct_levels(levels))
-    chain = bits_changed * to_micro(eps)
-    steps = [with_irr(params, irr) for irr in irrs]
-    if all(step.irr_q is None for step in steps):
-        return from_micro(chain), exact
-    if len(levels) == 1:
-        return from_micro(min(chain, to_micro(steps[0].guarantee(levels[0]).epsilon_per_report))), True
-    found = _relaxed_reports(params, steps, levels, relaxed)
-    if found is not None:
-        reports, reports_exact = found
-        return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), reports_exact)
-    if any(relaxed) or not _composition_proven(params, levels):
-        return from_micro(chain), False
-    reports = sum(to_micro(step.guarantee(level).epsilon_per_report) for step, level in zip(steps, levels, strict=True))
-    return (from_micro(chain), exact) if chain <= reports else (from_micro(reports), False)
-
-
-def _composition_proven(params: MetricParams, levels: Sequence[float]) -> bool:
-    """Whether ``sum_i eps_1(i)`` bounds a window of fresh-IRR reports (docs/privacy.md, section 8).
-
-    Proven for one permanent level in both modes (every bit's loss is a concave function of the
-    summed report log-ratios, hence subadditive) and for any asymmetric chain (the memoized bits
-    along the exponential chain are associated); not for a symmetric chain of several levels,
-    which is then charged the memoized bits' bound alone.
-    """
-    return local_mechanism(params.mode).one_sided or len(distinct_levels(levels)) == 1
-
-
-def _relaxed_reports(
-    params: MetricParams, steps: Sequence[MetricParams], levels: Sequence[float], relaxed: Sequence[bool]
-) -> tuple[int, bool] | None:
-    """``(micro-epsilons, exact)`` of the window's reports, or ``None`` where no proven bound is at hand.
-
-    The charge is the upper end of the enclosure of the reports' epsilon
-    (:func:`~protocol.irr_relaxation.enclosed_report_chain_charge`), exact
-    when the enclosure is narrower than 1e-9. ``None`` (the caller then
-    charges the longitudinal bound, not exact) past
-    :data:`MAX_EXACT_REPORT_CHAIN` reports or
-    :data:`~protocol.laplace_chain_rigorous.MAX_ENCLOSED_LAPLACE_LEVELS`
-    distinct levels (the symmetric enclosure's limit), for a chain the
-    report law refuses, and for an unbounded enclosure (the reports are a
-    post-processing of the memoized bits, so that is a failure to bound
-    them, never a real infinity) or any value that is not a finite
-    nonnegative number: never a negative or NaN charge.
-    """
-    from protocol.irr_relaxation import enclosed_report_chain_charge
-    from protocol.laplace_chain_rigorous import MAX_ENCLOSED_LAPLACE_LEVELS
-
-    if len(levels) > MAX_EXACT_REPORT_CHAIN or len(distinct_levels(levels)) > MAX_ENCLOSED_LAPLACE_LEVELS:
-        return None
-    randomizers = [step.randomizer(level) for step, level in zip(steps, levels, strict=True)]
-    try:
-        eps, exact = enclosed_report_chain_charge(randomizers, value_kind=params.value_kind,
-                                                  num_hashes=params.encoding.num_hashes, relaxed=list(relaxed))
-    except ParameterError:  # a chain the law does not cover (e.g. a step kept from an older state)
-        return None
-    if not 0.0 <= eps < math.inf:
-        return None
-    return to_micro(eps), exact
 
 
 @dataclass(kw_only=True, slots=True)
@@ -354,7 +230,7 @@ class MetricRecord:
     first_window: int | None = None
     # window_cost by chain of levels, with the parameters object it was computed for (memory only): a report
     # asks for the same one or two costs every time, and the shared cache compares whole parameter objects.
-    _costs: dict[Chain, tuple[MetricParams, tuple[float, bool], int]] = field(
+    _costs: dict[WindowChain, tuple[MetricParams, tuple[float, bool], int]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -371,22 +247,21 @@ class MetricRecord:
 
     def current_irr(self, params: MetricParams) -> Irr:
         """``(irr_p, irr_q)`` reports are made with now (``(None, None)``: no IRR)."""
-        held = self.irrs[-1]
-        return (params.irr_p, params.irr_q) if held is None else held
+        return Irr.held(params, self.irrs[-1])
 
-    def window_cost(self, params: MetricParams, chain: Chain) -> tuple[float, bool]:
-        """:func:`window_cost` of a chain, remembered per chain for the last ``params`` object asked about."""
+    def window_cost(self, params: MetricParams, chain: WindowChain) -> tuple[float, bool]:
+        """``chain.cost(params)``, remembered per chain for the last ``params`` object asked about."""
         return self._cost(params, chain)[1]
 
-    def new_window_chain(self) -> Chain:
+    def new_window_chain(self) -> WindowChain:
         """The chain of a report in a new window: one report at the current level and IRR."""
-        return (self.levels[-1],), (self.irrs[-1],), ()
+        return WindowChain((self.levels[-1],), (self.irrs[-1],), ())
 
-    def _cost(self, params: MetricParams, chain: Chain) -> tuple[MetricParams, tuple[float, bool], int]:
+    def _cost(self, params: MetricParams, chain: WindowChain) -> tuple[MetricParams, tuple[float, bool], int]:
         """``(params, window_cost, its micro-epsilons)`` (``-1`` micro for an infinite cost), remembered."""
         held = self._costs.get(chain)
         if held is None or held[0] is not params:
-            cost = window_cost(params, *chain)
+            cost = chain.cost(params)
             held = self._costs[chain] = (params, cost, -1 if math.isinf(cost[0]) else to_micro(cost[0]))
         return held
     @property
@@ -402,15 +277,15 @@ class MetricRecord:
         """Windows released so far."""
         return self.closed_windows + (self.current is not None)
 
-    def window_chain(self, last_step: int | None = None) -> Chain:
+    def window_chain(self, last_step: int | None = None) -> WindowChain:
         """The current window's ``(levels, irrs, relaxed)`` (through ``last_step``): what its cost depends on."""
         current = self.current
         if current is None:
-            return (), (), ()
+            return WindowChain((), (), ())
         first, last = current.first_step, current.last_step if last_step is None else last_step
         held = current.relaxed
         relaxed = tuple(step in held for step in range(first + 1, last + 1)) if held else (False,) * (last - first)
-        return tuple(self.levels[first : last + 1]), tuple(self.irrs[first : last + 1]), relaxed
+        return WindowChain(tuple(self.levels[first : last + 1]), tuple(self.irrs[first : last + 1]), relaxed)
 
     def spent(self, params: MetricParams, last_step: int | None = None) -> tuple[float, bool]:
         """The metric's total (the current window charged through ``last_step``)."""
@@ -420,6 +295,15 @@ class MetricRecord:
             return from_micro(self.closed_micro), self.closed_exact
         _, (_, exact), micro = self._cost(params, self.window_chain(last_step))
         return from_micro(self.closed_micro + micro), exact and self.closed_exact
+
+    def settle(self, params: MetricParams, now: float) -> bool:
+        """Close the latest window's release once its window has passed (it can never be re-sent);
+        ``True`` when the record changed."""
+        current = self.current
+        if current is None or current.window >= window_start(now, params.time_precision):
+            return False
+        self.close_window(params)
+        return True
 
     def close_window(self, params: MetricParams) -> None:
         """Fold the current window into the closed sum (a report in a later window starts)."""
@@ -492,8 +376,7 @@ class MetricRecord:
             cohort=int(data["cohort"]),
             levels=[_float_of_json(v) for v in data["levels"]],
             rounds=[int(r) for r in data["rounds"]],
-            irrs=[None if i is None else (None if i[0] is None else float(i[0]), float(i[1]))
-                  for i in data.get("irrs", ())],
+            irrs=[None if i is None else Irr.of(i) for i in data.get("irrs", ())],
             current=None if current is None else WindowRelease.from_dict(current),
             closed_micro=int(data["closed_micro"]),
             closed_windows=int(data["closed_windows"]),
@@ -558,54 +441,38 @@ def check_new_window(
     return _checked(round_up(before + cost), before, cost, ceiling, what)
 
 
-def check_relaxation(
-    record: MetricRecord, params: MetricParams, level_to: float, ceiling: float, prior: float, *,
-    irr: Irr | None = None, relaxed: bool = False,
-) -> float:
-    """Refuse a relaxation that lowers the level or would pass the ceiling.
+def check_relaxation(record: MetricRecord, params: MetricParams, after: WindowChain, ceiling: float,
+                     prior: float) -> float:
+    """Refuse a round's re-send that would pass the ceiling.
 
-    A round re-sends the current window's value at ``level_to`` (one more
-    report of its chain; with the IRR ``irr`` when the round relaxes it,
-    ``None``: kept; drawn from the window's last report when ``relaxed``);
-    earlier windows are final and cost nothing more.
-    With a renewing budget the extra cost is charged to the period of the
-    current window (``prior`` being that period's lost-state charge).
+    A round re-sends the current window's value (one more report of its
+    chain: ``after``, :meth:`~protocol.chain.WindowChain.after` of the
+    window's chain and the round's step, checked by
+    :meth:`~protocol.chain.RoundStep.check`); earlier windows are final and
+    cost nothing more. With a renewing budget the extra cost is charged to
+    the period of the current window (``prior`` being that period's
+    lost-state charge).
 
     Returns:
         The metric's total spent after the relaxation (``prior`` included), or the
         period's total (renewing budget).
 
     Raises:
-        TighteningRefused: ``level_to`` is below the current level.
         BudgetExceeded: ``requested`` is the extra cost.
     """
-    current = record.levels[-1]
-    if level_to < current:
-        raise TighteningRefused(current=current, requested=level_to)
     spent, _ = record.spent(params)
     before = round_up(prior + spent)
     if record.current is None or math.isinf(spent):
         return before
-    step = record.step + 1
-    release = record.current
-    extended = MetricRecord(
-        params=record.params, digest=record.digest, cohort=record.cohort,
-        levels=[*record.levels, level_to], rounds=[*record.rounds, 0],
-        irrs=[*record.irrs, record.irrs[-1] if irr is None else irr],
-        current=dataclasses.replace(release, relaxed=[*release.relaxed, step]) if relaxed else release,
-        closed_micro=record.closed_micro, closed_windows=record.closed_windows,
-        closed_exact=record.closed_exact, period=record.period, period_start=record.period_start,
-        period_micro=record.period_micro,
-    )
-    after, _ = extended.spent(params, last_step=extended.step)
-    what = lambda: f"metric {params.name!r}: relaxing to level {level_to:.6g}"  # noqa: E731
+    _, _, micro = record._cost(params, after)
+    total = math.inf if micro < 0 else from_micro(record.closed_micro + micro)
+    what = lambda: f"metric {params.name!r}: relaxing to level {after.levels[-1]:.6g}"  # noqa: E731
     if record.period is not None:
         start = period_of(record.current.window, record.period)
-        extra = round_up(after - spent)
+        extra = round_up(total - spent)
         in_period = _period_before(record, params, start, prior)
         return _checked(round_up(in_period + extra), in_period, extra, ceiling, what)
-    total = round_up(prior + after)
-    return _checked(total, before, round_up(after - spent), ceiling, what)
+    return _checked(round_up(prior + total), before, round_up(total - spent), ceiling, what)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -697,7 +564,7 @@ def ledger_entry(
         ceiling=ceiling,
         remaining=_remaining(ceiling, total),
         epsilon_per_report=guarantee.epsilon_per_report,
-        epsilon_per_window=window_cost(params, *record.new_window_chain())[0],
+        epsilon_per_window=record.new_window_chain().cost(params)[0],
         neighbour=guarantee.neighbour,
         protects=guarantee.protects,
         reveals=guarantee.reveals,
@@ -809,6 +676,7 @@ __all__ = [
     "PERIODS",
     "Budget",
     "Ceiling",
+    "Irr",
     "Ledger",
     "LedgerEntry",
     "LedgerEvent",

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from protocol.chain import distinct_levels
 from protocol.encodings import Value, as_members, canonical_value
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
@@ -103,14 +104,6 @@ def _check_levels(levels: Sequence[float]) -> None:
     for i in range(1, len(levels)):
         if not levels[i] > levels[i - 1]:
             raise ParameterError("levels", f"must be strictly increasing, got {list(levels)}")
-
-
-def distinct_levels(chain: Sequence[float]) -> tuple[float, ...]:
-    """A window's chain without the repeats of rounds that kept the level (they relaxed the IRR only).
-
-    A repeated level is no lazy step: the memoized noise stays as it is.
-    """
-    return tuple(v for i, v in enumerate(chain) if i == 0 or v != chain[i - 1])
 
 
 def noise_key(window: int, value_key: bytes) -> bytes:
@@ -575,7 +568,6 @@ __all__ = [
     "apply_irr",
     "bits_of_mask",
     "check_secret",
-    "distinct_levels",
     "encoded_mask",
     "fresh_cuts",
     "fresh_mask",

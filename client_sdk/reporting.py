@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from protocol.chain import Irr
 from protocol.crypto import b64d
 from protocol.encodings import Value, canonical_value, members_of_canonical
 from protocol.errors import ParameterError, PolicyError
@@ -28,7 +29,7 @@ from protocol.params import MetricParams
 from protocol.rng import RandomSource
 from protocol.wire import PAYLOAD_HEADER, ConfigPayload, MetricEntry
 
-from .ledger import Irr, MetricRecord, with_irr
+from .ledger import MetricRecord, with_irr
 from .memo import ReportPlan, noise_key, prepare_level
 from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, pending_item
@@ -75,6 +76,19 @@ class Reporting(NamedTuple):
     seal_public: bytes  # the config's X25519 key the sender seals to
 
 
+class Queued(NamedTuple):
+    """A report made for the queue.
+
+    Attributes:
+        item: its pending queue item.
+        sent: the bits it carries (hex, packed as in the payload): what a later relaxed IRR step of
+            the window draws from (:attr:`~client_sdk.ledger.WindowRelease.sent`).
+    """
+
+    item: Item
+    sent: str
+
+
 class Reporter:
     """A client's report pipeline, with the randomness it makes ahead of time.
 
@@ -86,7 +100,6 @@ class Reporter:
         held: the key objects of queued reports, kept for the sender.
         irr: the IRR pools, by the IRR's probabilities and size.
         plans: each metric's :class:`Reporting`, by name (the client checks it is still current).
-        sent: the bits of the last report made (hex, packed as in its payload).
     """
 
     def __init__(self, rng: RandomSource) -> None:
@@ -95,7 +108,6 @@ class Reporter:
         self.held = HeldKeys()
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self.plans: dict[str, Reporting] = {}  # by metric name
-        self.sent = ""  # the bits of the last report made (hex), for the window's release
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level and IRR, kept for its next reports."""
@@ -118,7 +130,7 @@ class Reporter:
         return pool
 
     def resend(self, secret: bytes, entry: MetricEntry, record: MetricRecord, level_to: float, round_id: int,
-               seal_public: bytes, *, irr: Irr | None = None, relaxed: bool = False) -> Item | None:
+               seal_public: bytes, *, irr: Irr | None = None, relaxed: bool = False) -> Queued | None:
         """The current window's value relaxed to ``level_to`` for round ``round_id`` (``None``: no window).
 
         The same pipeline as the window's first report, through the window's chain of levels and ``level_to``,
@@ -151,7 +163,7 @@ class Reporter:
         return self._queued(made, current.window, payload)
 
     def item(self, made: Reporting, value: Value | Iterable[Value], window: int, value_key: bytes,
-             chain: tuple[float, ...] | None = None) -> Item:
+             chain: tuple[float, ...] | None = None) -> Queued:
         """The queue item of ``value`` in ``window`` (``value_key``: its canonical encoding).
 
         ``chain``: ``None`` for the window's first report (a fresh draw at the plan's level), or the
@@ -161,20 +173,16 @@ class Reporter:
         payload = made.plan.payload(value, noise_key(window, value_key), made.irr.take(), chain=chain)
         return self._queued(made, window, payload)
 
-    def _queued(self, made: Reporting, window: int, payload: bytes) -> Item:
-        """The pending queue item of ``payload``, with its own ephemeral key (its id is the sealed report's).
-
-        Keeps the bits it carries in :attr:`sent` (hex, packed as in the payload): what a later relaxed
-        IRR step of the window draws from.
-        """
-        self.sent = payload[PAYLOAD_HEADER.size :].hex()
+    def _queued(self, made: Reporting, window: int, payload: bytes) -> Queued:
+        """The pending queue item of ``payload``, with its own ephemeral key (its id is the sealed report's),
+        and the bits it carries."""
         entry, record, _, _, seal_public = made
         ephemeral, private, _, report_id = self.ephemeral.take()
         self.held.put(report_id, ephemeral)
-        return pending_item(
+        return Queued(pending_item(
             report_id=report_id, metric=entry.params.name, round=record.round, window=window,
             params_digest=entry.digest, payload=payload, ephemeral_private=private, seal_public=seal_public,
-        )
+        ), payload[PAYLOAD_HEADER.size :].hex())
 
     def prepare(self, config: ConfigPayload | None, records: Mapping[str, MetricRecord]) -> None:
         """Work done ahead of reports, off their path: ephemeral keys, each metric's cuts at its level.
@@ -194,4 +202,4 @@ class Reporter:
             log.exception("preparing reports ahead of time failed")
 
 
-__all__ = ["AlreadyReported", "Reporter", "Reporting", "check_kind", "repeat"]
+__all__ = ["AlreadyReported", "Queued", "Reporter", "Reporting", "check_kind", "repeat"]

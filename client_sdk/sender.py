@@ -15,11 +15,8 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
-
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from protocol.errors import ReportRejected
 from protocol.wire import (
@@ -31,7 +28,8 @@ from protocol.wire import (
     ReportResult,
 )
 
-from .queue import ReportQueue, envelope_of
+from .outbox import Outbox
+from .queue import envelope_of
 from .transport import Transport, TransportError
 
 log = logging.getLogger("onesided.client")
@@ -107,44 +105,31 @@ class SyncSchedule:
             self.next_at = 0.0
 
 
-class HeldKeysLike(Protocol):
-    def get(self, report_id: str) -> X25519PrivateKey | None: ...
-    def forget(self, report_ids: Iterable[str]) -> None: ...
-
-
-class SenderHost(Protocol):
-    """What the sender uses of its client: the queue and its lock, the keys held, the ledger's bookkeeping."""
-
-    _lock: threading.RLock
-    _held: HeldKeysLike
-
-    @property
-    def _queue(self) -> ReportQueue: ...
-
-    def _save(self) -> list[str]: ...
-    def _config_outdated(self) -> None: ...
-    def _reached(self) -> None: ...
-    def _undrop(self, count: int) -> None: ...
-    def _drop(self, ids: Sequence[str], why: str, notice: str, *, oldest: bool = False) -> int: ...
-    def _notify(self, error: Exception) -> None: ...
-
-
 class Sender:
     """Uploads a client's queue: :meth:`flush` on demand, and a background thread (:meth:`start`).
 
     Args:
-        host: the client (:class:`SenderHost`).
+        outbox: the client's reports waiting to leave.
         transport: its HTTP transport.
+        schedule: the sync schedule (an answer may call for a sync, or show the network is back).
+        save: writes the state and the queue; returns the ids of the reports on disk (raises:
+            nothing leaves before it is on disk).
+        notify: where errors go (``on_error`` and the log).
         batch_size: reports per upload (halved on a ``413``).
         monotonic: deadlines and waits (``Retry-After``, resends after a clock refusal).
         clock_retry_cap: the longest wait before a report the server's clock refused is resent.
+
+    ``outbox``, ``save`` and ``notify`` are held weakly (the client owns them: a client the app
+    drops is freed at once, and its state lock with it, as a process's end would free it).
     """
 
-    def __init__(self, host: SenderHost, transport: Transport, *, batch_size: int,
+    def __init__(self, outbox: Outbox, transport: Transport, *, schedule: SyncSchedule,
+                 save: Callable[[], list[str]], notify: Callable[[Exception], None], batch_size: int,
                  monotonic: Callable[[], float], clock_retry_cap: float = CLOCK_RETRY_CAP) -> None:
-        # A proxy, not a reference: no cycle with the client, so a client the app drops is freed at
-        # once (and its state lock with it), as a process's end would free it.
-        self._host: SenderHost = cast(SenderHost, weakref.proxy(host))
+        self._outbox: Outbox = weakref.proxy(outbox)
+        self._schedule = schedule
+        self._save = save
+        self._notify = notify
         self._transport = transport
         self.batch_size = batch_size
         self._monotonic = monotonic
@@ -160,19 +145,19 @@ class Sender:
     def flush(self, until: float | None, *, wait: bool) -> FlushResult:
         """Send the queue by the monotonic instant ``until``; ``wait=False``: skip if a flush is running.
 
-        Never raises: an error ends the flush, goes to the host's ``_notify`` and is returned.
+        Never raises: an error ends the flush, goes to ``notify`` and is returned.
         """
-        if not len(self._host._queue):
+        if not len(self._outbox):
             return FlushResult()
         if self._not_before is not None and self._monotonic() < self._not_before:
-            return FlushResult(remaining=len(self._host._queue), deferred=True)
+            return FlushResult(remaining=len(self._outbox), deferred=True)
         timeout = -1.0 if until is None else max(0.0, until - self._monotonic())
         if not self._sending.acquire(timeout=timeout if wait else 0):
-            return FlushResult(remaining=len(self._host._queue), deferred=True)
+            return FlushResult(remaining=len(self._outbox), deferred=True)
         delivered = rejected = dropped = 0
         error: Exception | None = None
         try:
-            durable = set(self._host._save())  # written first: only what is on disk may leave
+            durable = set(self._save())  # written first: only what is on disk may leave
             now = self._monotonic()
             self._later = {i: t for i, t in self._later.items() if i in durable}
             pending = {i for i in durable if self._later.get(i, now) <= now}
@@ -190,17 +175,17 @@ class Sender:
                     if exc.retryable:
                         raise
                     continue
-                self._host._reached()
+                self._schedule.reached()
                 pending.difference_update(r.report_id for r in results)
                 ok, bad = self._after_results(results)
                 delivered, rejected = delivered + ok, rejected + bad
         except Exception as exc:  # background sending never raises into the app
             error = exc
-            self._host._notify(exc)
+            self._notify(exc)
         finally:
             self._sending.release()
         return FlushResult(
-            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._host._queue),
+            delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._outbox),
             later=len(self._later), error=error,
         )
 
@@ -209,19 +194,19 @@ class Sender:
 
         Sealing happens outside the client's lock, so ``report()`` never waits for it.
         """
-        with self._host._lock:
-            items = list(itertools.islice((r for r in self._host._queue if r.get("report_id") in pending), self.batch_size))
+        outbox = self._outbox
+        with outbox.lock:
+            items = list(itertools.islice((r for r in outbox.queue if r.get("report_id") in pending), self.batch_size))
         batch, malformed = [], []
         for item in items:
             try:
-                batch.append(envelope_of(item, self._host._held.get(str(item.get("report_id")))))
+                batch.append(envelope_of(item, outbox.held.get(str(item.get("report_id")))))
             except (ReportRejected, ValueError, KeyError, TypeError):
                 malformed.append(str(item.get("report_id")))
         if malformed:
             pending.difference_update(malformed)
-            with self._host._lock:
-                self._host._drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
-            self._host._save()
+            outbox.drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
+            self._save()
         return batch
 
     def _after_batch_error(self, batch: Sequence[ReportEnvelope], exc: TransportError) -> int:
@@ -237,10 +222,9 @@ class Sender:
             return 0
         if exc.status not in _POISON_STATUSES:
             raise exc
-        with self._host._lock:
-            count = self._host._drop([r.report_id_text for r in batch], f"batch refused ({exc.error_code})",
-                               f"the aggregator refused the batch: {exc}")
-        self._host._save()
+        count = self._outbox.drop([r.report_id_text for r in batch], f"batch refused ({exc.error_code})",
+                                  f"the aggregator refused the batch: {exc}")
+        self._save()
         return count
 
     def _after_results(self, results: Sequence[ReportResult]) -> tuple[int, int]:
@@ -249,29 +233,23 @@ class Sender:
         final = [r for r in results if r.final]
         failed = [r for r in final if r.status not in _DELIVERED]
         if any(r.status == STATUS_OUTDATED_CONFIG for r in failed):
-            self._host._config_outdated()  # the aggregator's config changed: sync again soon
+            self._schedule.now()  # the aggregator's config changed: sync again soon
         now = self._monotonic()
         for result in later:  # kept (already charged), the same envelope resent after the wait
             self._later[result.report_id] = now + min(float(result.retry_after or 0), self._clock_retry_cap)
-        with self._host._lock:
-            # dropped from a full queue while its batch was in flight, yet delivered: not a drop after all
-            undropped = sum(1 for r in final if r.status in _DELIVERED and not self._host._queue.holds(r.report_id))
-            if undropped:
-                self._host._undrop(undropped)
-            self._host._queue.remove([r.report_id for r in final])
-            self._host._held.forget(r.report_id for r in final)
-        self._host._save()  # a removal lost to a crash only means a resend, answered "replayed"
+        self._outbox.settle((r.report_id for r in final if r.status in _DELIVERED), (r.report_id for r in final))
+        self._save()  # a removal lost to a crash only means a resend, answered "replayed"
         for result in final:
             self._later.pop(result.report_id, None)
         log.info("uploaded %d reports: %d delivered, %d rejected, %d kept for the server's clock", len(results),
                  len(final) - len(failed), len(failed), len(later))
         if later:
             statuses = sorted({r.status for r in later if r.status in CLOCK_STATUSES})
-            self._host._notify(ReportRejected(
+            self._notify(ReportRejected(
                 "window", f"{len(later)} report(s) refused by the server's clock for now ({', '.join(statuses)}); "
                 "kept and resent later", code="clock_refused"))
         for result in failed:
-            self._host._notify(ReportRejected(result.field or "report", result.detail or result.status, code=result.status))
+            self._notify(ReportRejected(result.field or "report", result.detail or result.status, code=result.status))
         return len(final) - len(failed), len(failed)
 
     @property
@@ -342,4 +320,4 @@ class Sender:
             self._transport.stop_by(None)
 
 
-__all__ = ["FlushResult", "Sender", "SenderHost", "SyncSchedule"]
+__all__ = ["FlushResult", "Sender", "SyncSchedule"]

@@ -4,11 +4,12 @@ A lost state's charge comes from its high-water mark (:mod:`client_sdk.highwater
 lifetime total and per-period charge where a mark survived; otherwise an infinite lifetime total
 (``total_unknown_since``) and the whole ceiling charged to the period the loss was found in.
 
-:class:`Spending` answers the questions the client's ledger rules ask
-(:func:`~client_sdk.ledger.check_new_window`,
-:func:`~client_sdk.ledger.check_relaxation` take a ``prior``: what a lost
-state may have spent, charged in full) and builds the ledger an app reads
-(:meth:`Spending.ledger`, :class:`~client_sdk.ledger.Budget`).
+:class:`Accountant` is the client's accountant: :meth:`~Accountant.check_spend`
+refuses a report or a round's re-send that would pass the ceiling (the ceiling and
+the lost-state ``prior`` are its own business, never the caller's),
+:meth:`~Accountant.spend` records a new window's release, :meth:`~Accountant.remaining`
+answers what is left of a metric's budget, and :meth:`~Accountant.ledger` builds the
+ledger an app reads.
 """
 
 from __future__ import annotations
@@ -17,14 +18,20 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from protocol.wire import ConfigPayload
+from protocol.chain import WindowChain
+from protocol.params import MetricParams
+from protocol.wire import ConfigPayload, MetricEntry
 
 from .highwater import lifetime_prior, period_prior, unknown_since
 from .ledger import (
+    Budget,
     Ceiling,
     Ledger,
     LedgerEntry,
     MetricRecord,
+    WindowRelease,
+    check_new_window,
+    check_relaxation,
     ledger_entry,
     period_of,
     unused_entry,
@@ -35,8 +42,8 @@ from .storage import Storage
 log = logging.getLogger("onesided.client")
 
 
-class Spending:
-    """The budget arithmetic of one client's open state.
+class Accountant:
+    """The privacy accountant of one client's open state.
 
     Args:
         ceiling: the budget policy (lifetime or renewing).
@@ -71,6 +78,52 @@ class Spending:
         when = record.current.window if record.current is not None else self._clock()
         return self.period_prior(metric, record, when)
 
+    def check_spend(self, metric: str, record: MetricRecord, params: MetricParams, spend: int | WindowChain) -> float:
+        """Refuse a spend that would pass ``metric``'s ceiling; nothing is recorded.
+
+        ``spend``: the start of a new window (a report in it,
+        :func:`~client_sdk.ledger.check_new_window`), or the current window's
+        chain after a round's re-send (:meth:`protocol.chain.WindowChain.after`,
+        :func:`~client_sdk.ledger.check_relaxation`).
+
+        Returns:
+            What the ceiling is compared with after the spend (the lifetime total, or the period's).
+
+        Raises:
+            BudgetExceeded: the spend would pass the ceiling.
+        """
+        ceiling = self.ceiling.for_metric(metric)
+        if isinstance(spend, WindowChain):
+            return check_relaxation(record, params, spend, ceiling, self.relax_prior(metric, record))
+        return check_new_window(record, params, ceiling, self.period_prior(metric, record, spend), window=spend)
+
+    def spend(self, metric: str, record: MetricRecord, params: MetricParams, release: WindowRelease,
+              after: float) -> None:
+        """Record a new window's release (checked by :meth:`check_spend`, which returned ``after``): the
+        window before it closed into the record's sums, a warning logged when little is left."""
+        record.close_window(params)
+        record.current = release
+        if record.first_window is None:
+            record.first_window = release.window
+        self._disk.dirty = True
+        ceiling = self.ceiling.for_metric(metric)
+        if ceiling - after < self.warning * ceiling:
+            self.warn_low(metric, record, ceiling - after, ceiling, release.window)
+
+    def remaining(self, metric: str, config: ConfigPayload | None) -> Budget:
+        """What is left of ``metric``'s budget, and when it renews.
+
+        Raises:
+            KeyError: ``metric`` is neither used nor in ``config``.
+        """
+        record = self._disk.state.metrics.get(metric)
+        if record is not None:
+            return Budget.of(self.entry(metric, record))
+        entry = None if config is None else config.metric(metric)
+        if entry is None:
+            raise KeyError(metric)
+        return Budget.of(self._unused(entry, self._clock()))
+
     def warn_low(self, metric: str, record: MetricRecord, left: float, ceiling: float, when: float) -> None:
         """Log once per metric and period: what is left fell below ``warning`` of the ceiling."""
         period = record.period
@@ -94,15 +147,18 @@ class Spending:
         since = unknown_since(self._disk.state.lost)
         return entry if since is None else dataclasses.replace(entry, total_unknown_since=since)
 
+    def _unused(self, entry: MetricEntry, now: float) -> LedgerEntry:
+        """The ledger line of a metric of the config this client has not reported yet."""
+        name = entry.params.name
+        return self._unknown(unused_entry(entry.params, self.ceiling.for_metric(name), self.prior(name),
+                                          period=self.ceiling.period, now=now, period_prior=self.prior(name, now)))
+
     def ledger(self, config: ConfigPayload | None) -> Ledger:
         """Per metric: levels released, exact cost, ceiling, remaining; plus events and drops."""
         state = self._disk.state
-        now, period = self._clock(), self.ceiling.period
-        unused = () if config is None else tuple(self._unknown(
-            unused_entry(e.params, self.ceiling.for_metric(e.params.name), self.prior(e.params.name),
-                         period=period, now=now, period_prior=self.prior(e.params.name, now)))
-            for e in config.metrics if e.params.name not in state.metrics
-        )
+        now = self._clock()
+        unused = () if config is None else tuple(
+            self._unused(e, now) for e in config.metrics if e.params.name not in state.metrics)
         return Ledger(
             entries=tuple(self.entry(m, r) for m, r in sorted(state.metrics.items())),
             events=tuple(state.events),
@@ -112,4 +168,4 @@ class Spending:
         )
 
 
-__all__ = ["Spending"]
+__all__ = ["Accountant"]

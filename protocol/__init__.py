@@ -2,7 +2,7 @@
 
 Encodings, randomness, thresholded bit randomizers, relaxation steps,
 privacy accounting, metric parameters, central mechanisms (ALap, AGeo,
-SALap and the competitors behind one registry, :mod:`protocol.mechanisms`),
+SALap and the competitors behind one registry, :mod:`protocol.central`),
 their release records with gradual relaxation (:mod:`protocol.releases`) and
 multi-analyst releases. Wire schemas and crypto
 envelopes live in :mod:`protocol.wire` and :mod:`protocol.crypto`.
@@ -157,6 +157,19 @@ if TYPE_CHECKING:  # the names, for type checkers and editors
         sequence_pattern_probabilities,
     )
     from .canonical import canonical_json
+    from .central import (
+        AGeoMechanism,
+        ALapMechanism,
+        CentralMechanism,
+        GeometricMechanism,
+        LaplaceMechanism,
+        SALapMechanism,
+        ageo,
+        alap,
+        mechanism_class,
+        mechanism_names,
+        salap,
+    )
     from .encodings import (
         BloomEncoding,
         DirectEncoding,
@@ -175,19 +188,6 @@ if TYPE_CHECKING:  # the names, for type checkers and editors
         ReportRejected,
         SignatureError,
         TighteningRefused,
-    )
-    from .mechanisms import (
-        AGeoMechanism,
-        ALapMechanism,
-        CentralMechanism,
-        GeometricMechanism,
-        LaplaceMechanism,
-        SALapMechanism,
-        ageo,
-        alap,
-        mechanism_class,
-        mechanism_names,
-        salap,
     )
     from .multianalyst import MechanismA, correlated_releases
     from .params import MetricParams

@@ -7,7 +7,7 @@ uniform integers cut from the injected :class:`~protocol.rng.RandomSource`.
 The same file holds the exact Bernoulli sampler of the simulation paths
 (:func:`bernoulli_choose`): random bytes compared with the binary expansion
 of the probability, so the bits' probability is the stated rational exactly.
-Used by the central mechanisms (:mod:`protocol.mechanisms`: AGeo, the
+Used by the central mechanisms (:mod:`protocol.central`: AGeo, the
 two-sided geometric, and ALap, Laplace and SALap on a power-of-two output
 grid, :func:`default_grid`) and Mechanism A (:mod:`protocol.multianalyst`).
 """

@@ -38,6 +38,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from .central import Monotonicity, check_level, mechanism_class, mechanism_names, on_grid
 from .errors import ParameterError
 from .exact import (
     check_grid,
@@ -47,7 +48,6 @@ from .exact import (
     two_sided_geometric_exact,
     uniform_below,
 )
-from .mechanisms import Monotonicity, check_level, mechanism_class, mechanism_names, on_grid
 from .releases import Release, coerce_levels, make_release, relax_release
 from .rng import FloatArray, RandomSource, as_rng
 from .rounding import round_up

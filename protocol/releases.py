@@ -3,11 +3,11 @@
 A :class:`Release` is the JSON-serialisable record a store persists: the
 exact counts and the noise (server-side only), the published answers, and
 the levels released so far. :func:`make_release` runs a registered
-:class:`~protocol.mechanisms.CentralMechanism` once and records it;
+:class:`~protocol.central.CentralMechanism` once and records it;
 :func:`relax_release` refines the answers by the mechanism's lazy step on
 the kept noise (gradual-release paper, Sec. 3): the budget charged is the
 final level, not the sum. Both dispatch through the registry of
-:mod:`protocol.mechanisms`, so a new mechanism needs no change here.
+:mod:`protocol.central`, so a new mechanism needs no change here.
 
 >>> rel = make_release("ageo", [3, 0, 7], 0.5, n_max=10, rng=1)
 >>> relax_release(rel, 2.0, rng=2).levels
@@ -25,9 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .errors import BudgetExceeded, ParameterError
-from .exact import check_grid
-from .mechanisms import (
+from .central import (
     Answers,
     CentralGuarantee,
     CentralMechanism,
@@ -37,6 +35,8 @@ from .mechanisms import (
     check_not_tighter,
     mechanism_class,
 )
+from .errors import BudgetExceeded, ParameterError
+from .exact import check_grid
 from .rng import RandomSource, as_rng
 
 RELEASE_SCHEMA = "onesided.release/v1"
@@ -49,7 +49,7 @@ class Release:
     """A central release as a store persists it (JSON via :meth:`to_json_dict`).
 
     Attributes:
-        mechanism: a registered name (:func:`~protocol.mechanisms.mechanism_names`).
+        mechanism: a registered name (:func:`~protocol.central.mechanism_names`).
         levels: the epsilons released so far, strictly increasing; the
             current answers are at ``levels[-1]``, which is also the budget
             charged (lazy relaxation: the final level, not the sum).
@@ -257,7 +257,7 @@ def relax_release(
     """Refine a published release to the looser level ``epsilon`` (gradual-release paper, Sec. 3).
 
     The stored noise takes the mechanism's exact lazy step on the release's
-    grid (:meth:`~protocol.mechanisms.CentralMechanism.relax`), the answers
+    grid (:meth:`~protocol.central.CentralMechanism.relax`), the answers
     are recomputed from it, and ``epsilon`` is appended to ``levels``. The
     refined answers have the one-shot ``epsilon`` error, and the budget
     charged for the whole history is ``epsilon`` (not the sum of levels).

@@ -13,7 +13,7 @@ Three sources implement :class:`RandomSource`:
 
 Every source's uniforms lie on an evenly spaced grid of at least 2**48
 points (``k / 2**52 + 2**-53`` for the word mapping, ``k / 2**53`` for the
-seeded stream): :mod:`protocol.mechanisms` turns them back into exact random
+seeded stream): :mod:`protocol.central` turns them back into exact random
 integers and relies on it. Keep it so when adding a source.
 
 All samplers (exponential, Laplace, geometric, Bernoulli) are written once,
@@ -89,7 +89,7 @@ class RandomSource(ABC):
 
         ``floor(-log(u) / rate)``: used for memoized noise and simulations.
         Published integers on the central side use the exact integer
-        samplers of :mod:`protocol.mechanisms` instead.
+        samplers of :mod:`protocol.central` instead.
         """
         return np.floor(-np.log(self.uniform(shape)) / rate).astype(np.int64)
 

@@ -30,15 +30,9 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from client_sdk.following import resend_relaxed
-from client_sdk.ledger import (
-    MetricRecord,
-    WindowRelease,
-    check_new_window,
-    check_relaxation,
-    window_cost,
-)
-from client_sdk.memo import ReportPlan, distinct_levels, irr_masks, noise_key
+from client_sdk.ledger import MetricRecord, WindowRelease, check_new_window, check_relaxation
+from client_sdk.memo import ReportPlan, irr_masks, noise_key
+from protocol.chain import RoundRepeats, RoundStep, distinct_levels, window_cost
 from protocol.crypto import public_key_info, sign_document
 from protocol.encodings import canonical_value
 from protocol.errors import BudgetExceeded, TighteningRefused
@@ -234,8 +228,12 @@ def _ledger_step(record: MetricRecord, params: MetricParams, ceiling: float, op:
         else:
             if record.current is not None and record.current.window < window:
                 record.close_window(params)  # Client._settle: a past window is final
-            relaxed = resend_relaxed(record, params, level_to, irr)
-            check_relaxation(record, params, level_to, ceiling, 0.0, irr=irr, relaxed=relaxed)
+            step = RoundStep.of(params, record.levels[-1], record.irrs[-1], level_to, irr)
+            step.check()
+            current = record.current
+            after = record.window_chain().after(step, params, sent_kept=current is not None and current.sent is not None)
+            check_relaxation(record, params, after, ceiling, 0.0)
+            relaxed = bool(after.relaxed) and after.relaxed[-1]
             record.levels.append(level_to)
             record.irrs.append(record.irrs[-1] if irr is None else irr)
             record.rounds.append(round_id)
@@ -246,7 +244,7 @@ def _ledger_step(record: MetricRecord, params: MetricParams, ceiling: float, op:
         outcome: dict[str, Any] = {"ok": True}
     except BudgetExceeded as exc:
         outcome = {"ok": False, "error": "budget_exceeded", "requested": exc.requested, "remaining": exc.remaining}
-    except TighteningRefused:
+    except (TighteningRefused, RoundRepeats):
         outcome = {"ok": False, "error": "tightening_refused"}
     return {**outcome, "spent_micro": to_micro(record.spent(params)[0])}
 

@@ -184,7 +184,7 @@ def test_onesided_help_does_not_import_numpy() -> None:
     code = ("import sys; sys.argv = ['onesided', '--help']\n"
             "from aggregator.cli.main import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('numpy' in sys.modules, 'protocol.mechanisms' in sys.modules, file=sys.stderr)")
+            "print('numpy' in sys.modules, 'protocol.central' in sys.modules, file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "usage" in out.stdout
     assert out.stderr.strip() == "False False"

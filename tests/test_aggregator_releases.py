@@ -44,9 +44,9 @@ from aggregator.server.services.releases import (
     ReleaseService,
     analyst_budget,
 )
+from protocol.central import mechanism_names
 from protocol.encodings import DirectEncoding
 from protocol.errors import BudgetExceeded, ParameterError
-from protocol.mechanisms import mechanism_names
 from protocol.params import MetricParams
 
 DOMAIN = tuple(f"place-{i:02d}" for i in range(16))

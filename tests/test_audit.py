@@ -34,8 +34,8 @@ from aggregator.research.audit import (
     reachable,
 )
 from aggregator.research.audit_device import DEVICE_TARGETS, PLANTED_DEVICE
+from protocol.central import ALapMechanism
 from protocol.errors import ParameterError
-from protocol.mechanisms import ALapMechanism
 from protocol.rng import RandomSource, SeededRandom
 
 SAMPLES = 10**6

@@ -25,16 +25,7 @@ from aggregator.research.bounds import (
     virtual_dp_sanitizer,
 )
 from protocol.accounting import round_up
-from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
-from protocol.exact import (
-    bernoulli_exp,
-    exact_rate,
-    exact_uniform_words,
-    geometric_exact,
-    two_sided_geometric_exact,
-    uniform_below,
-)
-from protocol.mechanisms import (
+from protocol.central import (
     AGeoMechanism,
     ALapMechanism,
     GeometricMechanism,
@@ -48,6 +39,15 @@ from protocol.mechanisms import (
     relax_noise,
     salap,
     sign_p,
+)
+from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.exact import (
+    bernoulli_exp,
+    exact_rate,
+    exact_uniform_words,
+    geometric_exact,
+    two_sided_geometric_exact,
+    uniform_below,
 )
 from protocol.releases import Release, make_release, relax_release
 from protocol.rng import KeyedRandom, RandomSource, SeededRandom

@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator.server.services.releases import StoredRelease, place_answers, safe_cut
-from protocol.errors import ParameterError
-from protocol.mechanisms import (
+from protocol.central import (
     AGeoMechanism,
     ALapMechanism,
     SALapMechanism,
@@ -26,6 +25,7 @@ from protocol.mechanisms import (
     certificate_statement,
     certified_safe,
 )
+from protocol.errors import ParameterError
 from protocol.releases import make_release
 from protocol.rng import SeededRandom
 

@@ -19,9 +19,9 @@ import pytest
 from scipy import stats
 from statsupport import P_MIN
 
+from protocol.central import AGeoMechanism, ALapMechanism, LaplaceMechanism, SALapMechanism
 from protocol.errors import ParameterError
 from protocol.exact import check_grid, default_grid, grid_epsilon, grid_step_rate
-from protocol.mechanisms import AGeoMechanism, ALapMechanism, LaplaceMechanism, SALapMechanism
 from protocol.multianalyst import MechanismA, correlated_releases
 from protocol.releases import Release, make_release, relax_release
 from protocol.rng import SeededRandom

@@ -81,7 +81,7 @@ def window_charge(params: MetricParams, round_body: dict[str, float]) -> float:
     irr = (round_body["irr_p"], round_body["irr_q"]) if "irr_q" in round_body else None
     chain = [float(params.level or 0), round_body["level_to"]]
     costs = [window_cost(params, chain, [None, irr], [flag])[0] for flag in ((True, False) if irr else (False,))]
-    return min(costs)  # the client relaxes the IRR exactly when that costs no more (resend_relaxed)
+    return min(costs)  # the client relaxes the IRR exactly when that costs no more (protocol.chain.WindowChain.after)
 
 
 def check(agg: Aggregator, outcome: dict[str, Any], clients: int, params: MetricParams = PLACES,

@@ -23,9 +23,9 @@ from aggregator.cli.commands.metrics import params_from_args
 from aggregator.cli.commands.metrics import register as register_metric_commands
 from aggregator.server.ingest import clip_items
 from aggregator.server.services.releases import release_sensitivity
+from protocol.central import AGeoMechanism, ALapMechanism
 from protocol.encodings import BloomEncoding, DirectEncoding
 from protocol.errors import ParameterError
-from protocol.mechanisms import AGeoMechanism, ALapMechanism
 from protocol.params import MetricParams
 from protocol.releases import make_release
 from protocol.rng import SeededRandom

@@ -26,10 +26,10 @@ from aggregator.research.bounds import dp_beta_upper_bound
 from client_sdk.ledger import window_cost
 from protocol import Randomizer
 from protocol.accounting import sequence_bit_epsilon
+from protocol.central import AGeoMechanism, ALapMechanism, SALapMechanism, certificate_cut
 from protocol.encodings import BloomEncoding, DirectEncoding
 from protocol.irr_relaxation import enclosed_report_chain_charge, report_agreement
 from protocol.laplace_chain_rigorous import enclosed_sequence_epsilon
-from protocol.mechanisms import AGeoMechanism, ALapMechanism, SALapMechanism, certificate_cut
 from protocol.params import MetricParams
 from protocol.randomizers import laplace_rate_from_f
 from protocol.rounding import round_up

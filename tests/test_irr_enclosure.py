@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from client_sdk import ledger
 from client_sdk.ledger import window_cost, with_irr
+from protocol import chain as window_chain
 from protocol.accounting import round_up, sequence_bit_epsilon, to_micro
 from protocol.errors import ParameterError
 from protocol.irr_relaxation import (
@@ -241,7 +241,7 @@ def test_the_ledger_never_charges_a_negative_or_nan_amount(monkeypatch: pytest.M
     """
     import protocol.irr_relaxation as irr_relaxation
 
-    ledger._window_cost.cache_clear()
+    window_chain._window_cost.cache_clear()
     monkeypatch.setattr(irr_relaxation, "enclosed_report_chain_charge", lambda *a, **k: (bad, True))
     try:
         for params, levels, irrs, relaxed in CHAINS:
@@ -249,7 +249,7 @@ def test_the_ledger_never_charges_a_negative_or_nan_amount(monkeypatch: pytest.M
             longitudinal = sequence_bit_epsilon(params.mode, tuple(dict.fromkeys(levels)))[0]
             assert spent == longitudinal and not exact
     finally:
-        ledger._window_cost.cache_clear()
+        window_chain._window_cost.cache_clear()
 
 
 def test_the_ledger_charges_the_enclosure_on_random_chains() -> None:
@@ -316,11 +316,11 @@ def test_a_chain_the_report_law_refuses_is_charged_the_longitudinal_bound(monkey
     def refuse(*args: Any, **kwargs: Any) -> tuple[float, bool]:
         raise ParameterError("irr", "not a relaxation")
 
-    ledger._window_cost.cache_clear()
+    window_chain._window_cost.cache_clear()
     monkeypatch.setattr(irr_relaxation, "enclosed_report_chain_charge", refuse)
     try:
         params, levels, irrs, relaxed = CHAINS[2]
         spent, exact = window_cost(params, levels, irrs, relaxed)
         assert spent == sequence_bit_epsilon(params.mode, tuple(dict.fromkeys(levels)))[0] and not exact
     finally:
-        ledger._window_cost.cache_clear()
+        window_chain._window_cost.cache_clear()

@@ -93,7 +93,7 @@ def test_the_protocol_package_loads_its_modules_on_first_use() -> None:
 
     import protocol
 
-    code = "import sys, protocol.errors; print('numpy' in sys.modules, 'protocol.mechanisms' in sys.modules)"
+    code = "import sys, protocol.errors; print('numpy' in sys.modules, 'protocol.central' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
     assert all(getattr(protocol, name) is not None for name in protocol.__all__)

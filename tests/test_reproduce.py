@@ -23,7 +23,7 @@ from aggregator.research.adp_paper import (
 from aggregator.research.collusion import collusion_experiment
 from aggregator.research.kl_analysis import kl_closed_form, kl_to_laplace
 from aggregator.research.reproduce import interval
-from protocol.mechanisms import SALapMechanism
+from protocol.central import SALapMechanism
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "simulation.md"
 

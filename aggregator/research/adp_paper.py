@@ -25,13 +25,13 @@ target places, and at 6 p.m. 5,343 places with at most ``t = 5`` visitors
   experiment shows its effect.
 
 The certificate rules, in closed form per place (exact for the product's
-grid ALap, :class:`protocol.mechanisms.ALapMechanism`):
+grid ALap, :class:`protocol.central.ALapMechanism`):
 
 * the paper's: "safe" when ``answer <= t``:
-  :meth:`~protocol.mechanisms.ALapMechanism.safe_probability`, about
+  :meth:`~protocol.central.ALapMechanism.safe_probability`, about
   ``1 - exp(-eps (t - c))``, 0 at ``c = t``;
 * the product's: ``answer < t + 1`` (integer counts, noise >= 0, the same
-  answer read more fully): :meth:`~protocol.mechanisms.ALapMechanism.certificate_probability`,
+  answer read more fully): :meth:`~protocol.central.ALapMechanism.certificate_probability`,
   ``1 - exp(-eps (t + 1 - c))``;
 * the paper's virtual ``(eps, delta)``-DP competitor: the best ``beta`` at
   distance ``k = t + 1 - c``, :func:`aggregator.research.bounds.dp_beta_upper_bound`.
@@ -51,8 +51,8 @@ import numpy.typing as npt
 from scipy import optimize, stats
 
 from aggregator.research.bounds import dp_beta_upper_bound
+from protocol.central import ALapMechanism
 from protocol.errors import ParameterError
-from protocol.mechanisms import ALapMechanism
 from protocol.validation import check_int, check_number
 
 FloatArray = npt.NDArray[np.float64]

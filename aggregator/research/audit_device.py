@@ -45,10 +45,10 @@ from typing import Any
 import numpy as np
 
 from protocol.accounting import neighbour_relation
+from protocol.chain import IrrPair
 from protocol.crypto import AggregatorKeys
 from protocol.encodings import BloomEncoding, DirectEncoding, Value
 from protocol.errors import BudgetExceeded, ParameterError
-from protocol.local import local_mechanism
 from protocol.params import MetricParams
 from protocol.rng import RandomSource, SeededRandom
 
@@ -77,9 +77,6 @@ SERVER_URL = "http://aggregator.audit"
 DEVICE_MAX_SAMPLES = 4_000
 
 
-Irr = tuple[float | None, float | None]
-
-
 @dataclass(frozen=True)
 class Window:
     """One window of a history: the value reported, then the rounds opened during it.
@@ -91,13 +88,13 @@ class Window:
 
     value: Value | frozenset[Value]
     rounds: tuple[float, ...] = ()
-    irrs: tuple[Irr | None, ...] = ()
+    irrs: tuple[IrrPair | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.irrs and len(self.irrs) != len(self.rounds):
             raise ParameterError("irrs", f"must hold one IRR (or None) per round ({len(self.rounds)})")
 
-    def round_irr(self, k: int) -> Irr | None:
+    def round_irr(self, k: int) -> IrrPair | None:
         """The IRR round ``k`` sets (``None``: kept)."""
         return self.irrs[k] if self.irrs else None
 
@@ -154,7 +151,7 @@ class DeviceScenario:
 
 
 def _announcement(params: MetricParams, round_id: int, level_from: float, level_to: float, now: int,
-                  irr: Irr | None = None) -> Any:
+                  irr: IrrPair | None = None) -> Any:
     from protocol.wire import MetricEntry, RoundAnnouncement
 
     irr_p, irr_q = (None, None) if irr is None else irr
@@ -504,7 +501,7 @@ def asymmetric_irr_flips_ones() -> Iterator[None]:
     original = memo.apply_irr
 
     def xor(randomizer: Any, permanent: int, masks: Any) -> int:
-        if not local_mechanism(randomizer.mode).one_sided or not randomizer.has_irr:
+        if not randomizer.mechanism.one_sided or not randomizer.has_irr:
             return original(randomizer, permanent, masks)
         return permanent ^ masks[1]
 

@@ -12,7 +12,7 @@ whose reports were all sent, the bits of each position across the window's
 reports (the report, then each round's re-send) are compared with their exact
 joint law, :func:`protocol.irr_relaxation.report_chain_law` of the window's
 levels and IRRs, each re-send relaxed or fresh by the client's own rule
-(:func:`client_sdk.following.resend_relaxed`: relaxed when the round sets an
+(:meth:`protocol.chain.WindowChain.after`: relaxed when the round sets an
 IRR and the window is charged no more that way).
 
 Positions are independent given the true bits, and clients are independent,
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
+from protocol.chain import IrrPair, RoundStep, WindowChain
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
@@ -44,25 +45,21 @@ from protocol.randomizers import Randomizer
 from .audit_targets import Outcomes
 
 if TYPE_CHECKING:
-    from .audit_device import DeviceHistory, DeviceScenario, Irr
+    from .audit_device import DeviceHistory, DeviceScenario
 
 __all__ = ["law_check", "law_p_value", "window_chains"]
 
 MIN_EXPECTED = 5.0
 
 
-def _relaxed_flags(params: MetricParams, levels: Sequence[float], irrs: Sequence[Irr],
+def _relaxed_flags(params: MetricParams, levels: Sequence[float], irrs: Sequence[IrrPair],
                    sets_irr: Sequence[bool]) -> list[bool]:
     """Per re-send, whether the client draws it by the relaxed IRR step (its rule, from the window's cost)."""
-    from client_sdk.ledger import window_cost
-
-    flags: list[bool] = []
+    chain = WindowChain.of(levels[:1], irrs[:1])
     for r in range(1, len(levels)):
-        relaxed = sets_irr[r - 1] and params.irr_q is not None and (
-            window_cost(params, levels[: r + 1], irrs[: r + 1], [*flags, True])[0]
-            <= window_cost(params, levels[: r + 1], irrs[: r + 1], [*flags, False])[0])
-        flags.append(relaxed)
-    return flags
+        step = RoundStep.of(params, levels[r - 1], irrs[r - 1], levels[r], irrs[r] if sets_irr[r - 1] else None)
+        chain = chain.after(step, params, sent_kept=params.irr_q is not None)
+    return list(chain.relaxed)
 
 
 def window_chains(params: MetricParams, history: DeviceHistory) -> list[tuple[list[Randomizer], list[bool]]]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from protocol.mechanisms import as_counts, check_level
+from protocol.central import as_counts, check_level
 from protocol.rng import RandomSource, as_rng
 from protocol.validation import check_int, check_probability
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from protocol.central import check_level
 from protocol.errors import ParameterError
-from protocol.mechanisms import check_level
 from protocol.multianalyst import MechanismA
 from protocol.relaxation import relax_laplace
 from protocol.rng import FloatArray, RandomSource, as_rng

@@ -1,6 +1,6 @@
 """The trusted mode: no noise on the device; the exact bits go to an aggregator trusted with them.
 
-Privacy then comes from the central release mechanisms (:mod:`protocol.mechanisms`), which add
+Privacy then comes from the central release mechanisms (:mod:`protocol.central`), which add
 their noise to the counts. On the device every local epsilon is infinite, nothing relaxes, and
 the level is ``inf``.
 """

@@ -160,7 +160,7 @@ def privacy_summary(params: MetricParams, round_to: Sequence[float] | None = Non
     the looser one, as its ledger charges them) and, for comparison, a fresh
     collection at that level alone.
     """
-    from client_sdk.ledger import window_cost
+    from protocol.chain import window_cost
 
     if not params.local_mechanism.randomized or params.level is None:
         summary: dict[str, Any] = {

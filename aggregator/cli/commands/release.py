@@ -102,9 +102,9 @@ def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ParameterError: (field ``mechanism``) not a registered mechanism.
     """
-    # Imported here, not at module top: protocol.mechanisms loads NumPy, and
+    # Imported here, not at module top: protocol.central loads NumPy, and
     # ``onesided --help`` should not pay for it.
-    from protocol.mechanisms import mechanism_names
+    from protocol.central import mechanism_names
 
     if args.mechanism not in mechanism_names():
         raise ParameterError("mechanism", f"must be one of {', '.join(mechanism_names())}, got {args.mechanism!r}")

@@ -34,9 +34,9 @@ from aggregator.research.scenarios.common import (
 )
 from aggregator.research.scenarios.plotting import pyplot, save_figure
 from aggregator.research.scenarios.registry import ScenarioParts, register
+from protocol.central import AGeoMechanism, ALapMechanism, certified_safe
 from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
-from protocol.mechanisms import AGeoMechanism, ALapMechanism, certified_safe
 from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource, SeededRandom

@@ -37,9 +37,9 @@ from aggregator.server.services.releases import (
     StoredRelease,
     analyst_budget,
 )
+from protocol.central import mechanism_names
 from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
 from protocol.exact import MAX_RATE
-from protocol.mechanisms import mechanism_names
 
 blueprint = Blueprint("releases", __name__)
 use_row_ids(blueprint)

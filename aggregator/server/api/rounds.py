@@ -81,14 +81,11 @@ def _expiry(body: dict[str, Any], now: int) -> int:
 def open_round(name: str) -> tuple[dict[str, Any], int]:
     state = app_state()
     body = json_body()  # an object of level_to, cohorts, expires_in, irr_p, irr_q (the document's schema)
-    metric = state.storage.require_metric(name)
-    round_rules.check_relaxable(metric)
-    level_to = _number(body, "level_to")
-    round_rules.check_level_to(level_to)
+    metric = state.storage.require_metric(name)  # the round rules are checked once, by open_round
     now = int(state.now())
     request = RoundRequest(
-        metric=name, level_to=level_to, cohorts=_cohorts(body, metric.params.num_cohorts), expires_at=_expiry(body, now),
-        irr=_irr(body),
+        metric=name, level_to=_number(body, "level_to"), cohorts=_cohorts(body, metric.params.num_cohorts),
+        expires_at=_expiry(body, now), irr=_irr(body),
     )
     record = round_rules.open_round(state.storage, request, sign=state.keys.sign, now=now)
     return round_view(record), 201

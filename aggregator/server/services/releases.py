@@ -47,14 +47,14 @@ import sqlalchemy as sa
 from aggregator.server.errors import Conflict, Forbidden, NotFound
 from aggregator.server.storage import MetricRecord, ReleaseRecord, Storage, TokenRecord
 from protocol.accounting import central_neighbour, contribution_bound
-from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
-from protocol.exact import MAX_RATE
-from protocol.mechanisms import (
+from protocol.central import (
     SALapMechanism,
     certificate_cut,
     certificate_statement,
     mechanism_class,
 )
+from protocol.errors import BudgetExceeded, ParameterError, TighteningRefused
+from protocol.exact import MAX_RATE
 from protocol.multianalyst import correlated_releases
 from protocol.params import MetricParams
 from protocol.releases import Release, make_release, relax_release
@@ -219,7 +219,7 @@ def safe_cut(release: Release, threshold: float) -> float:
 
     Place counts are integers, so for the one-sided mechanisms (noise ``>= 0``)
     ``answer < floor(t) + 1`` proves ``count <= t``
-    (:func:`protocol.mechanisms.certificate_cut`); two-sided answers keep
+    (:func:`protocol.central.certificate_cut`); two-sided answers keep
     ``answer <= t``, an estimate.
     """
     if release.guarantee().one_sided is None:

@@ -59,8 +59,8 @@ from typing import Any
 from aggregator.server.errors import Conflict
 from aggregator.server.storage import MetricRecord, RoundRecord, Storage
 from aggregator.server.storage.rounds import RoundStart, SignFunction
-from protocol.errors import ParameterError
-from protocol.irr_relaxation import check_irr_step
+from protocol.chain import Irr, IrrPair, RoundRepeats, RoundStep
+from protocol.errors import ParameterError, TighteningRefused
 from protocol.randomizers import MAX_LEVEL, MIN_LEVEL
 
 DEFAULT_ROUND_SECONDS = 7 * 86400
@@ -76,32 +76,16 @@ def current_level(metric: MetricRecord, rounds: Sequence[RoundRecord]) -> tuple[
     return latest.id, latest.level_to
 
 
-Irr = tuple[float | None, float | None]
-
-
 def current_irr(metric: MetricRecord, rounds: Sequence[RoundRecord]) -> Irr:
     """The metric's IRR ``(irr_p, irr_q)`` now: its latest round's, else its own (``(None, None)``: none)."""
     own = [r for r in rounds if r.metric == metric.name]
     latest = max(own, key=lambda r: r.id) if own else None
-    if latest is not None and latest.irr is not None:
-        return latest.irr
-    return metric.params.irr_p, metric.params.irr_q
+    return round_irr(metric, latest)
 
 
 def round_irr(metric: MetricRecord, record: RoundRecord | None) -> Irr:
     """The IRR the reports of ``record`` (``None``: round 0) are made with."""
-    if record is not None and record.irr is not None:
-        return record.irr
-    return metric.params.irr_p, metric.params.irr_q
-
-
-def check_irr(metric: MetricRecord, irr: Irr) -> None:
-    """``irr`` is an IRR of the metric's mode (the relaxation check needs the rounds: :func:`round_start`).
-
-    Raises:
-        ParameterError: field ``irr_p``, ``irr_q`` or ``mode``.
-    """
-    check_irr_step(metric.params.mode, irr, irr)
+    return Irr.held(metric.params, None if record is None else record.irr)
 
 
 def check_relaxable(metric: MetricRecord) -> None:
@@ -127,31 +111,33 @@ def check_level_to(level_to: float) -> None:
 
 
 def round_start(metric: MetricRecord, rounds: Sequence[RoundRecord], level_to: float,
-                irr: Irr | None = None) -> RoundStart:
-    """``(level_from, irr_p, irr_q)`` of a new round to ``level_to`` (and ``irr``, ``None``: kept); checked.
+                irr: IrrPair | None = None) -> RoundStart:
+    """``(level_from, irr_p, irr_q)`` of a new round to ``level_to`` (and ``irr``, ``None``: kept); checked
+    by the round rule (:meth:`protocol.chain.RoundStep.check`), the one the clients follow.
 
     Called inside the opening transaction with the metric's rounds as then stored.
     The stored IRR is ``irr``, or the current one when an earlier round set it.
 
     Raises:
-        ParameterError: ``irr`` is not a relaxation of the current IRR (field ``irr``).
+        ParameterError: ``irr`` is not an IRR of the mode (field ``irr_p``, ``irr_q``, ``mode``)
+            or not a relaxation of the current IRR (field ``irr``).
         Conflict: the round would lower the level, or keep both the level and the IRR
             (``level_not_increasing``).
     """
     _, level_from = current_level(metric, rounds)
     held = current_irr(metric, rounds)
-    own = (metric.params.irr_p, metric.params.irr_q)
-    if irr is not None:
-        check_irr_step(metric.params.mode, held, irr)
-    relaxes_irr = irr is not None and tuple(irr) != tuple(held)
-    if not (level_to > level_from or (relaxes_irr and level_to == level_from)):
-        also = "" if relaxes_irr else " (a round that relaxes the IRR may keep the level)"
+    step = RoundStep.of(metric.params, level_from, held, level_to, irr)
+    try:
+        step.check()
+    except (TighteningRefused, RoundRepeats):
+        also = "" if step.relaxes_irr else " (a round that relaxes the IRR may keep the level)"
         raise Conflict(
             "level_to",
             f"levels only increase: the metric is at {level_from:.6g}, a round to {level_to:.6g} would "
             f"lower or repeat it (released data cannot be revoked){also}",
             code="level_not_increasing",
-        )
+        ) from None
+    own = Irr.held(metric.params, None)
     after = irr if irr is not None else (held if held != own else None)
     return (level_from, None, None) if after is None else (level_from, after[0], after[1])
 
@@ -164,7 +150,7 @@ class RoundRequest:
     level_to: float
     cohorts: tuple[int, ...] | None
     expires_at: int
-    irr: Irr | None = None
+    irr: IrrPair | None = None
 
 
 def open_round(storage: Storage, request: RoundRequest, *, sign: SignFunction, now: int) -> RoundRecord:
@@ -179,8 +165,6 @@ def open_round(storage: Storage, request: RoundRequest, *, sign: SignFunction, n
     check_level_to(request.level_to)
     metric = storage.require_metric(request.metric)
     check_relaxable(metric)
-    if request.irr is not None:
-        check_irr(metric, request.irr)
     return storage.open_round(
         metric=request.metric,
         level_from=functools.partial(round_start, level_to=request.level_to, irr=request.irr),
