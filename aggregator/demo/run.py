@@ -42,7 +42,7 @@ from aggregator.demo.local import (
 from aggregator.demo.progress import Progress
 from aggregator.demo.report import print_table, write_summary
 from aggregator.research.populations import SyntheticCity, make_population
-from client_sdk.ledger import window_cost
+from protocol.chain import window_cost
 from protocol.encodings import DirectEncoding
 from protocol.errors import ParameterError
 from protocol.params import MetricParams
