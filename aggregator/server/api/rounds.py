@@ -153,7 +153,7 @@ OPENAPI_PATHS: dict[str, Any] = {
                            "the metric's mode that relaxes its current one (field irr).",
             "x-roles": list(ADMIN),
             "x-state-dependent": ["409"],
-            "x-checked-in-code": ["metric", "cohorts", "irr", "irr_p", "irr_q"],
+            "x-checked-in-code": ["metric", "cohorts", "cohorts[]", "irr", "irr_p", "irr_q"],
             "parameters": [_NAME],
             "requestBody": {
                 "required": True,
