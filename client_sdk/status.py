@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
+from protocol.errors import OnesidedError
+
 QUEUED = "queued"  # charged and queued: sent by the sender (later, in the background)
 WAITING = "waiting"  # kept until the first verified config; charged and queued then
 REFUSED = "refused"  # not charged, not queued: the budget, a second value in the window, a bad value
@@ -74,6 +76,22 @@ class ReportStatus(str):
         return self.status == QUEUED
 
 
+class ReportsClipped(OnesidedError):
+    """The aggregator kept only ``max_items`` items of some delivered reports (a trusted set metric).
+
+    Not an error of the client's: the reports were delivered and counted, each with at most its
+    metric's ``max_items`` items (chosen at random by the aggregator). Told once per upload answer
+    that says so (wire version 3's ``clipped``), as a ``reports_clipped`` event.
+    """
+
+    code = "reports_clipped"
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} delivered report(s) kept only their metric's max_items items (clipped by the "
+                         "aggregator); report fewer items per value, or ask the operator to raise --max-items")
+        self.count = count
+
+
 @dataclass(frozen=True)
 class ClientEvent:
     """Something the app may want to know (``on_event``); the same line goes to the ``onesided`` logger.
@@ -94,5 +112,5 @@ class ClientEvent:
     error: Exception | None = None
 
 
-__all__ = ["DISABLED", "DROPPED", "QUEUED", "REFUSED", "STATUSES", "WAITING", "ClientEvent", "ReportStatus",
+__all__ = ["DISABLED", "DROPPED", "QUEUED", "REFUSED", "STATUSES", "WAITING", "ClientEvent", "ReportStatus", "ReportsClipped",
            "epsilon_text", "iso_utc"]
