@@ -190,6 +190,25 @@ class WindowRelease:
         )
 
 
+# Parsed parameters by the config's digest (memory only): a record's parameters are read again at every
+# ledger line, high-water mark and round, and a direct metric's domain makes each parse cost.
+_PARAMS: dict[str, tuple[dict[str, Any], MetricParams]] = {}
+_PARAMS_MAX = 64
+
+
+def params_of(digest: str, params: dict[str, Any]) -> MetricParams:
+    """``MetricParams.from_dict(params)``, remembered by ``digest``: a hit needs the same dict (equal
+    values), so two records that claim one digest for different parameters never share a parse."""
+    held = _PARAMS.get(digest)
+    if held is not None and held[0] == params:
+        return held[1]
+    parsed = MetricParams.from_dict(params)
+    if len(_PARAMS) >= _PARAMS_MAX:
+        _PARAMS.clear()
+    _PARAMS[digest] = (parsed.to_dict(), parsed)
+    return parsed
+
+
 @dataclass(kw_only=True)
 class MetricRecord:
     """What the client remembers about one metric (kept in the encrypted state).
@@ -238,7 +257,8 @@ class MetricRecord:
             self.irrs.extend([None] * (len(self.levels) - len(self.irrs)))
 
     def metric_params(self) -> MetricParams:
-        return MetricParams.from_dict(self.params)
+        """The record's parameters, parsed once per config digest in this process (:func:`params_of`)."""
+        return params_of(self.digest, self.params)
 
     @property
     def irr(self) -> Irr | None:
