@@ -41,10 +41,11 @@ from protocol.accounting import from_micro, round_up, to_micro
 from protocol.chain import Irr, IrrPair, WindowChain, window_cost
 from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
+from protocol.rounding import epsilon_text
 from protocol.validation import check_int, check_number
 from protocol.wire import window_start
 
-from .status import epsilon_text, iso_utc
+from .status import iso_utc
 
 DEFAULT_KEY = "*"
 
@@ -588,7 +589,7 @@ def ledger_entry(
     guarantee = with_irr(params, record.irr).guarantee(record.levels[-1])
     renewing: dict[str, Any] = {}
     if record.period is not None and now is not None:
-        start = record.charged_period(now)
+        start = record.charged_period(int(now))
         this_period = _period_before(record, params, start, period_prior)
         first = record.first_window
         renewing = {

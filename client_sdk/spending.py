@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from protocol.chain import WindowChain
 from protocol.params import MetricParams
+from protocol.rounding import epsilon_text
 from protocol.wire import ConfigPayload, MetricEntry
 
 from .highwater import lifetime_prior, period_prior, unknown_since
@@ -36,7 +37,7 @@ from .ledger import (
     period_of,
     unused_entry,
 )
-from .status import epsilon_text, iso_utc
+from .status import iso_utc
 from .storage import Storage
 
 log = logging.getLogger("onesided.client")

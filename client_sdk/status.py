@@ -11,11 +11,12 @@ are ISO-8601 UTC (:func:`iso_utc`).
 from __future__ import annotations
 
 import datetime
-import math
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal
 
 from protocol.errors import OnesidedError
+from protocol.rounding import (
+    epsilon_text,  # its home since it serves the CLI too; kept importable here
+)
 
 QUEUED = "queued"  # charged and queued: sent by the sender (later, in the background)
 WAITING = "waiting"  # kept until the first verified config; charged and queued then
@@ -32,15 +33,6 @@ def iso_utc(unix_seconds: float) -> str:
     except (OverflowError, OSError, ValueError):
         return f"{unix_seconds!r} (Unix seconds)"
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def epsilon_text(value: float) -> str:
-    """An epsilon as a person reads it: 6 significant digits, rounded *up* (a printed charge is never
-    below the one the ledger made; ``0.8996671`` prints ``0.899668``)."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    step = Decimal(1).scaleb(math.floor(math.log10(abs(value))) - 5)
-    return f"{Decimal(repr(value)).quantize(step, rounding=ROUND_CEILING).normalize():f}"  # repr: its shortest decimal
 
 
 class ReportStatus(str):
