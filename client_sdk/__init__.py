@@ -23,7 +23,7 @@ from .ledger import Budget, Ceiling, Ledger, LedgerEntry, LedgerEvent
 from .lock import StateLocked
 from .options import ClientOptions
 from .state import StateCorrupted
-from .status import ClientEvent, ReportStatus
+from .status import ClientEvent, ReportsClipped, ReportStatus
 from .transport import RetryPolicy, Transport, TransportError
 
 logging.getLogger("onesided").addHandler(logging.NullHandler())
@@ -46,6 +46,7 @@ __all__ = [
     "PolicyError",
     "ReportRejected",
     "ReportStatus",
+    "ReportsClipped",
     "ReportsDropped",
     "RetryPolicy",
     "SignatureError",

@@ -60,7 +60,6 @@ from .ledger import (
     LedgerEntry,
     MetricRecord,
     WindowRelease,
-    period_of,
     with_irr,
 )
 from .options import ClientOptions, pinned_keys, seconds
@@ -82,9 +81,10 @@ FLUSH_DEADLINE = 60.0  # flush() without a deadline: at most this long, in all (
 
 
 class ClockBehind(PolicyError):
-    """The device clock is before a window this metric already reported, in an earlier budget period
-    (a renewing budget cannot tell what that period was charged): refused until the clock catches up
-    or the server's time corrects it. Never raised into the app: ``report()`` answers ``refused``."""
+    """Kept importable for apps that catch it; no longer raised. A device clock before a window the
+    metric already reported, in an earlier period of a renewing budget, once refused reports until
+    the clock caught up; such a window is now charged to the latest period charged
+    (:meth:`~client_sdk.ledger.MetricRecord.charged_period`, docs/client.md E)."""
 
     code = "clock_behind"
 
@@ -427,8 +427,8 @@ class Client:
         current = record.current
         if current is not None and window == current.window:
             return repeat(record, window, value_text)
-        if current is not None and window < current.window:
-            self._check_earlier(record, window, current.window)
+        # a window before the latest (a clock that went back): a new window, charged as any other; with a
+        # renewing budget to the latest period charged when its own lies before (MetricRecord.charged_period)
         try:
             after = self._accountant.check_spend(metric, record, params, window)
         except OnesidedError as exc:
@@ -445,21 +445,6 @@ class Client:
         self._persist()
         log.debug("queued a report for metric %s (round %d)", metric, record.round)
         return report_id
-
-    def _check_earlier(self, record: MetricRecord, window: int, latest: int) -> None:
-        """A window before the metric's latest (the clock went back, or the server's time corrected a
-        clock that was ahead): a new window, charged as any other, unless a renewing budget would have
-        to charge a period it no longer knows the total of.
-
-        Raises:
-            ClockBehind: that case (a ``refused`` status, never raised into the app).
-        """
-        period = record.period
-        if period is None or period_of(window, period) >= period_of(latest, period):
-            return
-        raise ClockBehind("window", f"the clock ({iso_utc(window)}) is in a budget period before the one of this "
-                          f"metric's last report ({iso_utc(latest)}); refused until the clock reaches that period "
-                          "or the server's time corrects it")
 
     def _persist(self) -> None:
         """After ``report()``: wake the background sender (it writes, then sends a full queue), or, without

@@ -41,10 +41,11 @@ from protocol.accounting import from_micro, round_up, to_micro
 from protocol.chain import Irr, IrrPair, WindowChain, window_cost
 from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
+from protocol.rounding import epsilon_text
 from protocol.validation import check_int, check_number
 from protocol.wire import window_start
 
-from .status import epsilon_text, iso_utc
+from .status import iso_utc
 
 DEFAULT_KEY = "*"
 
@@ -190,6 +191,25 @@ class WindowRelease:
         )
 
 
+# Parsed parameters by the config's digest (memory only): a record's parameters are read again at every
+# ledger line, high-water mark and round, and a direct metric's domain makes each parse cost.
+_PARAMS: dict[str, tuple[dict[str, Any], MetricParams]] = {}
+_PARAMS_MAX = 64
+
+
+def params_of(digest: str, params: dict[str, Any]) -> MetricParams:
+    """``MetricParams.from_dict(params)``, remembered by ``digest``: a hit needs the same dict (equal
+    values), so two records that claim one digest for different parameters never share a parse."""
+    held = _PARAMS.get(digest)
+    if held is not None and held[0] == params:
+        return held[1]
+    parsed = MetricParams.from_dict(params)
+    if len(_PARAMS) >= _PARAMS_MAX:
+        _PARAMS.clear()
+    _PARAMS[digest] = (parsed.to_dict(), parsed)
+    return parsed
+
+
 @dataclass(kw_only=True)
 class MetricRecord:
     """What the client remembers about one metric (kept in the encrypted state).
@@ -238,7 +258,8 @@ class MetricRecord:
             self.irrs.extend([None] * (len(self.levels) - len(self.irrs)))
 
     def metric_params(self) -> MetricParams:
-        return MetricParams.from_dict(self.params)
+        """The record's parameters, parsed once per config digest in this process (:func:`params_of`)."""
+        return params_of(self.digest, self.params)
 
     @property
     def irr(self) -> Irr | None:
@@ -339,12 +360,37 @@ class MetricRecord:
         self.period_micro = self.closed_micro if period is not None else 0
         return True
 
+    def latest_period(self) -> int:
+        """The start of the latest period charged (a renewing budget): the current window's, or the one
+        the closed windows' period sum is kept for (or the one a change of policy charged them to)."""
+        start = self.period_start
+        if self.current is not None and self.period is not None:
+            start = max(start, period_of(self.current.window, self.period))
+        return start
+
+    def charged_period(self, window: int) -> int:
+        """The start of the period a window starting at ``window`` is charged to (a renewing budget).
+
+        The period it starts in, unless that lies before the latest period charged: a device clock
+        that went back (across a restart, before a server answer corrects it) makes windows of a
+        period whose sum the record no longer keeps. Such a window is charged to the latest period,
+        whose sum it keeps: the value reported is the one of the present, which is no earlier than
+        the latest report's time, and no period is ever charged less than what its windows released.
+        """
+        if self.period is None:
+            raise ValueError("charged_period needs a renewing budget (record.period)")
+        return max(period_of(window, self.period), self.latest_period())
+
     def spent_in(self, params: MetricParams, start: int, last_step: int | None = None) -> int:
         """Micro-epsilons charged to the period starting at ``start`` (a renewing budget), the current
-        window through ``last_step``. ``-1``: infinite (trusted)."""
+        window through ``last_step``. ``-1``: infinite (trusted). A period before the latest one is
+        answered with the latest one's charge (:meth:`charged_period`: what a window there would join)."""
+        if self.period is None:
+            return self.period_micro if start <= self.period_start else 0
+        start = self.charged_period(start)
         closed = self.period_micro if start <= self.period_start else 0
         current = self.current
-        if current is None or self.period is None or period_of(current.window, self.period) != start:
+        if current is None or self.charged_period(current.window) != start:
             return closed
         _, _, micro = self._cost(params, self.window_chain(last_step))
         return -1 if micro < 0 else closed + micro
@@ -414,7 +460,9 @@ def check_new_window(
     """Refuse a report in a new window whose cost would pass the ceiling.
 
     With a renewing budget (``record.period`` set) the ceiling is per
-    period: what the period of ``window`` was charged (``prior`` being that
+    period: what the period ``window`` is charged to
+    (:meth:`MetricRecord.charged_period`: the one it starts in, or the latest one
+    charged when that is later) was charged so far (``prior`` being that
     period's lost-state charge) plus the new window's cost must stay within
     it. Otherwise the metric's lifetime total must.
 
@@ -430,7 +478,7 @@ def check_new_window(
     cost, _ = record.window_cost(params, record.new_window_chain())
     what = lambda: f"metric {params.name!r}: a report in a new window costs {epsilon_text(cost)}"  # noqa: E731
     if record.period is not None and window is not None:
-        start = period_of(window, record.period)
+        start = record.charged_period(window)
         renews = start + record.period
         before = _period_before(record, params, start, prior)
         return _checked(round_up(before + cost), before, cost, ceiling,
@@ -450,8 +498,8 @@ def check_relaxation(record: MetricRecord, params: MetricParams, after: WindowCh
     window's chain and the round's step, checked by
     :meth:`~protocol.chain.RoundStep.check`); earlier windows are final and
     cost nothing more. With a renewing budget the extra cost is charged to
-    the period of the current window (``prior`` being that period's
-    lost-state charge).
+    the period the current window is charged to (``prior`` being that
+    period's lost-state charge).
 
     Returns:
         The metric's total spent after the relaxation (``prior`` included), or the
@@ -468,7 +516,7 @@ def check_relaxation(record: MetricRecord, params: MetricParams, after: WindowCh
     total = math.inf if micro < 0 else from_micro(record.closed_micro + micro)
     what = lambda: f"metric {params.name!r}: relaxing to level {after.levels[-1]:.6g}"  # noqa: E731
     if record.period is not None:
-        start = period_of(record.current.window, record.period)
+        start = record.charged_period(record.current.window)
         extra = round_up(total - spent)
         in_period = _period_before(record, params, start, prior)
         return _checked(round_up(in_period + extra), in_period, extra, ceiling, what)
@@ -541,7 +589,7 @@ def ledger_entry(
     guarantee = with_irr(params, record.irr).guarantee(record.levels[-1])
     renewing: dict[str, Any] = {}
     if record.period is not None and now is not None:
-        start = period_of(now, record.period)
+        start = record.charged_period(int(now))
         this_period = _period_before(record, params, start, period_prior)
         first = record.first_window
         renewing = {

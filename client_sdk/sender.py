@@ -30,6 +30,7 @@ from protocol.wire import (
 
 from .outbox import Outbox
 from .queue import envelope_of
+from .status import ReportsClipped
 from .transport import Transport, TransportError
 
 log = logging.getLogger("onesided.client")
@@ -243,6 +244,8 @@ class Sender:
             self._later.pop(result.report_id, None)
         log.info("uploaded %d reports: %d delivered, %d rejected, %d kept for the server's clock", len(results),
                  len(final) - len(failed), len(failed), len(later))
+        if clipped := getattr(results, "clipped", None):  # wire version 3: delivered, some items dropped
+            self._notify(ReportsClipped(clipped))
         if later:
             statuses = sorted({r.status for r in later if r.status in CLOCK_STATUSES})
             self._notify(ReportRejected(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from protocol.chain import WindowChain
 from protocol.params import MetricParams
+from protocol.rounding import epsilon_text
 from protocol.wire import ConfigPayload, MetricEntry
 
 from .highwater import lifetime_prior, period_prior, unknown_since
@@ -36,7 +37,7 @@ from .ledger import (
     period_of,
     unused_entry,
 )
-from .status import epsilon_text, iso_utc
+from .status import iso_utc
 from .storage import Storage
 
 log = logging.getLogger("onesided.client")
@@ -68,9 +69,10 @@ class Accountant:
         return period_prior(lost, metric, period_of(when, period), period)
 
     def period_prior(self, metric: str, record: MetricRecord | None, when: float) -> float:
-        """The ``prior`` a ceiling check takes: per period (renewing budget) or for the lifetime."""
+        """The ``prior`` a ceiling check takes: per period (renewing budget: of the period a window at
+        ``when`` is charged to, :meth:`MetricRecord.charged_period`) or for the lifetime."""
         if record is not None and record.period is not None:
-            return self.prior(metric, when)
+            return self.prior(metric, record.charged_period(int(when)))
         return self.prior(metric)
 
     def relax_prior(self, metric: str, record: MetricRecord) -> float:

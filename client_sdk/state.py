@@ -181,10 +181,14 @@ def _check_private(path: Path) -> None:
 def remove_temporary_files(path: Path) -> list[Path]:
     """Delete the temporary files a crashed atomic write of ``path`` left in its folder."""
     pattern = re.compile(_TEMP_NAME.format(name=re.escape(path.name)))
+    prefix = f".{path.name}."
     removed = []
     with contextlib.suppress(OSError):
-        for candidate in path.parent.iterdir():
-            if pattern.fullmatch(candidate.name):
+        # names as plain strings, filtered by prefix first: a folder shared by many clients' files
+        # (an app with several states, the demo's hundreds) is read without a Path per entry
+        for name in os.listdir(path.parent):
+            if name.startswith(prefix) and pattern.fullmatch(name):
+                candidate = path.parent / name
                 with contextlib.suppress(OSError):
                     candidate.unlink()
                     removed.append(candidate)

@@ -11,9 +11,12 @@ are ISO-8601 UTC (:func:`iso_utc`).
 from __future__ import annotations
 
 import datetime
-import math
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal
+
+from protocol.errors import OnesidedError
+from protocol.rounding import (
+    epsilon_text,  # its home since it serves the CLI too; kept importable here
+)
 
 QUEUED = "queued"  # charged and queued: sent by the sender (later, in the background)
 WAITING = "waiting"  # kept until the first verified config; charged and queued then
@@ -30,15 +33,6 @@ def iso_utc(unix_seconds: float) -> str:
     except (OverflowError, OSError, ValueError):
         return f"{unix_seconds!r} (Unix seconds)"
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def epsilon_text(value: float) -> str:
-    """An epsilon as a person reads it: 6 significant digits, rounded *up* (a printed charge is never
-    below the one the ledger made; ``0.8996671`` prints ``0.899668``)."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    step = Decimal(1).scaleb(math.floor(math.log10(abs(value))) - 5)
-    return f"{Decimal(repr(value)).quantize(step, rounding=ROUND_CEILING).normalize():f}"  # repr: its shortest decimal
 
 
 class ReportStatus(str):
@@ -74,6 +68,22 @@ class ReportStatus(str):
         return self.status == QUEUED
 
 
+class ReportsClipped(OnesidedError):
+    """The aggregator kept only ``max_items`` items of some delivered reports (a trusted set metric).
+
+    Not an error of the client's: the reports were delivered and counted, each with at most its
+    metric's ``max_items`` items (chosen at random by the aggregator). Told once per upload answer
+    that says so (wire version 3's ``clipped``), as a ``reports_clipped`` event.
+    """
+
+    code = "reports_clipped"
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} delivered report(s) kept only their metric's max_items items (clipped by the "
+                         "aggregator); report fewer items per value, or ask the operator to raise --max-items")
+        self.count = count
+
+
 @dataclass(frozen=True)
 class ClientEvent:
     """Something the app may want to know (``on_event``); the same line goes to the ``onesided`` logger.
@@ -94,5 +104,5 @@ class ClientEvent:
     error: Exception | None = None
 
 
-__all__ = ["DISABLED", "DROPPED", "QUEUED", "REFUSED", "STATUSES", "WAITING", "ClientEvent", "ReportStatus",
+__all__ = ["DISABLED", "DROPPED", "QUEUED", "REFUSED", "STATUSES", "WAITING", "ClientEvent", "ReportStatus", "ReportsClipped",
            "epsilon_text", "iso_utc"]

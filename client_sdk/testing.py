@@ -10,7 +10,7 @@ opened payloads so a test can compare what was sent with what was counted.
 Given a ``clock`` (the server's, Unix seconds), it also answers like the
 server's clock would: a ``Date`` header on every answer, ``too_early`` for a
 report whose window starts after its time (with ``retry_after`` and
-``server_time`` for a client that sends ``Onesided-Wire: 2``, docs/wire.md
+``server_time`` for a client that sends ``Onesided-Wire: 2`` or later, docs/wire.md
 7.4).
 
 It is not the aggregator: no database, no decoding, no rounds logic beyond
@@ -36,7 +36,6 @@ from protocol.crypto import AggregatorKeys, b64e
 from protocol.errors import ReportRejected
 from protocol.params import MetricParams
 from protocol.wire import (
-    CLOCK_ANSWERS_VERSION,
     MAX_RETRY_AFTER,
     STATUS_ACCEPTED,
     STATUS_OUTDATED_CONFIG,
@@ -49,6 +48,7 @@ from protocol.wire import (
     ReportPayload,
     ReportResult,
     RoundAnnouncement,
+    answer_version,
     build_config_payload,
     open_report,
     parse_batch_binary,
@@ -167,8 +167,8 @@ class FakeAggregator:
         if (method, path) == ("GET", "/v1/config"):
             response = FakeResponse(200, self.config_document())
         elif (method, path) == ("POST", "/v1/reports"):
-            wire2 = (headers or {}).get(WIRE_HEADER) == CLOCK_ANSWERS_VERSION
-            response = self._upload(data or b"", (headers or {}).get("Content-Type", ""), wire2)
+            version = answer_version((headers or {}).get(WIRE_HEADER))
+            response = self._upload(data or b"", (headers or {}).get("Content-Type", ""), version)
         else:
             response = FakeResponse(404, {"error": "not_found", "field": None, "detail": path})
         response = self._fail(failure) if failure is not None else response
@@ -185,7 +185,7 @@ class FakeAggregator:
         headers = {} if failure.retry_after is None else {"Retry-After": failure.retry_after}
         return FakeResponse(failure.status, {"error": "unavailable", "field": None, "detail": "scripted"}, headers)
 
-    def _upload(self, data: bytes, content_type: str, wire2: bool = False) -> FakeResponse:
+    def _upload(self, data: bytes, content_type: str, version: int = 1) -> FakeResponse:
         try:
             if content_type.startswith("application/vnd.onesided.batch"):
                 batch = parse_batch_binary(data, max_reports=self.max_reports)
@@ -194,9 +194,10 @@ class FakeAggregator:
         except ReportRejected as exc:
             status = 413 if exc.code == "too_many_reports" else 400
             return FakeResponse(status, {"error": exc.code, "field": exc.field, "detail": exc.reason})
-        results = [self._store(r, wire2) for r in batch]
-        server_time = None if self.clock is None or not wire2 else int(self.clock())
-        return FakeResponse(200, upload_response(results, server_time=server_time))
+        results = [self._store(r, version >= 2) for r in batch]
+        server_time = None if self.clock is None or version < 2 else int(self.clock())
+        clipped = 0 if version >= 3 else None  # it keeps every item: nothing is ever clipped here
+        return FakeResponse(200, upload_response(results, server_time=server_time, clipped=clipped))
 
     def _store(self, report: ReportEnvelope, wire2: bool = False) -> ReportResult:
         rid = report.report_id_text

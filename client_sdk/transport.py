@@ -44,7 +44,7 @@ from protocol.errors import OnesidedError, ParameterError, ReportRejected
 from protocol.rng import RandomSource, as_rng
 from protocol.validation import check_int, check_number
 from protocol.wire import (
-    CLOCK_ANSWERS_VERSION,
+    ANSWER_VERSION,
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
     WIRE_HEADER,
@@ -288,7 +288,7 @@ class Transport:
             content_type = CONTENT_TYPE_JSON
         status, body = self._request(
             "POST", "/v1/reports", limit=("max_response_bytes", self.max_response_bytes), deadline=deadline,
-            data=data, headers={"Content-Type": content_type, WIRE_HEADER: CLOCK_ANSWERS_VERSION},
+            data=data, headers={"Content-Type": content_type, WIRE_HEADER: ANSWER_VERSION},
         )
         try:
             answer = json.loads(body)

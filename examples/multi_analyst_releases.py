@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.cli.api_client import ApiClient, ApiRequestError
+from aggregator.api_client import ApiClient, ApiRequestError
 from aggregator.demo.local import local_aggregator
 from aggregator.research.collusion import colluders_needed, collusion_experiment
 from aggregator.research.populations import SyntheticCity

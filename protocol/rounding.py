@@ -6,11 +6,12 @@ Every epsilon the project prints or charges is a multiple of ``1e-6`` at or abov
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 
 from .errors import ParameterError
 
-__all__ = ["DIGITS", "from_micro", "round_up", "to_micro"]
+__all__ = ["DIGITS", "epsilon_text", "from_micro", "round_up", "to_micro"]
 
 DIGITS = 6
 _DIGITS = DIGITS
@@ -57,3 +58,12 @@ def to_micro(epsilon: float) -> int:
 def from_micro(micro: int) -> float:
     """Inverse of :func:`to_micro`."""
     return micro / 10**_DIGITS
+
+
+def epsilon_text(value: float) -> str:
+    """An epsilon as a person reads it: 6 significant digits, rounded *up* (a printed charge is never
+    below the one the ledger made; ``0.8996671`` prints ``0.899668``)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    step = Decimal(1).scaleb(math.floor(math.log10(abs(value))) - 5)
+    return f"{Decimal(repr(value)).quantize(step, rounding=ROUND_CEILING).normalize():f}"  # repr: its shortest decimal

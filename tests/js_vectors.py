@@ -13,6 +13,9 @@ tests. Three files under ``tests/vectors/``:
   relaxation, lifetime and renewing ceilings) with what the Python ledger allows, refuses and spends.
 * ``configs.json``: signed configs (canonical JSON with floats, a round, a signing-key rotation)
   and documents that must be refused.
+* ``answers.json``: upload answers of every wire version as the aggregator writes them (1: the
+  results; 2: clock answers with ``retry_after`` and ``server_time``; 3: the ``clipped`` count),
+  what a client reads from each, and malformed answers both clients refuse, naming the same field.
 
 ``python -m tests.js_vectors`` rewrites the files; ``tests/test_client_js_vectors.py`` fails when
 the committed files differ from what this module generates.
@@ -40,10 +43,18 @@ from protocol.params import MetricParams
 from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource, SeededRandom, Shape
 from protocol.rounding import to_micro
-from protocol.wire import PAYLOAD_HEADER, MetricEntry, RoundAnnouncement, build_config_payload
+from protocol.wire import (
+    MAX_RETRY_AFTER,
+    PAYLOAD_HEADER,
+    MetricEntry,
+    ReportResult,
+    RoundAnnouncement,
+    build_config_payload,
+    upload_response,
+)
 
 VECTORS = Path(__file__).parent / "vectors"
-FILES = ("reports.json", "charges.json", "ledger.json", "configs.json")
+FILES = ("reports.json", "charges.json", "ledger.json", "configs.json", "answers.json")
 
 SECRET = bytes(range(32, 64))
 
@@ -300,8 +311,103 @@ def make_configs() -> dict[str, Any]:
                             sign_document(_keys(11)[0], payload))}]}
 
 
+def _id(i: int) -> str:
+    return f"{i:02d}" + "A" * 20  # 22 base64url characters: 16 bytes
+
+
+_CLIPPED = "clipped: 3 of the report's ones dropped at random, 2 kept (max_items)"
+_ANSWERS: list[tuple[str, int, list[ReportResult], int | None, int | None]] = [
+    ("wire 1: two accepted", 1, [ReportResult.of(_id(0), "accepted"), ReportResult.of(_id(1), "accepted")],
+     None, None),
+    ("wire 1: every final status; a clock status without retry_after is final", 1, [
+        ReportResult.of(_id(0), "accepted"), ReportResult.of(_id(1), "replayed"),
+        ReportResult(report_id=_id(2), status="outdated_config", field="params_digest", detail="fetch /v1/config"),
+        ReportResult(report_id=_id(3), status="too_early", field="window", detail="starts in the future"),
+        ReportResult(report_id=_id(4), status="expired", field="window", detail="is older than the retention period"),
+        ReportResult(report_id=_id(5), status="unknown_metric", field="metric", detail="no metric named 'x'"),
+        ReportResult(report_id=_id(6), status="invalid_message", field="payload.cohort", detail="out of range"),
+        ReportResult(report_id=_id(7), status="decrypt_error", field="sealed", detail=None)], None, None),
+    ("wire 2: a window ahead of the server's clock: kept, resent after retry_after", 2, [
+        ReportResult.of(_id(0), "accepted"),
+        ReportResult(report_id=_id(1), status="too_early", field="window", detail="starts in the future",
+                     retry_after=3600)], 1_795_737_600, None),
+    ("wire 2: the server suspects its clock: expired is not final either; the wire's longest wait", 2, [
+        ReportResult(report_id=_id(0), status="expired", field="window", detail="is older than the retention period",
+                     retry_after=3600),
+        ReportResult(report_id=_id(1), status="too_early", field="window", detail="starts in the future",
+                     retry_after=MAX_RETRY_AFTER),
+        ReportResult(report_id=_id(2), status="expired", field="window", detail="is older than the retention period")],
+     1_795_737_601, None),
+    ("wire 3: one of two accepted reports clipped to max_items", 3, [
+        ReportResult.of(_id(0), "accepted", _CLIPPED), ReportResult.of(_id(1), "accepted"),
+        ReportResult(report_id=_id(2), status="too_early", field="window", detail="starts in the future",
+                     retry_after=60)], 1_795_737_602, 1),
+    ("wire 3: nothing clipped says 0", 3, [ReportResult.of(_id(0), "accepted")], 1_795_737_603, 0),
+    ("wire 3: nothing accepted", 3, [ReportResult(report_id=_id(0), status="unknown_metric", field="metric",
+                                                  detail="no metric named 'x'")], 1_795_737_604, 0),
+]
+
+
+def _answer_text(results: list[ReportResult], server_time: int | None, clipped: int | None) -> str:
+    """The body as the aggregator's JSON provider writes it (sorted keys, compact)."""
+    return json.dumps(upload_response(results, server_time=server_time, clipped=clipped), sort_keys=True,
+                      separators=(",", ":"))
+
+
+def _refused_answers() -> list[dict[str, Any]]:
+    one = json.loads(_answer_text([ReportResult.of(_id(0), "accepted")], 1_795_737_600, 0))
+
+    def edit(why: str, field: str, change: Any) -> dict[str, Any]:
+        body = copy.deepcopy(one)
+        change(body)
+        return {"why": why, "field": field, "text": json.dumps(body, sort_keys=True), "count": 1}
+
+    def result(**fields: Any) -> Any:
+        return lambda body: body["results"][0].update(fields)
+
+    return [
+        edit("no results", "results", lambda b: b.pop("results")),
+        edit("results not a list", "results", lambda b: b.update(results={"0": 1})),
+        edit("a key no version has", "extra", lambda b: b.update(extra=1)),
+        edit("a result that is not an object", "results[0]", lambda b: b.update(results=[7])),
+        edit("a result's key no version has", "results[0].reason", result(reason="x")),
+        edit("a result without status", "results[0].status", lambda b: b["results"][0].pop("status")),
+        edit("an unknown status", "results[0].status", result(status="stored")),
+        edit("a report id that is not text", "results[0].report_id", result(report_id=7)),
+        edit("a detail that is not text", "results[0].detail", result(detail=3)),
+        edit("retry_after on an accepted report", "results[0].retry_after", result(retry_after=60)),
+        edit("retry_after 0", "results[0].retry_after", result(status="too_early", retry_after=0)),
+        edit("retry_after over the wire's longest", "results[0].retry_after",
+             result(status="too_early", retry_after=MAX_RETRY_AFTER + 1)),
+        edit("retry_after as text", "results[0].retry_after", result(status="too_early", retry_after="60")),
+        edit("accepted without its key", "accepted", lambda b: b.pop("accepted")),
+        edit("accepted says more than the results", "accepted", lambda b: b.update(accepted=2)),
+        edit("accepted says fewer than the results", "accepted", lambda b: b.update(accepted=0)),
+        edit("accepted as a boolean", "accepted", lambda b: b.update(accepted=True)),
+        edit("server_time negative", "server_time", lambda b: b.update(server_time=-1)),
+        edit("server_time as text", "server_time", lambda b: b.update(server_time="1795737600")),
+        edit("clipped more than accepted", "clipped", lambda b: b.update(clipped=2)),
+        edit("clipped negative", "clipped", lambda b: b.update(clipped=-1)),
+        edit("clipped as a boolean", "clipped", lambda b: b.update(clipped=True)),
+        edit("clipped as text", "clipped", lambda b: b.update(clipped="1")),
+    ]
+
+
+def make_answers() -> dict[str, Any]:
+    cases = []
+    for why, wire, results, server_time, clipped in _ANSWERS:
+        cases.append({"why": why, "wire": wire, "count": len(results),
+                      "text": _answer_text(results, server_time, clipped),
+                      "expect": {"accepted": sum(r.status == "accepted" for r in results), "server_time": server_time,
+                                 "clipped": clipped,
+                                 "results": [{"report_id": r.report_id, "status": r.status, "field": r.field,
+                                              "detail": r.detail, "retry_after": r.retry_after} for r in results]}})
+    return {"section": "docs/wire.md 7.4: upload answers of wire versions 1, 2 and 3, and answers a client refuses",
+            "cases": cases, "refused": _refused_answers()}
+
+
 MAKERS = {"reports.json": make_reports, "charges.json": make_charges, "ledger.json": make_ledger,
-          "configs.json": make_configs}
+          "configs.json": make_configs, "answers.json": make_answers}
 
 
 def render(name: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aggsupport import live_server, make_reports, post_reports
 
-from aggregator.cli.api_client import ApiClient
+from aggregator.api_client import ApiClient
 from aggregator.cli.main import main
 from aggregator.cli.render import iso_time
 from client_sdk.ledger import window_cost

@@ -15,7 +15,7 @@ import pytest
 from aggsupport import make_reports, post_reports
 from test_aggregator_releases import NOISY, make_world
 
-from aggregator.cli.api_client import ApiClient
+from aggregator.api_client import ApiClient
 from aggregator.cli.main import main
 from aggregator.cli.render import iso_time
 

@@ -198,3 +198,46 @@ def test_a_proxy_or_portal_with_a_wrong_date_teaches_nothing(fake: FakeAggregato
     world.advance(DAY)
     client.transport.session = fake
     assert client.report("places", {"park"}).queued and client.flush().delivered == 2
+
+
+HOURLY = MetricParams(name="hourly", encoding=BloomEncoding(num_bits=32, num_hashes=2, num_cohorts=4),
+                      mode="asymmetric", level=1.0, time_precision=3600)
+
+
+@pytest.mark.parametrize("back", [5 * MINUTE, 3 * DAY, YEAR])
+def test_a_clock_moved_back_across_a_restart_keeps_a_renewing_budget_reporting_and_exact(
+    world: World, tmp_path: Path, back: float
+) -> None:
+    """Offline, no server answer after the restart: the monotonic continuity is lost, the device's windows
+    lie in a period before the metric's latest one. Each is charged to the latest period (whose sum the
+    ledger keeps): reports go on, the period's budget is never passed, the lifetime total stays exact."""
+    fake = FakeAggregator([HOURLY])
+    fake.clock = lambda: world.true
+    world.true = T0 // DAY * DAY + DAY - 3600.0 + 180.0  # 23:03 UTC: the second report, 00:03, opens a day
+    events: list[ClientEvent] = []
+    first = make_client(fake, tmp_path / "s", world, budget_period="day", max_epsilon=1000.0)
+    first.sync()
+    cost = first.budget("hourly").epsilon_per_window
+    first.close()
+    ceiling = round(4 * cost, 6) + 1e-6  # room for exactly four windows a day
+    client = make_client(fake, tmp_path / "s", world, budget_period="day", max_epsilon=ceiling)
+    assert client.report("hourly", {"yesterday"}).queued
+    world.advance(3600.0)
+    assert client.report("hourly", {"today"}).queued  # 00:03: five minutes back is yesterday again
+    client.close()
+
+    world.jump(-back)  # the device clock is set back while the app is not running
+    fake.fail_next(100, status=None)  # and the device is offline: no server answer corrects it
+    client = make_client(fake, tmp_path / "s", world, budget_period="day", max_epsilon=ceiling,
+                         on_event=events.append)
+    statuses = []
+    for hour in range(4):
+        statuses.append(client.report("hourly", {f"back{hour}"}))
+        world.advance(3600.0)
+    assert [s.status for s in statuses] == ["queued"] * 3 + ["refused"], statuses  # today: 1 + 3 = 4 fit, not 5
+    assert "budget" in (statuses[3].reason or "") and not [e for e in events if e.kind == "clock_behind"]
+    budget = client.budget("hourly")
+    assert budget.spent_this_period == pytest.approx(4 * cost, abs=4e-6) and budget.spent_this_period <= ceiling
+    assert budget.total_spent == pytest.approx(5 * cost, abs=5e-6)  # every window counted once, over all periods
+    assert client.ledger().entries[0].windows == 5
+    client.close()

@@ -198,3 +198,23 @@ def test_release_sensitivity_and_neighbour_come_from_the_metric(server: LiveServ
     low = requests.post(f"{server.url}/v1/releases", json={**request, "sensitivity": 2},
                         headers=bearer(server.analyst_token("bob")), timeout=30)
     assert low.status_code == 400 and low.json()["field"] == "sensitivity"
+
+
+def test_the_python_client_is_told_how_many_reports_were_clipped(server: LiveServer, tmp_path: Path) -> None:
+    """Wire version 3: the upload answer counts the clipped reports, and the SDK says so (an event, a log line)."""
+    from client_sdk import Client, ClientEvent
+
+    params = _visits(2)
+    assert server.register(params, server.admin_token()).status_code == 201
+    events: list[ClientEvent] = []
+    client = Client(server.url, tmp_path / "app.state", server_public_keys=server.keys.sign_public_raw,
+                    max_epsilon=math.inf, background=False, on_event=events.append)  # trusted: no local noise
+    try:
+        assert client.sync()
+        assert client.report("visits", {"p0", "p2", "p3", "p5"}).queued  # 4 items, the metric keeps 2
+        assert client.flush().delivered == 1
+    finally:
+        client.close()
+    clipped = [e for e in events if e.kind == "reports_clipped"]
+    assert len(clipped) == 1 and clipped[0].error is not None and clipped[0].error.count == 1  # type: ignore[attr-defined]
+    assert "max_items" in clipped[0].detail

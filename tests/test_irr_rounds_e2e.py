@@ -19,7 +19,7 @@ import requests
 from aggsupport import live_server
 
 from aggregator.analysis.decoding import BitCounts, direct_estimates
-from aggregator.cli.api_client import ApiClient
+from aggregator.api_client import ApiClient
 from aggregator.cli.main import main
 from aggregator.demo.local import client_secrets, local_aggregator, upload
 from client_sdk import Client

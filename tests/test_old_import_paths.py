@@ -17,6 +17,8 @@ import protocol.wire
     ("protocol.wire", "protocol.wire.envelope", ["ReportEnvelope", "seal_report", "open_report"]),
     ("protocol.wire", "protocol.wire.config", ["ConfigPayload", "RoundAnnouncement", "verify_config"]),
     ("protocol.wire", "protocol.wire.batch", ["parse_batch_json", "parse_batch_binary"]),
+    ("aggregator.cli.api_client", "aggregator.api_client", ["ApiClient", "ApiRequestError", "DEFAULT_SERVER"]),
+    ("client_sdk.status", "protocol.rounding", ["epsilon_text"]),
 ])
 def test_an_old_path_gives_the_same_object(old: str, new: str, names: list[str]) -> None:
     before, after = importlib.import_module(old), importlib.import_module(new)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from aggregator.cli.api_client import ApiClient
+    from aggregator.api_client import ApiClient
     from aggregator.server.settings import Settings
     from aggregator.server.storage import Storage
 
@@ -121,7 +121,7 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
 
 def client_from_args(args: argparse.Namespace) -> ApiClient:
     """An :class:`ApiClient` from ``--server`` and ``--token`` or the environment."""
-    from aggregator.cli.api_client import ApiClient
+    from aggregator.api_client import ApiClient
 
     return ApiClient(getattr(args, "server", None), getattr(args, "token", None))
 

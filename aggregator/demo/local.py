@@ -24,7 +24,7 @@ import numpy as np
 import requests
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from aggregator.cli.api_client import ApiClient
+from aggregator.api_client import ApiClient
 from aggregator.research.populations import Population
 from aggregator.server.app import create_app
 from aggregator.server.settings import Settings

@@ -20,7 +20,7 @@ import { RandomSource, secureRandom } from "./random.js";
 import { PAYLOAD_HEADER_BYTES, relaxedPayload, reportPayload, unpackBits } from "./report.js";
 import { MemoryStorage, StateBox, StorageAdapter } from "./storage.js";
 import {
-  buildReport, CLOCK_ANSWERS_VERSION, CONTENT_TYPE_JSON, encodeBatchJson, envelopeFromJson, envelopeToJson,
+  ANSWER_VERSION, buildReport, CONTENT_TYPE_JSON, encodeBatchJson, envelopeFromJson, envelopeToJson,
   parseUploadResponse, WIRE_HEADER, windowStart,
 } from "./wire.js";
 
@@ -33,7 +33,8 @@ export interface ReportOutcome {
 }
 
 export type EventType = "config" | "stale_config" | "sign_key_learned" | "round_joined" | "round_refused" | "sent"
-  | "rejected" | "retry_later" | "refused" | "dropped" | "transport_error" | "storage_error" | "clock_skew";
+  | "rejected" | "retry_later" | "refused" | "dropped" | "transport_error" | "storage_error" | "clock_skew"
+  | "clipped";
 
 export interface ClientEvent {
   type: EventType;
@@ -595,7 +596,7 @@ export class Client {
     let response: Response;
     try {
       response = await this.request("/v1/reports", { method: "POST", body, keepalive,
-        headers: { "Content-Type": CONTENT_TYPE_JSON, [WIRE_HEADER]: CLOCK_ANSWERS_VERSION } });
+        headers: { "Content-Type": CONTENT_TYPE_JSON, [WIRE_HEADER]: ANSWER_VERSION } });
     } catch (e) {
       return this.backoff((e as Error).message, null);
     }
@@ -639,6 +640,10 @@ export class Client {
     });
     this.dirty = true;
     if (accepted) this.event("sent", null, `${accepted} report(s) accepted`);
+    if (answer.clipped) {
+      this.event("clipped", null, `${answer.clipped} delivered report(s) kept only their metric's max_items items `
+        + "(clipped by the aggregator)");
+    }
     return accepted;
   }
 
@@ -702,7 +707,8 @@ export class Client {
       this.options.onEvent?.({ type, metric, detail });
       const log = this.options.logger;
       const line = `onesided: ${type}${metric ? ` ${metric}` : ""}: ${detail}`;
-      if (type === "transport_error" || type === "storage_error" || type === "rejected") log?.warn?.(line);
+      const warn = ["transport_error", "storage_error", "rejected", "clipped"].includes(type);
+      if (warn) log?.warn?.(line);
       else log?.debug?.(line);
     } catch {
       // an app's handler that throws must not break the client

@@ -1,7 +1,7 @@
 /**
  * The report envelope and batches (docs/wire.md 5-7): report ids bound to the sealed body, the
  * associated data, sealing (X25519, HKDF-SHA256, AES-128-GCM), JSON and binary batches, and the
- * upload answer (wire version 2: `server_time`, `retry_after`).
+ * upload answer (wire version 2: `server_time`, `retry_after`; version 3: `clipped`).
  */
 
 import { x25519 } from "@noble/curves/ed25519";
@@ -14,6 +14,8 @@ export const CONTENT_TYPE_JSON = "application/json";
 export const CONTENT_TYPE_BINARY = "application/vnd.onesided.batch";
 export const WIRE_HEADER = "Onesided-Wire";
 export const CLOCK_ANSWERS_VERSION = "2";
+/** The answer version this client reads and asks for (`Onesided-Wire: 3`): version 2's keys and `clipped`. */
+export const ANSWER_VERSION = "3";
 export const MAX_RETRY_AFTER = 31_622_400;
 
 export interface Envelope {
@@ -162,29 +164,73 @@ export interface ReportResult {
 export interface UploadAnswer {
   results: ReportResult[];
   accepted: number;
+  /** Wire version 2: the server's clock when it judged the batch, Unix seconds. */
   server_time: number | null;
+  /** Wire version 3: how many accepted reports the server clipped to their metric's `max_items`. */
+  clipped: number | null;
 }
 
-/** Read and check the upload answer (docs/wire.md 7.4, 13.3); errors name the field. */
+const CLOCK_STATUSES: readonly Status[] = ["too_early", "expired"];
+
+/** A JSON object with exactly the `required` keys and some of the `optional` ones (errors name the field). */
+function object(value: unknown, field: string, required: string[], optional: string[]): Record<string, unknown> {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new ProtocolError(field || null, "must be a JSON object");
+  }
+  const prefix = field ? `${field}.` : "";
+  for (const name of required) if (!(name in value)) throw new ProtocolError(`${prefix}${name}`, "is required");
+  const unknown = Object.keys(value).filter((k) => !required.includes(k) && !optional.includes(k)).sort();
+  if (unknown.length) throw new ProtocolError(`${prefix}${unknown[0]}`, "is not a known field");
+  return value as Record<string, unknown>;
+}
+
+function integer(value: unknown, field: string, low: number, high: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value)) throw new ProtocolError(field, "must be an integer");
+  if (value < low || value > high) throw new ProtocolError(field, `must be in [${low}, ${high}], got ${value}`);
+  return value;
+}
+
+function optionalText(value: unknown, field: string): string | null {
+  if (value !== undefined && value !== null && typeof value !== "string") {
+    throw new ProtocolError(field, "must be a string or null");
+  }
+  return (value as string | undefined) ?? null;
+}
+
+function reportResult(item: unknown, i: number): ReportResult {
+  const where = `results[${i}]`;
+  const r = object(item, where, ["report_id", "status"], ["field", "detail", "retry_after"]);
+  if (typeof r.report_id !== "string") throw new ProtocolError(`${where}.report_id`, "must be a base64url string");
+  if (!STATUSES.includes(r.status as Status)) throw new ProtocolError(`${where}.status`, "unknown status");
+  const status = r.status as Status;
+  const field = optionalText(r.field, `${where}.field`);
+  const detail = optionalText(r.detail, `${where}.detail`);
+  let retry: number | null = null;
+  if (r.retry_after !== undefined && r.retry_after !== null) {
+    retry = integer(r.retry_after, `${where}.retry_after`, 1, MAX_RETRY_AFTER);
+    if (!CLOCK_STATUSES.includes(status)) {
+      throw new ProtocolError(`${where}.retry_after`, `only on too_early and expired, got ${status}`);
+    }
+  }
+  return { report_id: r.report_id, status, field, detail, retry_after: retry };
+}
+
+/**
+ * Read and check the upload answer (docs/wire.md 7.4) of a batch of `count` reports; errors name the
+ * field as the Python client's do (tests/vectors/answers.json holds both to the same answers).
+ */
 export function parseUploadResponse(body: unknown, count: number): UploadAnswer {
-  const b = body as Record<string, unknown>;
-  if (b === null || typeof b !== "object" || !Array.isArray(b.results)) throw new ProtocolError("results", "missing");
-  if (b.results.length !== count) throw new ProtocolError("results", `expected ${count} results`);
-  const results = b.results.map((r: Record<string, unknown>, i: number): ReportResult => {
-    if (r === null || typeof r !== "object" || !STATUSES.includes(r.status as Status)) {
-      throw new ProtocolError(`results[${i}].status`, "unknown status");
-    }
-    const retry = r.retry_after ?? null;
-    if (retry !== null && (!Number.isInteger(retry) || (retry as number) < 1 || (retry as number) > MAX_RETRY_AFTER
-        || (r.status !== "too_early" && r.status !== "expired"))) {
-      throw new ProtocolError(`results[${i}].retry_after`, "out of range or on a status that is not a clock's");
-    }
-    return { report_id: String(r.report_id), status: r.status as Status, field: (r.field as string) ?? null,
-      detail: (r.detail as string) ?? null, retry_after: retry as number | null };
-  });
-  const serverTime = b.server_time ?? null;
-  if (serverTime !== null && !Number.isInteger(serverTime)) throw new ProtocolError("server_time", "not an integer");
-  return { results, accepted: Number(b.accepted ?? 0), server_time: serverTime as number | null };
+  const b = object(body, "", ["results", "accepted"], ["server_time", "clipped"]);
+  if (!Array.isArray(b.results)) throw new ProtocolError("results", "must be a list");
+  const results = b.results.map(reportResult);
+  const accepted = results.filter((r) => r.status === "accepted").length;
+  if (integer(b.accepted, "accepted", 0, results.length) !== accepted) {
+    throw new ProtocolError("accepted", `says ${String(b.accepted)} but ${accepted} results are accepted`);
+  }
+  const serverTime = b.server_time == null ? null : integer(b.server_time, "server_time", 0, Number.MAX_SAFE_INTEGER);
+  const clipped = b.clipped == null ? null : integer(b.clipped, "clipped", 0, accepted);
+  if (results.length !== count) throw new ProtocolError("results", `expected ${count} results`);
+  return { results, accepted, server_time: serverTime, clipped };
 }
 
 /** `floor(t / time_precision) * time_precision`. */

@@ -29,7 +29,7 @@ test("offline first launch: report() waits, never throws, and goes out once onli
   assert.equal(sent, 1);
   assert.equal(left, 0);
   const [{ batch, headers }] = server.batches;
-  assert.equal(headers["Onesided-Wire"], "2");
+  assert.equal(headers["Onesided-Wire"], "3");
   assert.equal(batch.reports[0].metric, "places");
   assert.equal(batch.reports[0].window % 3600, 0);
   assert.deepEqual(c.ledger().map((b) => [b.metric, b.spent]), [["places", 2]]);
@@ -76,6 +76,27 @@ test("clock answers: retry_after keeps the report (capped), a final status drops
   other.report("places", "x");
   assert.equal((await other.flush()).left, 0);
   assert.ok(id.length === 22);
+});
+
+test("wire version 3: a clipped count in the answer is an event and a logger warning, the reports delivered", async () => {
+  const server = new FakeServer();
+  const warnings = [];
+  const { c, events } = client(server, { logger: { warn: (line) => warnings.push(line) } });
+  await c.sync();
+  c.report("places", ["home", "work", "gym"]);
+  server.clipped = 1;
+  assert.deepEqual(await c.flush(), { sent: 1, left: 0 });
+  assert.equal(server.batches[0].headers["Onesided-Wire"], "3");
+  const clipped = events.filter((e) => e.type === "clipped");
+  assert.equal(clipped.length, 1);
+  assert.match(clipped[0].detail, /^1 delivered report\(s\) kept only their metric's max_items items/);
+  assert.ok(warnings.some((line) => line.startsWith("onesided: clipped: 1 delivered")));
+  server.clipped = 0;
+  const { c: other, events: otherEvents } = client(server);
+  await other.sync();
+  other.report("places", ["home"]);
+  assert.deepEqual(await other.flush(), { sent: 1, left: 0 });
+  assert.ok(!otherEvents.some((e) => e.type === "clipped"), "no event when none was clipped");
 });
 
 test("a wait decided by the server survives the clock moving back days: at most the cap", async () => {

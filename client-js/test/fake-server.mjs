@@ -25,6 +25,7 @@ export class FakeServer {
     this.online = true;
     this.batches = [];
     this.answer = null; // (report, i) => result fields, or a Response-like {status, headers}
+    this.clipped = null; // a number: the answer's `clipped` (wire version 3), as for a trusted set metric
     this.requests = [];
   }
 
@@ -77,7 +78,8 @@ export class FakeServer {
       }
       results.push({ report_id: r.report_id, status: "accepted", field: null, detail: null, ...(programmed ?? {}) });
     }
+    const clipped = this.clipped === null ? {} : { clipped: this.clipped };
     return new Response(JSON.stringify({ results, accepted: results.filter((r) => r.status === "accepted").length,
-      server_time: Math.floor(this.now() / 1000) }), { status: 200, headers });
+      server_time: Math.floor(this.now() / 1000), ...clipped }), { status: 200, headers });
   };
 }

@@ -164,3 +164,15 @@ test("configs.json: a signed config, its rotation, and refusals naming the field
     assert.throws(() => os.verifyConfig(doc, os.keyFor(doc, [pinned])), (e) => e.field === r.field, r.why);
   }
 });
+
+test("answers.json: upload answers of wire versions 1, 2 and 3, and refusals naming the field", () => {
+  const v = load("answers.json");
+  assert.deepEqual(new Set(v.cases.map((c) => c.wire)), new Set([1, 2, 3]));
+  for (const c of v.cases) {
+    assert.deepEqual(os.parseUploadResponse(JSON.parse(c.text), c.count), c.expect, c.why);
+  }
+  for (const r of v.refused) {
+    assert.throws(() => os.parseUploadResponse(JSON.parse(r.text), r.count),
+      (e) => e instanceof os.ProtocolError && e.field === r.field, r.why);
+  }
+});

@@ -28,9 +28,11 @@ True
 
 from .batch import encode_batch_binary, encode_batch_json, parse_batch_binary, parse_batch_json
 from .common import (
+    ANSWER_VERSION,
     BATCH_MAGIC,
     BODY_PLAIN,
     BODY_SEALED,
+    CLIPPED_ANSWERS_VERSION,
     CLOCK_ANSWERS_VERSION,
     CLOCK_STATUSES,
     CODE_DUPLICATE_REPORT_ID,
@@ -61,6 +63,7 @@ from .common import (
     WIRE_HEADER,
     WIRE_VERSION,
     BoolArray,
+    answer_version,
     window_start,
 )
 from .config import (
@@ -95,7 +98,13 @@ from .payload import (
     payload_size,
     unpack_payload,
 )
-from .results import ReportResult, parse_upload_response, upload_response, upload_server_time
+from .results import (
+    ReportResult,
+    UploadResults,
+    parse_upload_response,
+    upload_response,
+    upload_server_time,
+)
 
 __all__ = [
     "AggregatorInfo",
@@ -103,6 +112,8 @@ __all__ = [
     "BODY_PLAIN",
     "BODY_SEALED",
     "BoolArray",
+    "ANSWER_VERSION",
+    "CLIPPED_ANSWERS_VERSION",
     "CLOCK_ANSWERS_VERSION",
     "CLOCK_STATUSES",
     "CODE_DUPLICATE_REPORT_ID",
@@ -130,6 +141,7 @@ __all__ = [
     "ReportEnvelope",
     "ReportPayload",
     "ReportResult",
+    "UploadResults",
     "RoundAnnouncement",
     "STATUSES",
     "STATUS_ACCEPTED",
@@ -143,6 +155,7 @@ __all__ = [
     "SYNC_INTERVAL_RANGE",
     "WIRE_HEADER",
     "WIRE_VERSION",
+    "answer_version",
     "build_config_payload",
     "build_report",
     "check_report_id",

@@ -45,12 +45,29 @@ STATUS_UNKNOWN_METRIC = "unknown_metric"
 #: Statuses a clock decides (the report's window against the server's clock). With a
 #: ``retry_after`` they are not final: the client keeps the report and resends it later.
 CLOCK_STATUSES: frozenset[str] = frozenset((STATUS_TOO_EARLY, STATUS_EXPIRED))
-#: Request header a client sends to say it reads ``retry_after`` and ``server_time`` in upload
-#: answers; without it the server answers as before (clients that predate the fields reject
-#: unknown keys, so the server never sends them one).
+#: Request header a client sends to name the newest upload-answer version it reads (docs/wire.md
+#: 7.4); without it the server answers as version 1 (clients that predate the later keys reject
+#: unknown keys, so the server never sends them one). Versions only add keys.
 WIRE_HEADER = "Onesided-Wire"
-#: The value of :data:`WIRE_HEADER` that asks for them.
+#: The value of :data:`WIRE_HEADER` that asks for ``server_time`` and ``retry_after``.
 CLOCK_ANSWERS_VERSION = "2"
+#: The value of :data:`WIRE_HEADER` that asks, besides, for ``clipped`` (reports of the batch the
+#: server clipped to their metric's ``max_items``).
+CLIPPED_ANSWERS_VERSION = "3"
+#: The newest answer version: what this package's clients send and its server reads.
+ANSWER_VERSION = CLIPPED_ANSWERS_VERSION
+
+
+def answer_version(header: str | None) -> int:
+    """The upload-answer version to send for a request's :data:`WIRE_HEADER` value: 1 without it
+    (or for a value that is not a small decimal number), else the asked version capped at the newest
+    this server knows (versions only add keys, so a newer client reads an older answer)."""
+    if header is None:
+        return 1
+    text = header.strip()
+    if not (text.isdecimal() and text.isascii() and len(text) <= 4):
+        return 1
+    return max(1, min(int(text), int(ANSWER_VERSION)))
 #: Longest ``retry_after`` the wire carries (one year, in seconds); clients cap it lower.
 MAX_RETRY_AFTER = 366 * 86400
 STATUSES: tuple[str, ...] = (

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..canonical import canonical_json
 from ..crypto import (
     b64d,
     key_id,
@@ -203,6 +204,29 @@ class AggregatorInfo:
         return public_key_info(self.seal_public, self.sign_public, self.next_sign_public)
 
 
+# Parsed metric parameters by their exact text (memory only): every sync of every client in a process
+# reads the same parameters again, and a direct metric's domain makes a parse cost ~0.6 ms for 2,000
+# names where the text costs ~0.1 ms. Keyed by the canonical text (``true`` is not ``1``, ``2.0`` is not
+# ``2``), so a hit is exactly what the parse would return; the objects are frozen.
+_PARSED: dict[bytes, MetricParams] = {}
+_PARSED_MAX = 64
+
+
+def _parsed_params(data: Any) -> MetricParams:
+    """``MetricParams.from_dict(data)``, remembered for the last few texts (raises as it does)."""
+    try:
+        key = canonical_json(data)
+    except (TypeError, ValueError):  # not JSON text (NaN, odd types): parsed, and refused, as ever
+        return MetricParams.from_dict(data)
+    held = _PARSED.get(key)
+    if held is None:
+        held = MetricParams.from_dict(data)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = held
+    return held
+
+
 @dataclass(frozen=True, kw_only=True)
 class MetricEntry:
     """One metric in the config: its parameters, digest and current round and level."""
@@ -238,7 +262,7 @@ class MetricEntry:
     def from_dict(cls, obj: Any) -> MetricEntry:
         data = _object(obj, "", ("params", "digest", "current_round", "current_level"))
         try:
-            params = MetricParams.from_dict(data["params"])
+            params = _parsed_params(data["params"])
         except ParameterError as exc:
             raise ReportRejected(f"params.{exc.field}", exc.detail) from None
         level = math.inf if data["current_level"] is None else data["current_level"]

@@ -93,25 +93,44 @@ class ReportResult:
         )
 
 
-def upload_response(results: Sequence[ReportResult], server_time: int | None = None) -> dict[str, Any]:
+class UploadResults(list[ReportResult]):
+    """The results of an upload answer, in batch order, with what the answer says of the whole batch.
+
+    Attributes:
+        server_time: the server's clock when it judged the batch (Unix seconds; wire version 2),
+            or ``None`` when the answer has none.
+        clipped: how many of the accepted reports the server clipped to their metric's
+            ``max_items`` (wire version 3), or ``None`` when the answer does not say.
+    """
+
+    server_time: int | None = None
+    clipped: int | None = None
+
+
+def upload_response(
+    results: Sequence[ReportResult], server_time: int | None = None, clipped: int | None = None
+) -> dict[str, Any]:
     """``{"results": [...], "accepted": n}``, with ``"server_time"`` (Unix seconds of the server's
-    clock when it judged the batch) when given: a client compares it with its own clock."""
+    clock when it judged the batch; wire version 2) and ``"clipped"`` (how many accepted reports
+    kept only their metric's ``max_items`` items; wire version 3) when given."""
     items = [r.to_dict() for r in results]
     body: dict[str, Any] = {
         "results": items, "accepted": [item["status"] for item in items].count(STATUS_ACCEPTED)
     }
     if server_time is not None:
         body["server_time"] = server_time
+    if clipped is not None:
+        body["clipped"] = clipped
     return body
 
 
-def parse_upload_response(obj: Any) -> list[ReportResult]:
-    """Validate a ``POST /v1/reports`` 200 body (client side); :func:`upload_server_time` reads
-    its optional ``server_time``."""
-    data = _object(obj, "", ("results", "accepted"), ("server_time",))
+def parse_upload_response(obj: Any) -> UploadResults:
+    """Validate a ``POST /v1/reports`` 200 body (client side): its results, with its optional
+    ``server_time`` and ``clipped`` (``0 <= clipped <= accepted``) as attributes."""
+    data = _object(obj, "", ("results", "accepted"), ("server_time", "clipped"))
     if not isinstance(data["results"], list):
         raise ReportRejected("results", "must be a list")
-    results = []
+    results = UploadResults()
     for i, item in enumerate(data["results"]):
         try:
             results.append(ReportResult.from_dict(item))
@@ -120,7 +139,9 @@ def parse_upload_response(obj: Any) -> list[ReportResult]:
     accepted = sum(r.status == STATUS_ACCEPTED for r in results)
     if _int(data["accepted"], "accepted", 0, len(results)) != accepted:
         raise ReportRejected("accepted", f"says {data['accepted']} but {accepted} results are accepted")
-    upload_server_time(data)
+    results.server_time = upload_server_time(data)
+    if data.get("clipped") is not None:
+        results.clipped = _int(data["clipped"], "clipped", 0, accepted)
     return results
 
 

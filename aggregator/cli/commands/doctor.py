@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _answer(call: Callable[[], Any]) -> tuple[Any, Any]:
     """``(body, None)`` of a 2xx answer, or ``(None, the ApiRequestError)``."""
-    from aggregator.cli.api_client import ApiRequestError
+    from aggregator.api_client import ApiRequestError
 
     try:
         return call(), None

@@ -195,7 +195,7 @@ def privacy_text(name: str, privacy: dict[str, Any]) -> str:
                      "others are dropped: its result says 'clipped', and the server counts such reports "
                      "(onesided_reports_clipped_total in /metrics)\n")
         return text
-    from client_sdk.status import epsilon_text as up  # printed charges round up, as the ledger's do
+    from protocol.rounding import epsilon_text as up  # printed charges round up, as the ledger's do
 
     lines = [
         f"privacy of {name!r} ({privacy['mode']}, level {privacy['level']:g}), each client, per window:",

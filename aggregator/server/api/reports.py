@@ -21,6 +21,8 @@ from aggregator.server.ingest import Ingestor
 from aggregator.server.monitoring import count_clipped, count_statuses
 from protocol.params import NAME_PATTERN
 from protocol.wire import (
+    ANSWER_VERSION,
+    CLIPPED_ANSWERS_VERSION,
     CLOCK_ANSWERS_VERSION,
     CONTENT_TYPE_BINARY,
     CONTENT_TYPE_JSON,
@@ -33,6 +35,7 @@ from protocol.wire import (
     STATUSES,
     WIRE_HEADER,
     ReportEnvelope,
+    answer_version,
     parse_batch_binary,
     parse_batch_json,
     upload_response,
@@ -65,14 +68,15 @@ def upload_reports() -> dict[str, Any]:
     results = ingestor.ingest(envelopes, now=now)
     statuses = [r.status for r in results]
     count_statuses(statuses)
-    count_clipped([r.detail for r in results if r.status == STATUS_ACCEPTED])
+    clipped = count_clipped([r.detail for r in results if r.status == STATUS_ACCEPTED])
     state.clock_watch.observe(statuses)
-    if request.headers.get(WIRE_HEADER) != CLOCK_ANSWERS_VERSION:
+    version = answer_version(request.headers.get(WIRE_HEADER))
+    if version < 2:
         return upload_response(results)  # a client before wire version 2 rejects keys it does not know
     suspect = state.clock_watch.suspicion() is not None
     answered = clock_answers(results, envelopes, now=now, clock_skew_seconds=state.settings.clock_skew_seconds,
                              suspect=suspect)
-    return upload_response(answered, server_time=int(now))
+    return upload_response(answered, server_time=int(now), clipped=clipped if version >= 3 else None)
 
 
 _BAD = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
@@ -90,8 +94,10 @@ OPENAPI_PATHS: dict[str, Any] = {
             "x-checked-in-code": ["reports[].report_id"],
             "parameters": [{"name": WIRE_HEADER, "in": "header", "required": False,
                             "schema": {"type": "string"},
-                            "description": f"{CLOCK_ANSWERS_VERSION}: answer with server_time and retry_after "
-                                           "(docs/wire.md 7.4)"}],
+                            "description": f"the newest answer version the client reads (absent: 1; a "
+                                           f"newer one than {ANSWER_VERSION} is answered as {ANSWER_VERSION}): "
+                                           f"{CLOCK_ANSWERS_VERSION} adds server_time and retry_after, "
+                                           f"{CLIPPED_ANSWERS_VERSION} adds clipped (docs/wire.md 7.4)"}],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -182,6 +188,10 @@ OPENAPI_SCHEMAS: dict[str, Any] = {
             "server_time": {"type": "integer", "description": f"only with the request header {WIRE_HEADER}: "
                                                               f"{CLOCK_ANSWERS_VERSION}: the server's clock, "
                                                               "Unix seconds"},
+            "clipped": {"type": "integer", "minimum": 0,
+                        "description": f"only with the request header {WIRE_HEADER}: {CLIPPED_ANSWERS_VERSION} "
+                                       "or later, always then: how many accepted reports of the batch kept only "
+                                       "their metric's max_items items (docs/wire.md 7.4)"},
         },
     },
 }
