@@ -172,6 +172,9 @@ class Client:
         """Take the state file's lock, read the state, its queue and its config (:class:`Storage`)."""
         self._disk.open()
         self._state: ClientState = self._disk.state  # the same objects, bound here for report()'s path
+        if self._state.clock is not None:  # never before the time trusted at the last write (servertime)
+            self.server_clock.restore(*self._state.clock)
+        self._state.clock_source = self.server_clock.checkpoint
         self._queue: ReportQueue = self._disk.queue
         self._following.load()
         self._reporter.forget_plans()

@@ -7,7 +7,9 @@ releases compose additively). So after every write of the state, and
 before any report that write charges reaches the queue file, the client
 writes ``<state_path>.spent``: per metric the ledger's total (integer
 micro-epsilons, the lost-state prior included) and, for a renewing
-budget, what the latest charged period was charged; the state's
+budget, what each recent period was charged (those the record keeps,
+:class:`~client_sdk.ledger.PeriodTotals`, with the bound on the periods it
+dropped; the latest one also in the fields an earlier version reads); the state's
 generation; and, once a loss was not covered by a mark, the date since
 which the total is unknown. The file is authenticated (HMAC-SHA256 under a
 key derived from the state's key): a changed byte makes it not count.
@@ -36,7 +38,7 @@ from typing import Any
 from protocol.accounting import from_micro, round_up, to_micro
 from protocol.crypto import write_private_file
 
-from .ledger import Ceiling, MetricRecord, period_of
+from .ledger import PERIODS_KEPT, Ceiling, MetricRecord, period_of
 
 MARK_VERSION = 1
 _MAC_LABEL = b"onesided/high-water/v1"
@@ -48,26 +50,68 @@ class MetricMark:
 
     Attributes:
         total: the lifetime total in micro-epsilons (``None``: infinite).
-        period: the renewing budget's period the next two fields are for (``None``: a lifetime ceiling).
+        period: the renewing budget's period the next fields are for (``None``: a lifetime ceiling).
         period_start: the latest period charged; ``period_micro`` its charge (``None``: infinite).
+        periods: the charge of each recent period by its start (``None`` in a value: infinite; ``None``:
+            a mark written by an earlier version, which kept the latest period's only).
+        dropped_through, dropped_micro: a period at or before ``dropped_through`` not in ``periods``
+            was charged at most ``dropped_micro`` (``None``: infinite).
     """
 
     total: int | None
     period: int | None = None
     period_start: int = 0
     period_micro: int | None = 0
+    periods: Mapping[int, int | None] | None = None
+    dropped_through: int | None = None
+    dropped_micro: int | None = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "period": self.period, "period_start": self.period_start,
-                "period_micro": self.period_micro}
+        out: dict[str, Any] = {"total": self.total, "period": self.period, "period_start": self.period_start,
+                               "period_micro": self.period_micro}
+        if self.periods is not None:
+            out.update(periods={str(k): v for k, v in sorted(self.periods.items())},
+                       dropped_through=self.dropped_through, dropped_micro=self.dropped_micro)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MetricMark:
         def count(value: Any) -> int | None:
             return None if value is None else int(value)
 
+        periods = data.get("periods")
         return cls(total=count(data["total"]), period=count(data["period"]), period_start=int(data["period_start"]),
-                   period_micro=count(data["period_micro"]))
+                   period_micro=count(data["period_micro"]),
+                   periods=None if periods is None else {int(k): count(v) for k, v in periods.items()},
+                   dropped_through=count(data.get("dropped_through")), dropped_micro=count(data.get("dropped_micro", 0)))
+
+    def charged(self, start: int) -> float:
+        """What the period starting at ``start`` was charged (this mark's period; never below the truth)."""
+        if self.periods is None:  # an earlier version's mark: the latest period only
+            if start > self.period_start:
+                return 0.0
+            if start == self.period_start:
+                return _float(self.period_micro)
+            return _float(self.total)  # an earlier period: at most the lifetime total
+        if start in self.periods:
+            return _float(self.periods[start])
+        if self.dropped_through is not None and start <= self.dropped_through:
+            return _float(self.dropped_micro)
+        return 0.0
+
+    def bound(self) -> tuple[int | None, float]:
+        """``(through, charge)``: a period at or before ``through`` not listed was charged at most ``charge``."""
+        if self.periods is None:
+            return self.period_start - (self.period or 0), _float(self.total)
+        return self.dropped_through, _float(self.dropped_micro)
+
+    def listed(self) -> set[int]:
+        """The starts of the periods whose charge this mark lists."""
+        return {self.period_start} if self.periods is None else set(self.periods)
+
+
+def _float(micro: int | None) -> float:
+    return math.inf if micro is None else from_micro(micro)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +207,9 @@ def lifetime_prior(lost: Sequence[Mapping[str, Any]], metric: str) -> float:
 def period_prior(lost: Sequence[Mapping[str, Any]], metric: str, start: int, period: int) -> float:
     """What the lost states charged the period starting at ``start`` (a renewing budget of ``period`` seconds).
 
-    Exact from a surviving mark kept under the same period; otherwise the whole
+    From a surviving mark kept under the same period: exact for a period it lists, its bound for
+    one before its dropped ones (an earlier version's mark: its lifetime total for a period before
+    its latest, which it did not list), 0 for any other (never charged); otherwise the whole
     ceiling in force at the loss, charged to the period the loss was found in
     (the lost state never passed it), or the lost lifetime total when the mark
     was kept under another policy (a bound on any one period's charge).
@@ -176,10 +222,7 @@ def period_prior(lost: Sequence[Mapping[str, Any]], metric: str, start: int, per
     if mark is not None and entry is None:
         return 0.0
     if entry is not None and entry.period == period:
-        if start > entry.period_start:
-            return 0.0
-        if start == entry.period_start:
-            return math.inf if entry.period_micro is None else from_micro(entry.period_micro)
+        return entry.charged(start)
     if entry is not None and entry.period != period and entry.total is not None:
         return from_micro(entry.total) if start == period_of(float(last["at"]), period) else 0.0
     ceiling = Ceiling.from_dict(last["ceiling"]).for_metric(metric)
@@ -190,20 +233,48 @@ def _micro(value: float) -> int | None:
     return None if math.isinf(value) else to_micro(round_up(value))
 
 
+def _prior_periods(lost: Sequence[Mapping[str, Any]], name: str, period: int) -> tuple[set[int], int | None, float]:
+    """``(listed, through, bound)`` of the lost states' charges to ``period``'s periods: the periods
+    :func:`period_prior` may answer more than 0 for are those ``listed`` and those at or before
+    ``through`` (each at most ``bound``)."""
+    if not lost:
+        return set(), None, 0.0
+    mark = _last_mark(lost)
+    entry = None if mark is None else mark.metrics.get(name)
+    if mark is not None and entry is None:
+        return set(), None, 0.0
+    if entry is not None and entry.period == period:
+        return (entry.listed(), *entry.bound())
+    return {period_of(float(lost[-1]["at"]), period)}, None, 0.0  # the loss's period only
+
+
 def _metric_mark(record: MetricRecord, lost: Sequence[Mapping[str, Any]], name: str) -> MetricMark:
-    """A metric's mark from its record (a renewing budget: the latest period it charged)."""
+    """A metric's mark from its record (a renewing budget: each period it or a lost state charged that is
+    kept, and a bound on the others), the lost states' charges included."""
     params = record.metric_params()
     spent, _ = record.spent(params)
     total = _micro(lifetime_prior(lost, name) + spent)
     if record.period is None:
         return MetricMark(total=total)
-    start = record.period_start
+    period, kept = record.period, record.periods
+    listed, through, bound = _prior_periods(lost, name, period)
+    starts = listed | set(kept.totals)
     if record.current is not None:
-        start = max(start, period_of(record.current.window, record.period))
-    micro = record.spent_in(params, start)
-    prior = period_prior(lost, name, start, record.period)
-    in_period = None if micro < 0 else _micro(prior + from_micro(micro))
-    return MetricMark(total=total, period=record.period, period_start=start, period_micro=in_period)
+        starts.add(period_of(record.current.window, period))
+    periods: dict[int, int | None] = {}
+    for start in starts:
+        micro = record.spent_in(params, start)
+        periods[start] = None if micro < 0 else _micro(period_prior(lost, name, start, period) + from_micro(micro))
+    if kept.dropped_through is not None:
+        through = kept.dropped_through if through is None else max(through, kept.dropped_through)
+    dropped: float = bound + from_micro(kept.dropped_micro)
+    for start in sorted(periods)[: max(0, len(periods) - PERIODS_KEPT)]:  # bounded as a record's are
+        held = periods.pop(start)
+        through = start if through is None else max(through, start)
+        dropped = max(dropped, _float(held))
+    latest = max(periods, default=0)
+    return MetricMark(total=total, period=period, period_start=latest, period_micro=periods.get(latest, 0),
+                      periods=periods, dropped_through=through, dropped_micro=_micro(dropped))
 
 
 def mark_of(metrics: Mapping[str, MetricRecord], lost: Sequence[Mapping[str, Any]], generation: int) -> HighWaterMark:

@@ -144,6 +144,81 @@ def with_irr(params: MetricParams, irr: IrrPair | None) -> MetricParams:
     return params.with_irr(irr)
 
 
+# A record keeps the totals of at most PERIODS_KEPT periods, and none of a period that ended more than
+# PERIODS_HORIZON before the period of a window it charges (the aggregator refuses windows older than its retention,
+# 90 days by default, as expired); the totals it drops leave a bound (PeriodTotals.dropped_micro).
+PERIODS_KEPT = 64
+PERIODS_HORIZON = 92 * 86_400
+
+
+@dataclass(kw_only=True, slots=True)
+class PeriodTotals:
+    """What the closed windows of a renewing budget charged each recent period (micro-epsilons).
+
+    A window is charged to the period it starts in. The totals of the recent
+    periods are kept, so a window whose period lies before the latest one
+    charged (a clock set back, or a clock that was ahead and is corrected by a
+    server answer) is checked against its own period's exact total.
+
+    Attributes:
+        totals: the exact charge of each period kept, by the period's start.
+        dropped_through: the latest start of a period whose total was dropped (``None``: none was).
+        dropped_micro: the largest total dropped: what a period at or before ``dropped_through`` that
+            is not kept is taken to have been charged (it was dropped, or charged nothing).
+    """
+
+    totals: dict[int, int] = field(default_factory=dict)
+    dropped_through: int | None = None
+    dropped_micro: int = 0
+
+    def charged(self, start: int) -> int:
+        """What the period starting at ``start`` was charged (never less than the truth)."""
+        held = self.totals.get(start)
+        if held is not None:
+            return held
+        if self.dropped_through is not None and start <= self.dropped_through:
+            return self.dropped_micro
+        return 0
+
+    def add(self, start: int, micro: int, period: int) -> None:
+        """Charge ``micro`` to the period starting at ``start``, then drop what is past the bounds."""
+        self.totals[start] = self.charged(start) + micro
+        for old in sorted(self.totals):  # the horizon from this window's period: a far one (a clock
+            # that was ahead) never drops those of the present it is corrected back to
+            if len(self.totals) <= PERIODS_KEPT and old + period > start - PERIODS_HORIZON:
+                break
+            self.drop(old)
+
+    def drop(self, start: int) -> None:
+        """Forget the total of one period; it stays covered by ``dropped_micro``."""
+        micro = self.totals.pop(start)
+        self.dropped_through = start if self.dropped_through is None else max(self.dropped_through, start)
+        self.dropped_micro = max(self.dropped_micro, micro)
+
+    def latest(self) -> int | None:
+        """The start of the latest period kept (``None``: none)."""
+        return max(self.totals) if self.totals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"totals": {str(k): v for k, v in sorted(self.totals.items())},
+                "dropped_through": self.dropped_through, "dropped_micro": self.dropped_micro}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PeriodTotals:
+        through = data.get("dropped_through")
+        return cls(totals={int(k): int(v) for k, v in data["totals"].items()},
+                   dropped_through=None if through is None else int(through),
+                   dropped_micro=int(data.get("dropped_micro", 0)))
+
+    @classmethod
+    def of_latest(cls, start: int, micro: int, closed_micro: int, period: int) -> PeriodTotals:
+        """The totals a state written before they were kept holds: the latest period's ``micro`` only;
+        any earlier period is taken to have been charged the rest of the closed windows' sum."""
+        earlier = max(0, closed_micro - micro)
+        return cls(totals={start: micro}, dropped_through=start - period if earlier else None,
+                   dropped_micro=earlier)
+
+
 @dataclass(kw_only=True, slots=True)
 class WindowRelease:
     """The one value a metric released in one window (kept in the encrypted state only).
@@ -229,8 +304,8 @@ class MetricRecord:
         closed_exact: False when one of them was charged a bound.
         period: the renewing budget's period (seconds) the record's period sums are kept for
             (``None``: a lifetime ceiling).
-        period_start, period_micro: the latest period holding a closed window, and what its closed
-            windows cost (micro-epsilons).
+        periods: what the closed windows charged each recent period (:class:`PeriodTotals`; a
+            state written before it was kept holds the latest period's only, and a bound for the others).
         first_window: the start of the first window released (``None``: none, or an older state).
     """
 
@@ -245,8 +320,7 @@ class MetricRecord:
     closed_windows: int = 0
     closed_exact: bool = True
     period: int | None = None
-    period_start: int = 0
-    period_micro: int = 0
+    periods: PeriodTotals = field(default_factory=PeriodTotals)
     first_window: int | None = None
     # window_cost by chain of levels, with the parameters object it was computed for (memory only): a report
     # asks for the same one or two costs every time, and the shared cache compares whole parameter objects.
@@ -336,12 +410,8 @@ class MetricRecord:
         else:
             self.closed_micro += micro
             self.closed_exact = self.closed_exact and exact
-            if self.period is not None:
-                start = period_of(self.current.window, self.period)
-                if start > self.period_start:
-                    self.period_start, self.period_micro = start, micro
-                else:  # the same period (or one before a change of period: kept, as an over-count)
-                    self.period_micro += micro
+            if self.period is not None:  # to its own period, whose total is kept (or bounded)
+                self.periods.add(period_of(self.current.window, self.period), micro, self.period)
         self.closed_windows += 1
         self.current = None
 
@@ -356,41 +426,41 @@ class MetricRecord:
         if period == self.period:
             return False
         self.period = period
-        self.period_start = 0 if period is None else period_of(now, period)
-        self.period_micro = self.closed_micro if period is not None else 0
+        self.periods = PeriodTotals()
+        if period is not None:  # every closed window to the current period; any earlier one bounded by their sum
+            start = period_of(now, period)
+            self.periods = PeriodTotals(totals={start: self.closed_micro}, dropped_micro=self.closed_micro,
+                                        dropped_through=start - period if self.closed_micro else None)
         return True
 
     def latest_period(self) -> int:
-        """The start of the latest period charged (a renewing budget): the current window's, or the one
-        the closed windows' period sum is kept for (or the one a change of policy charged them to)."""
-        start = self.period_start
-        if self.current is not None and self.period is not None:
-            start = max(start, period_of(self.current.window, self.period))
-        return start
+        """The start of the latest period charged (a renewing budget): the latest one kept, or the
+        current window's when later."""
+        if self.period is None:
+            raise ValueError("latest_period needs a renewing budget (record.period)")
+        starts = [self.periods.latest() or 0]
+        if self.current is not None:
+            starts.append(period_of(self.current.window, self.period))
+        return max(starts)
 
     def charged_period(self, window: int) -> int:
-        """The start of the period a window starting at ``window`` is charged to (a renewing budget).
-
-        The period it starts in, unless that lies before the latest period charged: a device clock
-        that went back (across a restart, before a server answer corrects it) makes windows of a
-        period whose sum the record no longer keeps. Such a window is charged to the latest period,
-        whose sum it keeps: the value reported is the one of the present, which is no earlier than
-        the latest report's time, and no period is ever charged less than what its windows released.
-        """
+        """The start of the period a window starting at ``window`` is charged to (a renewing budget):
+        the one it starts in, also when that lies before the latest period charged (a clock set back,
+        or a clock that was ahead, corrected by a server answer): the record keeps the recent periods'
+        totals (:class:`PeriodTotals`), so every window is checked against its own period's."""
         if self.period is None:
             raise ValueError("charged_period needs a renewing budget (record.period)")
-        return max(period_of(window, self.period), self.latest_period())
+        return period_of(window, self.period)
 
     def spent_in(self, params: MetricParams, start: int, last_step: int | None = None) -> int:
         """Micro-epsilons charged to the period starting at ``start`` (a renewing budget), the current
-        window through ``last_step``. ``-1``: infinite (trusted). A period before the latest one is
-        answered with the latest one's charge (:meth:`charged_period`: what a window there would join)."""
+        window through ``last_step``. ``-1``: infinite (trusted). A period whose total was dropped
+        answers the bound :class:`PeriodTotals` keeps (never less than the truth)."""
         if self.period is None:
-            return self.period_micro if start <= self.period_start else 0
-        start = self.charged_period(start)
-        closed = self.period_micro if start <= self.period_start else 0
+            return 0
+        closed = self.periods.charged(start)
         current = self.current
-        if current is None or self.charged_period(current.window) != start:
+        if current is None or period_of(current.window, self.period) != start:
             return closed
         _, _, micro = self._cost(params, self.window_chain(last_step))
         return -1 if micro < 0 else closed + micro
@@ -408,10 +478,18 @@ class MetricRecord:
             "closed_windows": self.closed_windows,
             "closed_exact": self.closed_exact,
             "period": self.period,
-            "period_start": self.period_start,
-            "period_micro": self.period_micro,
+            **self._period_fields(),
             "first_window": self.first_window,
         }
+
+    def _period_fields(self) -> dict[str, Any]:
+        """The period totals; with the latest one also as ``period_start``/``period_micro``, the only
+        totals a state written by an earlier version held (that version reads them)."""
+        latest = self.periods.latest()
+        if latest is None:
+            return {"period_start": 0, "period_micro": 0}
+        return {"period_start": latest, "period_micro": self.periods.totals[latest],
+                "periods": self.periods.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MetricRecord:
@@ -428,10 +506,19 @@ class MetricRecord:
             closed_windows=int(data["closed_windows"]),
             closed_exact=bool(data["closed_exact"]),
             period=None if data.get("period") is None else int(data["period"]),
-            period_start=int(data.get("period_start", 0)),
-            period_micro=int(data.get("period_micro", 0)),
+            periods=_periods_of(data),
             first_window=None if data.get("first_window") is None else int(data["first_window"]),
         )
+
+
+def _periods_of(data: Mapping[str, Any]) -> PeriodTotals:
+    """A record's period totals; an earlier version's state: its latest period's (:meth:`PeriodTotals.of_latest`)."""
+    if "periods" in data:
+        return PeriodTotals.from_dict(data["periods"])
+    period, micro = data.get("period"), int(data.get("period_micro", 0))
+    if period is None or (micro == 0 and int(data["closed_micro"]) == 0):
+        return PeriodTotals()
+    return PeriodTotals.of_latest(int(data.get("period_start", 0)), micro, int(data["closed_micro"]), int(period))
 
 
 def _remaining(ceiling: float, spent: float) -> float:
@@ -460,11 +547,10 @@ def check_new_window(
     """Refuse a report in a new window whose cost would pass the ceiling.
 
     With a renewing budget (``record.period`` set) the ceiling is per
-    period: what the period ``window`` is charged to
-    (:meth:`MetricRecord.charged_period`: the one it starts in, or the latest one
-    charged when that is later) was charged so far (``prior`` being that
-    period's lost-state charge) plus the new window's cost must stay within
-    it. Otherwise the metric's lifetime total must.
+    period: what the period ``window`` starts in was charged so far (``prior``
+    being that period's lost-state charge) plus the new window's cost must
+    stay within it, also when that period lies before the latest one charged
+    (:class:`PeriodTotals`). Otherwise the metric's lifetime total must.
 
     Returns:
         What the ceiling is compared with after the report: the metric's
@@ -727,6 +813,7 @@ __all__ = [
     "Irr",
     "Ledger",
     "LedgerEntry",
+    "PeriodTotals",
     "LedgerEvent",
     "MetricRecord",
     "WindowRelease",

@@ -16,6 +16,15 @@ that). Between answers it keeps time continuous with the monotonic clock:
   is, since a suspended device also sees its wall clock jump ahead of the
   monotonic one, and the next answer tells which it was.
 
+Across a restart the monotonic clock says nothing, so the state keeps
+:meth:`ServerClock.checkpoint`: the latest time the client trusted and the
+offset it had learned. :meth:`ServerClock.restore` starts from them: a
+device clock found earlier than the last trusted time was moved back while
+the app was not running, and time continues from the last trusted time; a
+device clock that a server answer found ahead is taken to be ahead still,
+unless that would put time before the last trusted time. The first server
+answer overrides both.
+
 A device clock ahead by more than :data:`TOLERANCE` is corrected (the
 server refuses windows that start in its future: ``too_early``), one
 behind only past :data:`BEHIND_TOLERANCE` (the server takes past windows
@@ -80,6 +89,29 @@ class ServerClock:
                 elif jump > TOLERANCE and self.offset > 0:
                     self.offset = max(0.0, self.offset - jump)  # moved forward toward the server's time
             return wall + self.offset
+
+    def checkpoint(self) -> tuple[float, float]:
+        """``(trusted, offset)`` to keep in the state: the corrected time now, or (it runs ahead of the
+        server's last answer, :meth:`suspect`) that answer carried forward; and the offset."""
+        now = self.now()
+        anchor = self._anchor
+        if anchor is not None and self.suspect(now):
+            now = anchor[0] + self._monotonic() - anchor[1]
+        return now, self.offset
+
+    def restore(self, trusted: float, offset: float) -> None:
+        """Start from a state's :meth:`checkpoint` (an earlier run's): the offset it learned when the
+        device was ahead (a clock put right since is caught by what follows), and never a time before
+        ``trusted``. Nothing changes once a server answer taught this clock."""
+        wall = self._clock()
+        with self._guard:
+            if self.learned:
+                return
+            offset = min(offset, 0.0)  # behind: the server takes past windows; the wall clock may be right now
+            if wall + offset < trusted - TOLERANCE:  # moved back while the app was not running
+                offset = trusted - wall
+            self.offset = offset
+            self._last = (wall, self._monotonic())
 
     def learn(self, server_time: float) -> None:
         """An answer's ``Date`` or ``server_time``: the server's clock now (Unix seconds)."""

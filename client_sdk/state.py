@@ -31,10 +31,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -86,6 +87,10 @@ class ClientState:
     ``learned_sign_keys`` maps key id to raw Ed25519 public key: signing keys
     announced (``aggregator.next_sign_public``) in configs that verified with a
     key this client already trusted (:class:`client_sdk.following.Following`).
+    ``clock`` is the client's clock at the latest write, ``(trusted time,
+    offset)`` (:meth:`client_sdk.servertime.ServerClock.checkpoint`, taken from
+    ``clock_source`` at each write when set): after a restart, time never
+    starts before it (a device clock set back while the app was not running).
     """
 
     secret: bytes
@@ -98,6 +103,8 @@ class ClientState:
     dropped: int = 0
     waiting: list[dict[str, Any]] = field(default_factory=list)
     learned_sign_keys: dict[str, bytes] = field(default_factory=dict)
+    clock: tuple[float, float] | None = None
+    clock_source: Callable[[], tuple[float, float]] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_secret(self.secret)
@@ -113,6 +120,8 @@ class ClientState:
         del self.events[:-MAX_EVENTS]
 
     def to_json(self) -> bytes:
+        if self.clock_source is not None:
+            self.clock = self.clock_source()
         data = {
             "version": STATE_VERSION,
             "secret": b64e(self.secret),
@@ -124,6 +133,7 @@ class ClientState:
             "dropped": self.dropped,
             "waiting": self.waiting,
             "learned_sign_keys": {kid: b64e(raw) for kid, raw in sorted(self.learned_sign_keys.items())},
+            **({} if self.clock is None else {"clock": {"trusted": self.clock[0], "offset": self.clock[1]}}),
         }
         return json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
@@ -143,7 +153,16 @@ class ClientState:
             dropped=int(data["dropped"]),
             waiting=[dict(w) for w in data.get("waiting", [])],
             learned_sign_keys=_sign_keys(data.get("learned_sign_keys", {})),
+            clock=_clock_of(data.get("clock")),
         )
+
+
+def _clock_of(data: Any) -> tuple[float, float] | None:
+    """A state's ``clock`` (``None``: absent, as in a state written before it was kept, or not finite)."""
+    if data is None:
+        return None
+    trusted, offset = float(data["trusted"]), float(data["offset"])
+    return (trusted, offset) if math.isfinite(trusted) and math.isfinite(offset) else None
 
 
 def _sign_keys(data: Any) -> dict[str, bytes]:
