@@ -83,8 +83,8 @@ FLUSH_DEADLINE = 60.0  # flush() without a deadline: at most this long, in all (
 class ClockBehind(PolicyError):
     """Kept importable for apps that catch it; no longer raised. A device clock before a window the
     metric already reported, in an earlier period of a renewing budget, once refused reports until
-    the clock caught up; such a window is now charged to the latest period charged
-    (:meth:`~client_sdk.ledger.MetricRecord.charged_period`, docs/client.md E)."""
+    the clock caught up; such a window is now charged to its own period, whose total the record
+    keeps (:class:`~client_sdk.ledger.PeriodTotals`, docs/client.md E)."""
 
     code = "clock_behind"
 
