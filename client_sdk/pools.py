@@ -34,11 +34,14 @@ log = logging.getLogger("onesided.client")
 # them through numpy (~5 us) per call. Apps report a few values a day, and a phone app's process is
 # often killed between two of them: what is made ahead and not used is lost with the process, so the
 # first blocks are small (a new client makes 2 keys; a metric's first report draws 8 IRRs) and grow by
-# doubling only while reports outrun them, up to a cap that bounds what a burst leaves unused. Both,
+# doubling only while reports outrun them, up to a cap; keys are then kept ahead in proportion to their
+# use (twice the keys taken since the last refill), so a finished burst leaves few behind. Both,
 # and the key objects kept for the sender (HeldKeys), are memory only; each item is handed out once,
 # and all are emptied in a forked child (which must never reuse its parent's keys or uniforms).
 EPHEMERAL_POOL = 2  # keys a new client makes ahead: the first report's and the next one's
-MAX_EPHEMERAL_POOL = 128  # what a burst can grow the pool to (at most 128 keys, ~3 ms of CPU, left unused)
+# What a burst can grow the pool to: a woken filler may wait one GIL switch interval (5 ms) before it
+# runs, while back-to-back reports (~20 us each) take ~250 keys; 512 keeps it ahead (128 did not).
+MAX_EPHEMERAL_POOL = 512
 IRR_AHEAD = 4  # a metric's first report draws twice this on the spot
 MAX_IRR_AHEAD = 512
 FILLER_IDLE = 30.0  # seconds a filler thread waits for work before it ends
@@ -67,13 +70,14 @@ class EphemeralPool:
     One key per report, never reused (a report's id and its seal both come
     from its key), and none made only to be dropped: keys are made to
     replace the ones taken, a few ahead. Kept in memory only (never
-    written: a pool lost in a crash or with the process costs what it holds,
-    at most ``max_size`` keys). ``take()`` never waits: an empty pool makes a
-    key on the spot. Thread-safe (``deque`` appends and pops are atomic; one
+    written: a pool lost in a crash or with the process costs what it holds:
+    twice the keys taken between the last two refills, at least ``first``,
+    at most ``max_size``). ``take()`` never waits: an empty pool makes a key
+    on the spot. Thread-safe (``deque`` appends and pops are atomic; one
     refill at a time).
 
     A new client makes ``size`` keys ahead (2 by default: a client that
-    reports once and exits made 3 keys at most, not a block of 32). A burst
+    reports once and exits made 3 keys, not a block of 32). A burst
     of reports (more than the pool between two refills by the sender) would
     make a key inline on every call: ``take()`` therefore wakes a filler
     thread of its own when the pool is half empty, and an empty pool
@@ -86,7 +90,9 @@ class EphemeralPool:
     def __init__(self, size: int = EPHEMERAL_POOL, max_size: int = MAX_EPHEMERAL_POOL) -> None:
         self.size = size
         self.max_size = max(size, max_size)
+        self.first = size
         self._keys: collections.deque[Ephemeral] = collections.deque()
+        self._taken = 0  # keys handed out since the last refill (a sizing hint: a lost count only sizes)
         self._made = 0
         self._count_lock = threading.Lock()
         self._refilling = threading.Lock()
@@ -106,6 +112,7 @@ class EphemeralPool:
     def take(self) -> Ephemeral:
         """``(key, private, public, report id)``: a key never handed out before, its raw halves, and
         ``b64e(sealed_report_id(public))``."""
+        self._taken += 1
         try:
             key = self._keys.popleft()
         except IndexError:
@@ -117,11 +124,19 @@ class EphemeralPool:
         return key
 
     def refill(self) -> None:
-        """Make keys until ``size`` are ahead; returns at once if another thread is refilling."""
+        """Make keys until twice the keys taken since the last refill are ahead (at least ``first``, at most
+        ``size``); returns at once if another thread is refilling.
+
+        Sized by use: in a burst the pool keeps ahead what the caller takes
+        between two turns of the filler; once the burst is over, a refill
+        does not top up keys that nothing is taking.
+        """
         if not self._refilling.acquire(blocking=False):
             return
         try:
-            while len(self._keys) < self.size:
+            wanted = min(self.size, max(self.first, 2 * self._taken))
+            self._taken = 0
+            while len(self._keys) < wanted:
                 self._keys.append(self._make())
         finally:
             self._refilling.release()
