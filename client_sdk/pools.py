@@ -80,7 +80,7 @@ class EphemeralPool:
     reports once and exits made 3 keys, not a block of 32). A burst
     of reports (more than the pool between two refills by the sender) would
     make a key inline on every call: ``take()`` therefore wakes a filler
-    thread of its own when the pool is half empty, and an empty pool
+    thread of its own when half of what the last refill aimed at is gone, and an empty pool
     doubles its size (up to ``max_size``), so that keys are made off the
     caller's thread at the rate they are used. The filler is a daemon that
     ends after ``FILLER_IDLE`` seconds without work (and with the pool); a
@@ -93,6 +93,7 @@ class EphemeralPool:
         self.first = size
         self._keys: collections.deque[Ephemeral] = collections.deque()
         self._taken = 0  # keys handed out since the last refill (a sizing hint: a lost count only sizes)
+        self._ahead = size  # what the last refill aimed at: the filler is woken when half of it is gone
         self._made = 0
         self._count_lock = threading.Lock()
         self._refilling = threading.Lock()
@@ -119,7 +120,7 @@ class EphemeralPool:
             self.size = min(self.max_size, 2 * self.size)  # a burst: keep more ahead
             self._wake()
             return self._make()
-        if len(self._keys) < self.size // 2:
+        if len(self._keys) < self._ahead // 2:
             self._wake()
         return key
 
@@ -134,7 +135,7 @@ class EphemeralPool:
         if not self._refilling.acquire(blocking=False):
             return
         try:
-            wanted = min(self.size, max(self.first, 2 * self._taken))
+            wanted = self._ahead = min(self.size, max(self.first, 2 * self._taken))
             self._taken = 0
             while len(self._keys) < wanted:
                 self._keys.append(self._make())
