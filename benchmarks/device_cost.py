@@ -31,6 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+import client_sdk.pools as pools
 from client_sdk import Client
 from client_sdk.testing import FakeAggregator
 from protocol.crypto import AggregatorKeys, ephemeral_key, seal
@@ -43,10 +49,10 @@ class ServerTimed(FakeAggregator):
 
     server_ns = 0
 
-    def _upload(self, data: bytes, content_type: str) -> Any:
+    def _upload(self, data: bytes, content_type: str, *rest: Any) -> Any:
         t0 = time.thread_time_ns()
         try:
-            return super()._upload(data, content_type)
+            return super()._upload(data, content_type, *rest)
         finally:
             self.server_ns += time.thread_time_ns() - t0
 
@@ -58,14 +64,35 @@ def params() -> MetricParams:
     )
 
 
+class KeyCount:
+    """Counts the ephemeral keys the SDK generates, on any thread (the pool's own maker, wrapped)."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self._original = pools._ephemeral
+
+    def __enter__(self) -> KeyCount:
+        def counted() -> Any:
+            self.made += 1  # a race between two threads may lose a count: at most a few in a burst
+            return self._original()
+        pools._ephemeral = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pools._ephemeral = self._original
+
+
+def new_client(fake: FakeAggregator, folder: str, now: list[float]) -> Client:
+    return Client("http://agg.invalid", Path(folder) / "state", background=False, server_public_keys=fake.sign_public,
+                  max_epsilon=1e9, session=fake, max_queue=10**7, autosave=False, clock=lambda: now[0])
+
+
 def run_once(reports: int, flush_every: int) -> dict[str, float]:
     """One client, ``reports`` reports: caller's-thread and total device CPU per report, in us."""
     fake = ServerTimed([params()], max_reports=max(1000, flush_every))
     now = [1_700_000_000.0]
-    with tempfile.TemporaryDirectory(prefix="onesided-device-") as folder:
-        client = Client("http://agg.invalid", Path(folder) / "state", background=False,
-                        server_public_keys=fake.sign_public, max_epsilon=1e9, session=fake,
-                        max_queue=10**7, autosave=False, clock=lambda: now[0])
+    with tempfile.TemporaryDirectory(prefix="onesided-device-") as folder, KeyCount() as keys:
+        client = new_client(fake, folder, now)
         client.sync()
         values = [(f"place-{i}", f"place-{i + 7}") for i in range(50)]
         caller: list[int] = []
@@ -84,7 +111,26 @@ def run_once(reports: int, flush_every: int) -> dict[str, float]:
             raise SystemExit(f"only {len(fake.stored)} of {reports} reports were delivered")
         client.close()
     return {"caller_median": statistics.median(caller) / 1e3, "caller_mean": sum(caller) / len(caller) / 1e3,
-            "total": total / reports / 1e3, "server": fake.server_ns / reports / 1e3}
+            "total": total / reports / 1e3, "server": fake.server_ns / reports / 1e3, "keys": keys.made / reports}
+
+
+def run_new_clients(count: int) -> dict[str, float]:
+    """``count`` new clients (an app's first launch, or the demo's SDK clients), each made, synced, reporting
+    once, flushed and closed: total device CPU per client in us (aggregator excluded), keys made per client."""
+    fake = ServerTimed([params()])
+    now = [1_700_000_000.0]
+    with tempfile.TemporaryDirectory(prefix="onesided-device-") as folder, KeyCount() as keys:
+        start = time.process_time_ns()
+        for i in range(count):
+            client = new_client(fake, f"{folder}/{i}", now)
+            client.sync()
+            client.report("places", ("home", "work"))
+            client.flush()
+            client.close()
+        total = time.process_time_ns() - start - fake.server_ns
+    if len(fake.stored) < count:
+        raise SystemExit(f"only {len(fake.stored)} of {count} reports were delivered")
+    return {"client": total / count / 1e3, "keys": keys.made / count}
 
 
 def per_call_us(fn: Any, n: int) -> float:
@@ -99,14 +145,27 @@ def per_call_us(fn: Any, n: int) -> float:
 
 
 def parts(n: int) -> dict[str, float]:
+    """The sealing floor's parts, each alone: OpenSSL's X25519 (through ``cryptography``), HKDF, AES-GCM."""
     keys = AggregatorKeys.generate()
     recipient = keys.seal_public_raw
+    recipient_key = keys.seal_private.public_key()
     key = ephemeral_key()[0]
-    plain = os.urandom(40)
+    plain, aad = os.urandom(40), os.urandom(96)
+    shared = key.exchange(recipient_key)
+    info = b"onesided/seal/v1" + recipient + recipient
+    cipher_key, nonce = os.urandom(16), os.urandom(12)
     return {
-        "ephemeral key": per_call_us(ephemeral_key, n),
-        "seal, key object given": per_call_us(lambda: seal(recipient, plain, b"aad", ephemeral_private=key), n),
-        "X25519 exchange alone": per_call_us(lambda: key.exchange(keys.seal_private.public_key()), n),
+        "X25519 key generation (`X25519PrivateKey.generate`)": per_call_us(X25519PrivateKey.generate, n),
+        "X25519 exchange": per_call_us(lambda: key.exchange(recipient_key), n),
+        "X25519 key generation + exchange (the floor of one key per report)":
+            per_call_us(lambda: X25519PrivateKey.generate().exchange(recipient_key), n),
+        "HKDF-SHA256 (28 bytes)": per_call_us(
+            lambda: HKDF(algorithm=hashes.SHA256(), length=28, salt=None, info=info).derive(shared), n),
+        "AES-128-GCM of a 40-byte payload (key schedule + encrypt)": per_call_us(
+            lambda: AESGCM(cipher_key).encrypt(nonce, plain, aad), n),
+        "ephemeral key with its raw halves (`ephemeral_key`)": per_call_us(ephemeral_key, n),
+        "one seal with the key object (`seal`)": per_call_us(
+            lambda: seal(recipient, plain, aad, ephemeral_private=key), n),
     }
 
 
@@ -115,6 +174,7 @@ def main() -> None:
     ap.add_argument("--reports", type=int, default=3000)
     ap.add_argument("--flush-every", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--new-clients", type=int, default=100, help="new clients that report once each (0: skip)")
     ap.add_argument("--core-watts", type=float, default=1.5)
     ap.add_argument("--battery-wh", type=float, default=15.0)
     args = ap.parse_args()
@@ -127,15 +187,22 @@ def main() -> None:
     for key, label in (("caller_median", "caller's thread, median report()"),
                        ("caller_mean", "caller's thread, mean report()"),
                        ("total", "total device CPU (all threads, aggregator excluded)"),
-                       ("server", "(excluded: the in-memory aggregator's receiving and opening)")):
-        print(f"| {label} | {best[key]:.1f} | {', '.join(f'{r[key]:.1f}' for r in runs)} |")
+                       ("server", "(excluded: the in-memory aggregator's receiving and opening)"),
+                       ("keys", "ephemeral keys made per report sent (count, not us)")):
+        print(f"| {label} | {best[key]:.2f} | {', '.join(f'{r[key]:.2f}' for r in runs)} |")
     for label, us in parts(500).items():
         print(f"| part alone: {label} | {us:.1f} | |")
+    if args.new_clients:
+        fresh = [run_new_clients(args.new_clients) for _ in range(args.repeat)]
+        each = ", ".join(f"{r['client']:.0f}" for r in fresh)
+        print(f"| {args.new_clients} new clients, each made, synced, reporting once, flushed, closed: CPU us per client "
+              f"| {min(r['client'] for r in fresh):.0f} | {each} |")
+        print(f"| ... ephemeral keys made per new client (count) | {fresh[0]['keys']:.2f} | |")
     joules = best["total"] * 1e-6 * args.core_watts
-    per_charge = args.battery_wh * 3600 / joules
-    print(f"energy at {args.core_watts:g} W per busy core: {joules * 1e6:.0f} uJ per report; a {args.battery_wh:g} Wh "
-          f"battery pays for {per_charge:.3g} reports (1,000 reports a day: {1000 * joules / (args.battery_wh * 36):.2g}% "
-          "of a charge)")
+    one_percent = args.battery_wh * 36  # joules in 1% of the battery
+    print(f"energy at {args.core_watts:g} W per busy core: {joules * 1e6:.0f} uJ per report; 1% of a {args.battery_wh:g} Wh "
+          f"battery ({one_percent:.0f} J) pays for {one_percent / joules:.3g} reports (1,000 reports a day: "
+          f"{1000 * joules / one_percent:.2g}% of a charge a day)")
     print("load average (1, 5, 15 min): before " + " ".join(f"{x:.2f}" for x in load_before)
           + ", after " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 

@@ -2,7 +2,7 @@
 
 :meth:`client_sdk.Client.report` takes one key pair (for the report's
 sealing and its id) and one IRR from these pools, so that it neither
-generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms per
+generates an X25519 key (~25 us) nor asks the OS for its IRR uniforms per
 call. The pools are refilled by ``sync()``, ``flush()`` and the background
 sender; an empty pool makes what is asked on the spot (slower, the same
 reports). Memory only; each item is handed out once; all are emptied in a
@@ -30,15 +30,20 @@ from .memo import IrrMasks, irr_masks
 log = logging.getLogger("onesided.client")
 
 # Randomness made ahead of time, off the caller's thread (by sync(), flush() and the sender), so that
-# report() neither generates an X25519 key (~30 us) nor asks the OS for its IRR uniforms and compares
-# them through numpy (~5 us) per call. Apps report a few values a day; a burst beyond the pools makes
-# its keys and IRR inline (slower, the same reports). Both, and the key objects kept for the sender
-# (HeldKeys), are memory only; each item is handed out once, and all are emptied in a forked child
-# (which must never reuse its parent's keys or uniforms).
-EPHEMERAL_POOL = 32
-MAX_EPHEMERAL_POOL = 2048  # what a burst can grow the pool to (a key pair and its id: ~0.3 KiB)
-IRR_AHEAD = 64
-MAX_IRR_AHEAD = 4096
+# report() neither generates an X25519 key (~25 us) nor asks the OS for its IRR uniforms and compares
+# them through numpy (~5 us) per call. Apps report a few values a day, and a phone app's process is
+# often killed between two of them: what is made ahead and not used is lost with the process, so the
+# first blocks are small (a new client makes 2 keys; a metric's first report draws 8 IRRs) and grow by
+# doubling only while reports outrun them, up to a cap; keys are then kept ahead in proportion to their
+# use (twice the keys taken since the last refill), so a finished burst leaves few behind. Both,
+# and the key objects kept for the sender (HeldKeys), are memory only; each item is handed out once,
+# and all are emptied in a forked child (which must never reuse its parent's keys or uniforms).
+EPHEMERAL_POOL = 2  # keys a new client makes ahead: the first report's and the next one's
+# What a burst can grow the pool to: a woken filler may wait one GIL switch interval (5 ms) before it
+# runs, while back-to-back reports (~20 us each) take ~250 keys; 512 keeps it ahead (128 did not).
+MAX_EPHEMERAL_POOL = 512
+IRR_AHEAD = 4  # a metric's first report draws twice this on the spot
+MAX_IRR_AHEAD = 512
 FILLER_IDLE = 30.0  # seconds a filler thread waits for work before it ends
 _AHEAD: weakref.WeakSet[EphemeralPool | IrrPool | HeldKeys] = weakref.WeakSet()
 
@@ -62,23 +67,36 @@ def _ephemeral() -> Ephemeral:
 class EphemeralPool:
     """Fresh X25519 key pairs for sealing, made ahead of time with their report ids; each is handed out once.
 
-    Kept in memory only (never written: a pool lost in a crash costs
-    nothing). ``take()`` never waits: an empty pool makes a key on the spot.
-    Thread-safe (``deque`` appends and pops are atomic).
+    One key per report, never reused (a report's id and its seal both come
+    from its key), and none made only to be dropped: keys are made to
+    replace the ones taken, a few ahead. Kept in memory only (never
+    written: a pool lost in a crash or with the process costs what it holds:
+    twice the keys taken between the last two refills, at least ``first``,
+    at most ``max_size``). ``take()`` never waits: an empty pool makes a key
+    on the spot. Thread-safe (``deque`` appends and pops are atomic; one
+    refill at a time).
 
-    A burst of reports (more than the pool between two refills by the
-    sender) would make a key inline on every call: ``take()`` therefore
-    wakes a filler thread of its own when the pool is half empty, and an
-    empty pool doubles its size (up to ``max_size``), so that keys are made
-    off the caller's thread at the rate they are used. The filler is a
-    daemon that ends after ``FILLER_IDLE`` seconds without work (and with
-    the pool); a forked child starts its own.
+    A new client makes ``size`` keys ahead (2 by default: a client that
+    reports once and exits made 3 keys, not a block of 32). A burst
+    of reports (more than the pool between two refills by the sender) would
+    make a key inline on every call: ``take()`` therefore wakes a filler
+    thread of its own when half of what the last refill aimed at is gone, and an empty pool
+    doubles its size (up to ``max_size``), so that keys are made off the
+    caller's thread at the rate they are used. The filler is a daemon that
+    ends after ``FILLER_IDLE`` seconds without work (and with the pool); a
+    forked child starts its own.
     """
 
     def __init__(self, size: int = EPHEMERAL_POOL, max_size: int = MAX_EPHEMERAL_POOL) -> None:
         self.size = size
         self.max_size = max(size, max_size)
+        self.first = size
         self._keys: collections.deque[Ephemeral] = collections.deque()
+        self._taken = 0  # keys handed out since the last refill (a sizing hint: a lost count only sizes)
+        self._ahead = size  # what the last refill aimed at: the filler is woken when half of it is gone
+        self._made = 0
+        self._count_lock = threading.Lock()
+        self._refilling = threading.Lock()
         self._wanted = threading.Event()
         self._filler: threading.Thread | None = None
         self._filler_pid = 0
@@ -87,25 +105,54 @@ class EphemeralPool:
     def __len__(self) -> int:
         return len(self._keys)
 
+    @property
+    def made(self) -> int:
+        """Keys this pool has generated so far (handed out, held, or emptied in a forked child)."""
+        return self._made
+
     def take(self) -> Ephemeral:
         """``(key, private, public, report id)``: a key never handed out before, its raw halves, and
         ``b64e(sealed_report_id(public))``."""
+        self._taken += 1
         try:
             key = self._keys.popleft()
         except IndexError:
             self.size = min(self.max_size, 2 * self.size)  # a burst: keep more ahead
             self._wake()
-            return _ephemeral()
-        if len(self._keys) < self.size // 2:
+            return self._make()
+        if len(self._keys) < self._ahead // 2:
             self._wake()
         return key
 
     def refill(self) -> None:
-        while len(self._keys) < self.size:
-            self._keys.append(_ephemeral())
+        """Make keys until twice the keys taken since the last refill are ahead (at least ``first``, at most
+        ``size``); returns at once if another thread is refilling.
+
+        Sized by use: in a burst the pool keeps ahead what the caller takes
+        between two turns of the filler; once the burst is over, a refill
+        does not top up keys that nothing is taking.
+        """
+        if not self._refilling.acquire(blocking=False):
+            return
+        try:
+            wanted = self._ahead = min(self.size, max(self.first, 2 * self._taken))
+            self._taken = 0
+            while len(self._keys) < wanted:
+                self._keys.append(self._make())
+        finally:
+            self._refilling.release()
 
     def clear(self) -> None:
+        """Drop the keys ahead (a forked child's, which must not use its parent's)."""
         self._keys.clear()
+        # a child forked while another thread held one would find it held forever
+        self._refilling, self._count_lock = threading.Lock(), threading.Lock()
+
+    def _make(self) -> Ephemeral:
+        made = _ephemeral()
+        with self._count_lock:
+            self._made += 1
+        return made
 
     def _wake(self) -> None:
         """Ask the filler thread to refill (starting it if it is not running in this process)."""

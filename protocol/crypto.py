@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import os
 import re
@@ -123,12 +124,19 @@ def ephemeral_key() -> tuple[X25519PrivateKey, bytes, bytes]:
     return key, key.private_bytes_raw(), key.public_key().public_bytes_raw()
 
 
+@functools.lru_cache(maxsize=8)
+def _recipient_key(recipient_public: bytes) -> X25519PublicKey:
+    """The recipient's key object, loaded once: a client seals every report to the same aggregator key."""
+    return X25519PublicKey.from_public_bytes(recipient_public)
+
+
 def seal(
     recipient_public: bytes,
     plaintext: bytes,
     aad: bytes,
     *,
     ephemeral_private: X25519PrivateKey | bytes | None = None,
+    ephemeral_public: bytes | None = None,
 ) -> bytes:
     """Seal ``plaintext`` to an X25519 public key (docs/wire.md section 6).
 
@@ -136,7 +144,12 @@ def seal(
         recipient_public: the aggregator's raw 32-byte X25519 public key.
         plaintext: the report payload.
         aad: associated data, authenticated but not encrypted.
-        ephemeral_private: for test vectors only; ``None`` draws a fresh key.
+        ephemeral_private: the report's own key, used for this report only
+            (``None`` draws a fresh one).
+        ephemeral_public: the raw public half of ``ephemeral_private``, when
+            the caller has derived it already (a report's id is its hash);
+            ``None`` derives it. A wrong one gives an envelope that does not
+            open (the key schedule binds it).
 
     Returns:
         ``pkE (32) || AES-128-GCM(key, nonce, plaintext, aad) (len + 16)``.
@@ -146,12 +159,14 @@ def seal(
     """
     if not isinstance(recipient_public, bytes) or len(recipient_public) != PUBLIC_KEY_BYTES:
         raise ParameterError("seal_public", f"must be {PUBLIC_KEY_BYTES} raw bytes")
+    if ephemeral_public is not None and ephemeral_private is None:
+        raise ParameterError("ephemeral_public", "is given only with ephemeral_private")
     eph = X25519PrivateKey.generate() if ephemeral_private is None else _x25519_private(
         ephemeral_private, "ephemeral_private"
     )
-    eph_public = eph.public_key().public_bytes_raw()
+    eph_public = eph.public_key().public_bytes_raw() if ephemeral_public is None else ephemeral_public
     try:
-        shared = eph.exchange(X25519PublicKey.from_public_bytes(recipient_public))
+        shared = eph.exchange(_recipient_key(recipient_public))
     except ValueError as exc:
         raise ParameterError("seal_public", "is a low-order point") from exc
     key, nonce = _seal_key_nonce(shared, eph_public, recipient_public)

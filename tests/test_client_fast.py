@@ -431,7 +431,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
                          insecure_rng_for_testing=True)
     client.sync()
     items: list[dict[str, object]] = []
-    for day in range(100):  # the first draws a block of 128 (the pool ran dry), flush() draws 80 more
+    for day in range(100):  # each draw on a dry pool doubles the block: 8, 16, 32, 64 (flush() has no need to)
         value = f"https://example.org/{day % 7}"
         rid = client.report("urls", value)
         items.extend(i for i in client._queue if i["report_id"] == rid)
@@ -439,7 +439,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
             client.flush()
         clock.now += DAY
     blocks = [b for b in source.blocks if b.ndim == 2 and b.shape[1] == 32]
-    assert [len(b) for b in blocks] == [128, 80]
+    assert [len(b) for b in blocks] == [2 * IRR_AHEAD, 4 * IRR_AHEAD, 8 * IRR_AHEAD, 16 * IRR_AHEAD]
     rows = iter(np.concatenate(blocks))
     record = client._state.metrics["urls"]
     randomizer = params.randomizer()

@@ -238,7 +238,7 @@ def seal_report(
     if report_id is not None and report_id != rid:
         raise ParameterError("report_id", "is not the id of this ephemeral key")
     aad = report_aad(report_id=rid, metric=metric, params_digest=params_digest, round=round, window=window)
-    envelope = seal(seal_public, payload, aad, ephemeral_private=ephemeral)
+    envelope = seal(seal_public, payload, aad, ephemeral_private=ephemeral, ephemeral_public=enc)
     return ReportEnvelope(report_id=rid, metric=metric, round=round, window=window, params_digest=params_digest,
                           sealed=envelope)
 
