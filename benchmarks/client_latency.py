@@ -1,6 +1,6 @@
 """Benchmark: ``Client.report()`` on the caller's thread with the default settings, under a parallel disk load.
 
-Run: .venv/bin/python benchmarks/client_latency.py [--dir FOLDER] [--calls N] [--burst N]
+Run: .venv/bin/python benchmarks/client_latency.py [--dir FOLDER] [--calls N] [--burst N [--rate R]] [--no-latency]
 
 The client runs as an app embeds it: the default settings (the background
 sender, ``autosave``, the durable encrypted queue on ``--dir``), an
@@ -13,9 +13,10 @@ calls took over 1 ms and over 100 ms, with the most CPU time the caller's
 thread itself spent in one of those (``time.thread_time``): a slow call
 that spent little CPU waited for the processor (a loaded machine, the
 interpreter lock), not for a disk. ``--burst N`` then reports N values
-as fast as the loop can call (default settings, ``max_queue`` 10,000) and
-prints how many reports were delivered, are still queued, and were
-dropped. The aggregator is in memory: ``--server fake`` (default) opens
+as fast as the loop can call, or ``--rate R`` a second (default settings,
+``max_queue`` 10,000), and prints how many reports were delivered, are
+still queued, and were dropped (read after the last answers), and how
+many of the N none of these accounts for (0 when the count is exact). The aggregator is in memory: ``--server fake`` (default) opens
 every report as the real one does, on this process's CPU; ``--server
 null`` answers ``accepted`` without opening (the server's work off the
 client's processor, as in the field). It runs against whichever ``client_sdk`` is importable, so the
@@ -101,18 +102,25 @@ def latency(folder: Path, calls: int, server: str) -> None:
           f"{max(slow_cpu) * 1e3:.2f} ms), over 100 ms: {sum(t > 100 for t in ms)}")
 
 
-def burst(folder: Path, count: int, server: str) -> None:
+def burst(folder: Path, count: int, server: str, rate: float) -> None:
     clock = StepClock()
     client, fake = make_client(folder, clock, server)
     start = time.perf_counter()
     for i in range(count):
         clock.now += DAY
         client.report("words", {f"w{i % 50}"})
+        if rate and i % 16 == 15:  # paced: sleep whenever the loop is ahead of ``rate`` reports a second
+            ahead = start + (i + 1) / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
     took = time.perf_counter() - start
-    dropped = client.ledger().dropped_reports
     result = client.close(deadline=120.0)
-    print(f"burst of {count} in {took:.1f} s: {len(fake.stored)} delivered, {result.remaining} queued, "
-          f"{dropped} dropped")
+    dropped = client.ledger().dropped_reports  # after the last answers: exact
+    client.close(deadline=1.0, flush=False)
+    delivered = len(fake.stored)
+    print(f"burst of {count} {f'at {rate:,.0f}/s ' if rate else ''}in {took:.1f} s ({count / took:,.0f}/s): "
+          f"{delivered} delivered, {result.remaining} queued, {dropped} dropped, "
+          f"{count - delivered - result.remaining - dropped} unaccounted")
 
 
 def main() -> None:
@@ -120,6 +128,9 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--burst", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="reports a second in the burst (default 0: as fast as the loop calls)")
+    parser.add_argument("--no-latency", action="store_true", help="run the burst only")
     parser.add_argument("--server", choices=("fake", "null"), default="fake")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -127,11 +138,12 @@ def main() -> None:
         load = subprocess.Popen([sys.executable, "-c", LOAD, str(folder / "load.bin")])
         try:
             time.sleep(1.0)
-            (folder / "a").mkdir()
-            latency(folder / "a", args.calls, args.server)
+            if not args.no_latency:
+                (folder / "a").mkdir()
+                latency(folder / "a", args.calls, args.server)
             if args.burst:
                 (folder / "b").mkdir()
-                burst(folder / "b", args.burst, args.server)
+                burst(folder / "b", args.burst, args.server, args.rate)
         finally:
             load.kill()
             load.wait()

@@ -434,8 +434,7 @@ class Client:
         except OnesidedError as exc:
             self._event("refused", metric, str(exc))
             raise
-        item, sent = self._reporter.item(made, value_or_set, window, value_key)
-        report_id: str = item["report_id"]
+        item, sent, report_id = self._reporter.item(made, value_or_set, window, value_key)
         step = record.step
         self._accountant.spend(metric, record, params, WindowRelease(
             window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
@@ -613,7 +612,7 @@ class Client:
         record.rounds.append(round_id)
         if queued is not None and current is not None:
             current.last_step = record.step
-            current.report_id = queued.item["report_id"]
+            current.report_id = queued.report_id
             current.sent = queued.sent if with_irr(params, record.irr).irr_q is not None else None
             if relaxed:
                 current.relaxed.append(record.step)

@@ -30,8 +30,8 @@ from protocol.rng import RandomSource
 from protocol.wire import PAYLOAD_HEADER, ConfigPayload, MetricEntry
 
 from .ledger import MetricRecord, with_irr
-from .memo import ReportPlan, noise_key, prepare_level
-from .pools import EphemeralPool, HeldKeys, IrrPool
+from .memo import IrrMasks, ReportPlan, irr_masks, noise_key, prepare_level
+from .pools import MAX_IRR_AHEAD, EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, pending_item
 from .status import iso_utc
 
@@ -80,13 +80,16 @@ class Queued(NamedTuple):
     """A report made for the queue.
 
     Attributes:
-        item: its pending queue item.
+        item: its pending queue item (:func:`~client_sdk.queue.pending_item`: the one form it keeps
+            until it is sealed).
         sent: the bits it carries (hex, packed as in the payload): what a later relaxed IRR step of
             the window draws from (:attr:`~client_sdk.ledger.WindowRelease.sent`).
+        report_id: its id (base64url), the sealed report's.
     """
 
     item: Item
     sent: str
+    report_id: str
 
 
 class Reporter:
@@ -108,6 +111,7 @@ class Reporter:
         self.held = HeldKeys()
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self.plans: dict[str, Reporting] = {}  # by metric name
+        self._starved: set[IrrPool] = set()  # IRR pools found empty since the last prepare() (grown once)
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level and IRR, kept for its next reports."""
@@ -170,8 +174,21 @@ class Reporter:
         window's levels through a round's (the last is the plan's level). The item is pending with its
         own ephemeral key, sealed by the sender; its id is already the sealed report's.
         """
-        payload = made.plan.payload(value, noise_key(window, value_key), made.irr.take(), chain=chain)
+        payload = made.plan.payload(value, noise_key(window, value_key), self.irr_of(made.irr), chain=chain)
         return self._queued(made, window, payload)
+
+    def irr_of(self, pool: IrrPool) -> IrrMasks:
+        """One report's IRR: the pool's next, or, when the pool is empty (a burst used it faster than the
+        background sender drew it), one row drawn for this report alone, from the same source (the same
+        law; a few microseconds, not a block of up to 4,096 reports' uniforms on the caller's thread).
+        An empty pool keeps twice as many ahead from then on, drawn off the caller's thread by
+        :meth:`prepare` (the background sender's turns, ``sync()``, ``flush()``)."""
+        if len(pool) or not pool.randomizer.has_irr:
+            return pool.take()
+        if pool not in self._starved:
+            self._starved.add(pool)
+            pool.size = min(MAX_IRR_AHEAD, 2 * pool.size)
+        return irr_masks(pool.randomizer, pool.source.uniform((1, pool.num_bits)))[0]
 
     def _queued(self, made: Reporting, window: int, payload: bytes) -> Queued:
         """The pending queue item of ``payload``, with its own ephemeral key (its id is the sealed report's),
@@ -182,7 +199,7 @@ class Reporter:
         return Queued(pending_item(
             report_id=report_id, metric=entry.params.name, round=record.round, window=window,
             params_digest=entry.digest, payload=payload, ephemeral_private=private, seal_public=seal_public,
-        ), payload[PAYLOAD_HEADER.size :].hex())
+        ), payload[PAYLOAD_HEADER.size :].hex(), report_id)
 
     def prepare(self, config: ConfigPayload | None, records: Mapping[str, MetricRecord]) -> None:
         """Work done ahead of reports, off their path: ephemeral keys, each metric's cuts at its level.
@@ -191,6 +208,7 @@ class Reporter:
         leaves ``report()`` to do the work itself.
         """
         try:
+            self._starved.clear()
             self.ephemeral.refill()
             for entry in () if config is None else config.metrics:
                 record = records.get(entry.params.name)
