@@ -440,9 +440,9 @@ class Client:
             window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
             sent=sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
         ), after)
-        self._outbox.put(item)
+        self._outbox.put(item, report_id)
         self._persist()
-        log.debug("queued a report for metric %s (round %d)", metric, record.round)
+        log.debug("queued a report for metric %s", metric)
         return report_id
 
     def _check_earlier(self, record: MetricRecord, window: int, latest: int) -> None:
@@ -616,7 +616,7 @@ class Client:
             current.sent = queued.sent if with_irr(params, record.irr).irr_q is not None else None
             if relaxed:
                 current.relaxed.append(record.step)
-            self._outbox.put(queued.item)
+            self._outbox.put(queued.item, queued.report_id)
         irr_text = "" if irr is None else \
             f", IRR {tuple(step.irr_from)} -> {tuple(irr)}{' (relaxed step)' if relaxed else ''}"
         self._event("relax", metric, f"level {step.level_from:.6g} -> {step.level_to:.6g}{irr_text} (round {round_id})")

@@ -53,11 +53,11 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._disk.queue)
 
-    def put(self, item: Item) -> None:
+    def put(self, item: Item, report_id: str) -> None:
         """Queue in memory (the file gets it at the next write, after the state); the oldest beyond
         ``max_queue`` are dropped."""
         queue = self._disk.queue
-        queue.append(item)
+        queue.append(item, report_id)
         overflow = len(queue) - self.max_queue
         overflow -= self._flying  # left to their answer, and not counted against the bound meanwhile
         if overflow > 0:

@@ -24,10 +24,11 @@ the same bytes are what ``report()`` queues in memory, what the record
 holds (encrypted) and what the sender reads to seal, with no text or
 base64 between them::
 
-    pending = "P" || report_id (16) || skE (32) || pkR (32) || u32be round || u64be window
+    pending = "P" || u8 len || report_id || skE (32) || pkR (32) || u32be round || u64be window
               || u8 len || metric || u8 len || params_digest || payload
 
-the report's id (``sealed_report_id`` of the key's public half), its own
+the report's id (base64url of ``sealed_report_id`` of the key's public
+half, as ``report()`` returned it and the aggregator answers it), its own
 ephemeral X25519 private key, the aggregator key it is sealed to, its
 clear metadata and the packed payload (docs/wire.md 4). The sender seals
 it when it builds a batch (:func:`envelope_of`). Sealing is deterministic
@@ -59,7 +60,6 @@ Not thread-safe by itself: the client calls it under its lock.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import itertools
 import json
@@ -101,7 +101,7 @@ UNSAVED = -1  # the generation of a report queued in memory, before the state th
 
 PENDING = b"P"[0]
 SEALED = b"S"[0]
-_PENDING_HEAD = struct.Struct(">c16s32s32sIQB")  # form, report id, skE, pkR, round, window, metric length
+_PENDING_KEYS = struct.Struct(">32s32sIQB")  # after the id: skE, pkR, round, window, metric length
 _GEN = struct.Struct(">Q")
 _LENGTH = struct.Struct(">I")
 
@@ -124,7 +124,7 @@ class QueueDamage:
 class PendingReport(NamedTuple):
     """The fields of a pending item (:func:`read_pending`)."""
 
-    report_id: bytes
+    report_id_text: str
     ephemeral_private: bytes
     seal_public: bytes
     round: int
@@ -132,10 +132,6 @@ class PendingReport(NamedTuple):
     metric: str
     params_digest: str
     payload: bytes
-
-    @property
-    def report_id_text(self) -> str:
-        return b64e(self.report_id)
 
 
 def pending_item(
@@ -151,11 +147,10 @@ def pending_item(
 ) -> Item:
     """A report queued before sealing (module docstring); ``report_id`` is the id of the key's public half
     (base64url)."""
-    name, digest = metric.encode("utf-8"), params_digest.encode("ascii")
+    rid, name, digest = report_id.encode("ascii"), metric.encode("utf-8"), params_digest.encode("ascii")
     return b"".join((
-        _PENDING_HEAD.pack(b"P", base64.urlsafe_b64decode(report_id + "=="), ephemeral_private, seal_public,
-                           round, window, len(name)),
-        name, bytes([len(digest)]), digest, payload,
+        b"P", bytes((len(rid),)), rid, _PENDING_KEYS.pack(ephemeral_private, seal_public, round, window, len(name)),
+        name, bytes((len(digest),)), digest, payload,
     ))
 
 
@@ -167,18 +162,19 @@ def read_pending(item: Item) -> PendingReport:
     """
     if item[:1] != b"P":
         raise ValueError("not a pending queue item")
-    _, rid, private, public, round_, window, name_length = _PENDING_HEAD.unpack_from(item)
-    at = _PENDING_HEAD.size + name_length
-    metric = item[_PENDING_HEAD.size:at].decode("utf-8")
+    keys = 2 + item[1]
+    private, public, round_, window, name_length = _PENDING_KEYS.unpack_from(item, keys)
+    at = keys + _PENDING_KEYS.size + name_length
+    metric = item[keys + _PENDING_KEYS.size:at].decode("utf-8")
     digest_end = at + 1 + item[at]
-    return PendingReport(rid, private, public, round_, window, metric, item[at + 1:digest_end].decode("ascii"),
-                         item[digest_end:])
+    return PendingReport(item[2:keys].decode("ascii"), private, public, round_, window, metric,
+                         item[at + 1:digest_end].decode("ascii"), item[digest_end:])
 
 
 def item_id(item: Item) -> str:
     """The report id of an item (base64url)."""
     if item[:1] == b"P":
-        return b64e(item[1:17])
+        return item[2:2 + item[1]].decode("ascii")
     return str(json.loads(item[1:])["report_id"])
 
 
@@ -204,8 +200,9 @@ def legacy_item(report: Any) -> Item:
 
 def _plain(pending: PendingReport) -> ReportEnvelope:
     """The pending report's metadata and payload, checked as a plain envelope (the same rules as the wire's)."""
-    return ReportEnvelope(report_id=pending.report_id, metric=pending.metric, round=pending.round,
-                          window=pending.window, params_digest=pending.params_digest, plain=pending.payload)
+    return ReportEnvelope(report_id=b64d(pending.report_id_text, "report_id"), metric=pending.metric,
+                          round=pending.round, window=pending.window, params_digest=pending.params_digest,
+                          plain=pending.payload)
 
 
 def check_item(item: Item) -> None:
@@ -241,9 +238,11 @@ def envelope_of(item: Item, ephemeral: X25519PrivateKey | None = None) -> Report
     p = read_pending(item)
     key = ephemeral if ephemeral is not None and ephemeral.private_bytes_raw() == p.ephemeral_private \
         else p.ephemeral_private
-    return seal_report(payload=p.payload, metric=p.metric, round=p.round, window=p.window,
-                       params_digest=p.params_digest, seal_public=p.seal_public, ephemeral_private=key,
-                       report_id=p.report_id)
+    envelope = seal_report(payload=p.payload, metric=p.metric, round=p.round, window=p.window,
+                           params_digest=p.params_digest, seal_public=p.seal_public, ephemeral_private=key)
+    if envelope.report_id_text != p.report_id_text:  # the id report() returned must be the key's
+        raise ReportRejected("report_id", "is not the id of the queued report's ephemeral key")
+    return envelope
 
 
 class ReportQueue(Sequence[Item]):
@@ -302,11 +301,10 @@ class ReportQueue(Sequence[Item]):
 
     # --- changing (in memory, then :meth:`persist`) ----------------------------------
 
-    def append(self, item: Item) -> None:
-        """Queue one item (:func:`pending_item`); charged by the next state save."""
-        if isinstance(item, dict):  # a report in format 1's form (an envelope's JSON)
-            item = legacy_item(item)
-        rid = item_id(item)
+    def append(self, item: Item, report_id: str | None = None) -> None:
+        """Queue one item (:func:`pending_item`; ``report_id``: its id, when the caller has it); charged
+        by the next state save."""
+        rid = item_id(item) if report_id is None else report_id
         self._items[rid] = (UNSAVED, item)
         self._pending.append((KIND_REPORTS, [rid]))
 

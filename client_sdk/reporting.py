@@ -174,7 +174,9 @@ class Reporter:
         window's levels through a round's (the last is the plan's level). The item is pending with its
         own ephemeral key, sealed by the sender; its id is already the sealed report's.
         """
-        payload = made.plan.payload(value, noise_key(window, value_key), self.irr_of(made.irr), chain=chain)
+        irr = made.irr
+        masks = irr.take() if len(irr) else self.irr_of(irr)
+        payload = made.plan.payload(value, noise_key(window, value_key), masks, chain=chain)
         return self._queued(made, window, payload)
 
     def irr_of(self, pool: IrrPool) -> IrrMasks:
@@ -196,10 +198,12 @@ class Reporter:
         entry, record, _, _, seal_public = made
         ephemeral, private, _, report_id = self.ephemeral.take()
         self.held.put(report_id, ephemeral)
-        return Queued(pending_item(
+        item = pending_item(
             report_id=report_id, metric=entry.params.name, round=record.round, window=window,
             params_digest=entry.digest, payload=payload, ephemeral_private=private, seal_public=seal_public,
-        ), payload[PAYLOAD_HEADER.size :].hex(), report_id)
+        )
+        # Queued's fields, built as the tuple it is (its generated __new__ is a Python call on report()'s path)
+        return tuple.__new__(Queued, (item, payload[PAYLOAD_HEADER.size :].hex(), report_id))
 
     def prepare(self, config: ConfigPayload | None, records: Mapping[str, MetricRecord]) -> None:
         """Work done ahead of reports, off their path: ephemeral keys, each metric's cuts at its level.

@@ -232,7 +232,7 @@ def test_a_pending_report_whose_key_does_not_give_its_id_is_dropped(tmp_path: Pa
     client.report("places", {"home"})
     (item,) = list(client._queue)
     raw = bytearray(item)
-    raw[1 + 16 + 5] ^= 1  # another ephemeral key (bit 0 would be clamped away): its public half no longer gives the id
+    raw[2 + raw[1] + 5] ^= 1  # another ephemeral key (bit 0 would be clamped away): its public half no longer gives the id
     client._queue.remove([item_id(item)])
     client._queue.append(bytes(raw))
     result = client.flush()
