@@ -157,18 +157,18 @@ class Reporter:
                          self.irr_pool(params), seal_public)
         chain = tuple(relaxed_record.levels[current.first_step:])
         if not relaxed:
-            return self.item(made, value, current.window, canonical_value(value), chain)
+            return Queued(*self.item(made, value, current.window, canonical_value(value), chain))
         if current.sent is None:
             raise ValueError("a relaxed re-send needs the window's last report")
         before = with_irr(entry.params, record.irrs[current.last_step]).randomizer(record.levels[current.last_step])
         sent = int.from_bytes(bytes.fromhex(current.sent), "little")
         payload = made.plan.relaxed_payload(value, noise_key(current.window, canonical_value(value)), chain, sent,
                                             before, self._rng)
-        return self._queued(made, current.window, payload)
+        return Queued(*self._queued(made, current.window, payload))
 
     def item(self, made: Reporting, value: Value | Iterable[Value], window: int, value_key: bytes,
-             chain: tuple[float, ...] | None = None) -> Queued:
-        """The queue item of ``value`` in ``window`` (``value_key``: its canonical encoding).
+             chain: tuple[float, ...] | None = None) -> tuple[Item, str, str]:
+        """:class:`Queued`'s fields for ``value`` in ``window`` (``value_key``: its canonical encoding).
 
         ``chain``: ``None`` for the window's first report (a fresh draw at the plan's level), or the
         window's levels through a round's (the last is the plan's level). The item is pending with its
@@ -192,9 +192,10 @@ class Reporter:
             pool.size = min(MAX_IRR_AHEAD, 2 * pool.size)
         return irr_masks(pool.randomizer, pool.source.uniform((1, pool.num_bits)))[0]
 
-    def _queued(self, made: Reporting, window: int, payload: bytes) -> Queued:
-        """The pending queue item of ``payload``, with its own ephemeral key (its id is the sealed report's),
-        and the bits it carries."""
+    def _queued(self, made: Reporting, window: int, payload: bytes) -> tuple[Item, str, str]:
+        """:class:`Queued`'s fields (a plain tuple on ``report()``'s path: building the named tuple costs
+        more than the rest of the step): the pending queue item of ``payload``, with its own ephemeral key
+        (its id is the sealed report's), the bits it carries, its id."""
         entry, record, _, _, seal_public = made
         ephemeral, private, _, report_id = self.ephemeral.take()
         self.held.put(report_id, ephemeral)
@@ -202,8 +203,7 @@ class Reporter:
             report_id=report_id, metric=entry.params.name, round=record.round, window=window,
             params_digest=entry.digest, payload=payload, ephemeral_private=private, seal_public=seal_public,
         )
-        # Queued's fields, built as the tuple it is (its generated __new__ is a Python call on report()'s path)
-        return tuple.__new__(Queued, (item, payload[PAYLOAD_HEADER.size :].hex(), report_id))
+        return item, payload[PAYLOAD_HEADER.size :].hex(), report_id
 
     def prepare(self, config: ConfigPayload | None, records: Mapping[str, MetricRecord]) -> None:
         """Work done ahead of reports, off their path: ephemeral keys, each metric's cuts at its level.
