@@ -17,6 +17,7 @@ charges anything.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
@@ -36,6 +37,11 @@ from .queue import Item, pending_item
 from .status import iso_utc
 
 log = logging.getLogger("onesided.client")
+
+# When a burst empties an IRR pool, report() draws a small block itself (never the pool's own next block, of
+# up to 4,096 reports): this many reports' rows, at most this many uniforms.
+CALLER_IRR_ROWS = 32
+CALLER_IRR_UNIFORMS = 4096
 
 
 class AlreadyReported(PolicyError):
@@ -112,6 +118,7 @@ class Reporter:
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self.plans: dict[str, Reporting] = {}  # by metric name
         self._starved: set[IrrPool] = set()  # IRR pools found empty since the last prepare() (grown once)
+        self._spare: dict[IrrPool, collections.deque[IrrMasks]] = {}  # irr_of()'s small blocks (one a pool), used first
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level and IRR, kept for its next reports."""
@@ -175,22 +182,32 @@ class Reporter:
         own ephemeral key, sealed by the sender; its id is already the sealed report's.
         """
         irr = made.irr
-        masks = irr.take() if len(irr) else self.irr_of(irr)
+        masks = irr.take() if len(irr) and not self._spare else self.irr_of(irr)
         payload = made.plan.payload(value, noise_key(window, value_key), masks, chain=chain)
         return self._queued(made, window, payload)
 
     def irr_of(self, pool: IrrPool) -> IrrMasks:
-        """One report's IRR: the pool's next, or, when the pool is empty (a burst used it faster than the
-        background sender drew it), one row drawn for this report alone, from the same source (the same
-        law; a few microseconds, not a block of up to 4,096 reports' uniforms on the caller's thread).
-        An empty pool keeps twice as many ahead from then on, drawn off the caller's thread by
-        :meth:`prepare` (the background sender's turns, ``sync()``, ``flush()``)."""
-        if len(pool) or not pool.randomizer.has_irr:
+        """One report's IRR when the pool is empty (a burst used it faster than the background sender drew
+        it): from a small block of this client's own, drawn here from the same source (the same law): at
+        most :data:`CALLER_IRR_UNIFORMS` uniforms at a time, tens of microseconds, never the pool's next
+        block of up to 4,096 reports on the caller's thread. An empty pool keeps twice as many ahead from
+        then on, drawn off the caller's thread by :meth:`prepare` (the background sender's turns,
+        ``sync()``, ``flush()``); the small block is used up first, so rows are used in the order drawn."""
+        if not pool.randomizer.has_irr:
+            return pool.take()
+        spare = self._spare.get(pool)
+        if spare:
+            return spare.popleft()
+        if len(pool):
             return pool.take()
         if pool not in self._starved:
             self._starved.add(pool)
             pool.size = min(MAX_IRR_AHEAD, 2 * pool.size)
-        return irr_masks(pool.randomizer, pool.source.uniform((1, pool.num_bits)))[0]
+        rows = max(1, min(CALLER_IRR_ROWS, CALLER_IRR_UNIFORMS // pool.num_bits))
+        drawn = collections.deque(irr_masks(pool.randomizer, pool.source.uniform((rows, pool.num_bits))))
+        masks = drawn.popleft()
+        self._spare[pool] = drawn
+        return masks
 
     def _queued(self, made: Reporting, window: int, payload: bytes) -> tuple[Item, str, str]:
         """:class:`Queued`'s fields (a plain tuple on ``report()``'s path: building the named tuple costs

@@ -37,6 +37,7 @@ from client_sdk.memo import (
 )
 from client_sdk.pools import IRR_AHEAD, EphemeralPool, IrrPool, _empty_after_fork
 from client_sdk.queue import envelope_of, item_id, legacy_item, read_pending
+from client_sdk.reporting import CALLER_IRR_ROWS
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import ValueKind, from_micro, round_up
 from protocol.crypto import b64e
@@ -292,14 +293,15 @@ def test_the_irr_comes_from_the_os_csprng_and_the_sender_fills_the_pools(tmp_pat
     assert len(client._ephemeral) == 0
     client.sync()
     assert len(client._ephemeral) == client._ephemeral.size and not client._irr  # no IRR for unused metrics
-    client.report("places", {"home"})  # the metric's pool is empty: its own IRR, drawn alone; more kept ahead
+    client.report("places", {"home"})  # the metric's pool is empty: a small block of its own; more kept ahead
     (irr,) = client._irr.values()
     assert isinstance(irr.source, SecureRandom) and len(irr) == 0 and irr.size == 2 * IRR_AHEAD
     assert len(client._ephemeral) == client._ephemeral.size - 1
     client.flush()  # the sender refills the keys and draws the IRR ahead
     assert len(client._ephemeral) == client._ephemeral.size and len(irr) == irr.size
-    clock.advance(DAY)
-    client.report("places", {"home"})
+    for _ in range(CALLER_IRR_ROWS):  # the rest of report()'s small block goes first, then the pool
+        clock.advance(DAY)
+        client.report("places", {"home"})
     assert len(irr) == irr.size - 1
     client.flush()  # the IRR is refilled once half of it is used
     assert len(irr) == irr.size - 1
@@ -434,7 +436,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
                          insecure_rng_for_testing=True)
     client.sync()
     items: list[bytes] = []
-    for day in range(100):  # the pool is empty: one row a report until flush() draws a block of 128
+    for day in range(100):  # the pool is empty: report() draws blocks of 32 until flush() draws 128 ahead
         value = f"https://example.org/{day % 7}"
         rid = client.report("urls", value)
         items.extend(i for i in client._queue if item_id(i) == rid)
@@ -442,7 +444,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
             client.flush()
         clock.now += DAY
     blocks = [b for b in source.blocks if b.ndim == 2 and b.shape[1] == 32]
-    assert [len(b) for b in blocks] == [1] * 80 + [128]
+    assert [len(b) for b in blocks] == [32, 32, 32, 128]  # rows used in the order drawn: report()'s block first
     rows = iter(np.concatenate(blocks))
     record = client._state.metrics["urls"]
     randomizer = params.randomizer()
