@@ -95,11 +95,9 @@ class Background:
         self.tick()
 
     def written(self) -> None:
-        """``report()`` woke the thread: write what it queued (one write for a burst), send a full queue,
-        then draw the keys and IRR of the next reports (so that ``report()`` does not)."""
+        """``report()`` woke the thread: write what it queued (one write for a burst), send a full queue."""
         if self._write() >= self.flush_at:
             self._sender.flush(None, wait=False)
-        self._prepare()
 
     def tick(self) -> None:
         """One turn of the background sender: sync when due, report what waited for the server's time,

@@ -378,9 +378,7 @@ class ReportQueue(Sequence[Item]):
         self._pending[:0] = taken
 
     def _should_compact(self) -> bool:
-        """Dead records (tombstones and the reports they delete, appended or about to be) dominate."""
-        dead = self._dead + sum(1 + len(ids) for kind, ids in self._pending if kind == KIND_TOMBSTONE)
-        return dead >= max(COMPACT_MIN, len(self._items))
+        return self._dead >= max(COMPACT_MIN, len(self._items))
 
     def compact(self) -> None:
         """Rewrite the file atomically with the live reports only (one record per generation and MiB)."""

@@ -118,7 +118,7 @@ class Reporter:
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self.plans: dict[str, Reporting] = {}  # by metric name
         self._starved: set[IrrPool] = set()  # IRR pools found empty since the last prepare() (grown once)
-        self._spare: dict[IrrPool, collections.deque[IrrMasks]] = {}  # irr_of()'s small blocks (one a pool), used first
+        self._spare: dict[IrrPool, collections.deque[IrrMasks]] = {}  # irr_of()'s small blocks, used first (never empty)
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level and IRR, kept for its next reports."""
@@ -196,8 +196,11 @@ class Reporter:
         if not pool.randomizer.has_irr:
             return pool.take()
         spare = self._spare.get(pool)
-        if spare:
-            return spare.popleft()
+        if spare is not None:
+            masks = spare.popleft()
+            if not spare:
+                del self._spare[pool]  # report()'s fast path again (item() runs under the client's lock)
+            return masks
         if len(pool):
             return pool.take()
         if pool not in self._starved:
@@ -206,7 +209,8 @@ class Reporter:
         rows = max(1, min(CALLER_IRR_ROWS, CALLER_IRR_UNIFORMS // pool.num_bits))
         drawn = collections.deque(irr_masks(pool.randomizer, pool.source.uniform((rows, pool.num_bits))))
         masks = drawn.popleft()
-        self._spare[pool] = drawn
+        if drawn:
+            self._spare[pool] = drawn
         return masks
 
     def _queued(self, made: Reporting, window: int, payload: bytes) -> tuple[Item, str, str]:

@@ -184,7 +184,6 @@ class Sender:
                 pending.difference_update(r.report_id for r in results)
                 ok, bad = self._after_results(results)
                 delivered, rejected = delivered + ok, rejected + bad
-            self._save()  # the removals, once a flush (one lost to a crash only means a resend, "replayed")
         except Exception as exc:  # background sending never raises into the app
             error = exc
             self._notify(exc)
@@ -254,6 +253,7 @@ class Sender:
         for result in later:  # kept (already charged), the same envelope resent after the wait
             self._later[result.report_id] = now + min(float(result.retry_after or 0), self._clock_retry_cap)
         self._outbox.settle(r.report_id for r in final)
+        self._save()  # a removal lost to a crash only means a resend, answered "replayed"
         for result in final:
             self._later.pop(result.report_id, None)
         log.info("uploaded %d reports: %d delivered, %d rejected, %d kept for the server's clock", len(results),
