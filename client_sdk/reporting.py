@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -39,9 +41,19 @@ from .status import iso_utc
 log = logging.getLogger("onesided.client")
 
 # When a burst empties an IRR pool, report() draws a small block itself (never the pool's own next block, of
-# up to 4,096 reports): this many reports' rows, at most this many uniforms.
+# up to 4,096 reports): this many reports' rows, at most this many uniforms. Memory only, and emptied in a
+# forked child, like the pools (a child must never reuse its parent's uniforms).
 CALLER_IRR_ROWS = 32
 CALLER_IRR_UNIFORMS = 4096
+_REPORTERS: weakref.WeakSet[Reporter] = weakref.WeakSet()
+
+
+def _spares_after_fork() -> None:
+    for reporter in list(_REPORTERS):
+        reporter._spare.clear()
+
+
+os.register_at_fork(after_in_child=_spares_after_fork)
 
 
 class AlreadyReported(PolicyError):
@@ -119,6 +131,7 @@ class Reporter:
         self.plans: dict[str, Reporting] = {}  # by metric name
         self._starved: set[IrrPool] = set()  # IRR pools found empty since the last prepare() (grown once)
         self._spare: dict[IrrPool, collections.deque[IrrMasks]] = {}  # irr_of()'s small blocks, used first (never empty)
+        _REPORTERS.add(self)
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level and IRR, kept for its next reports."""

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from client_sdk import Client, ReportsDropped
-from client_sdk.reporting import CALLER_IRR_UNIFORMS
+from client_sdk.reporting import CALLER_IRR_UNIFORMS, _spares_after_fork
 from client_sdk.testing import FakeAggregator, FakeResponse
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -140,3 +140,13 @@ def test_the_callers_thread_never_draws_a_block_of_irr(tmp_path: Path) -> None:
     caller = threading.current_thread().name
     on_caller = [shape for name, shape in source.draws if name == caller]
     assert on_caller and all(math.prod(shape) <= CALLER_IRR_UNIFORMS for shape in on_caller), on_caller[:5]
+
+
+def test_a_forked_child_never_reuses_the_callers_small_irr_block(tmp_path: Path) -> None:
+    fake, clock = FakeAggregator([PLACES]), Clock()
+    client = make_client(fake, tmp_path / "s", clock, rng=ThreadRecording(3))
+    client.sync()
+    client.report("places", {"home"})  # the pool was empty: report() drew a small block, one row used
+    assert sum(len(spare) for spare in client._reporter._spare.values()) > 0
+    _spares_after_fork()  # what os.register_at_fork runs in a child
+    assert not client._reporter._spare
