@@ -417,11 +417,11 @@ def sender_and_fallback(series: Series, n: int) -> None:
         client._ephemeral.clear()  # as after a restart, before the first sync() or flush()
         timed(lambda: series.report(i), empty)  # noqa: B023 - called at once
     print(f"  Client.report(), no key made ahead (inline X25519 key generation): {stats(empty)}")
-    items = list(client._queue)[-n:]
+    ids = client._queue.ids()[-n:]  # the same in older checkouts, whose items were dicts
     sealing: list[int] = []
     loading: list[int] = []
-    for item in items:
-        held = client._held.get(item["report_id"])
+    for report_id, item in zip(ids, list(client._queue)[-n:], strict=True):
+        held = client._held.get(report_id)
         timed(lambda: envelope_of(item, held), sealing)  # noqa: B023 - called at once
         timed(lambda: envelope_of(item), loading)  # noqa: B023 - called at once
     print(f"  sender: seal one queued report (X25519, HKDF, AES-GCM):           {stats(sealing)}")

@@ -96,8 +96,7 @@ class Background:
 
     def written(self) -> None:
         """``report()`` woke the thread: write what it queued (one write for a burst), send a full queue."""
-        queued = self._write()
-        if queued >= self.flush_at:
+        if self._write() >= self.flush_at:
             self._sender.flush(None, wait=False)
 
     def tick(self) -> None:

@@ -437,16 +437,15 @@ class Client:
         except OnesidedError as exc:
             self._event("refused", metric, str(exc))
             raise
-        item, sent = self._reporter.item(made, value_or_set, window, value_key)
-        report_id: str = item["report_id"]
+        item, sent, report_id = self._reporter.item(made, value_or_set, window, value_key)
         step = record.step
         self._accountant.spend(metric, record, params, WindowRelease(
             window=window, value=value_text, first_step=step, last_step=step, report_id=report_id,
             sent=sent if made.plan.randomizer.has_irr else None,  # a round may relax the IRR from it
         ), after)
-        self._outbox.put(item)
+        self._outbox.put(item, report_id)
         self._persist()
-        log.debug("queued a report for metric %s (round %d)", metric, record.round)
+        log.debug("queued a report for metric %s", metric)
         return report_id
 
     def _persist(self) -> None:
@@ -601,11 +600,11 @@ class Client:
         record.rounds.append(round_id)
         if queued is not None and current is not None:
             current.last_step = record.step
-            current.report_id = queued.item["report_id"]
+            current.report_id = queued.report_id
             current.sent = queued.sent if with_irr(params, record.irr).irr_q is not None else None
             if relaxed:
                 current.relaxed.append(record.step)
-            self._outbox.put(queued.item)
+            self._outbox.put(queued.item, queued.report_id)
         irr_text = "" if irr is None else \
             f", IRR {tuple(step.irr_from)} -> {tuple(irr)}{' (relaxed step)' if relaxed else ''}"
         self._event("relax", metric, f"level {step.level_from:.6g} -> {step.level_to:.6g}{irr_text} (round {round_id})")

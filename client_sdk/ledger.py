@@ -350,7 +350,7 @@ class MetricRecord:
 
     def new_window_chain(self) -> WindowChain:
         """The chain of a report in a new window: one report at the current level and IRR."""
-        return WindowChain((self.levels[-1],), (self.irrs[-1],), ())
+        return tuple.__new__(WindowChain, ((self.levels[-1],), (self.irrs[-1],), ()))  # report()'s path: no Python __new__
 
     def _cost(self, params: MetricParams, chain: WindowChain) -> tuple[MetricParams, tuple[float, bool], int]:
         """``(params, window_cost, its micro-epsilons)`` (``-1`` micro for an infinite cost), remembered."""
@@ -380,7 +380,7 @@ class MetricRecord:
         first, last = current.first_step, current.last_step if last_step is None else last_step
         held = current.relaxed
         relaxed = tuple(step in held for step in range(first + 1, last + 1)) if held else (False,) * (last - first)
-        return WindowChain(tuple(self.levels[first : last + 1]), tuple(self.irrs[first : last + 1]), relaxed)
+        return tuple.__new__(WindowChain, (tuple(self.levels[first : last + 1]), tuple(self.irrs[first : last + 1]), relaxed))
 
     def spent(self, params: MetricParams, last_step: int | None = None) -> tuple[float, bool]:
         """The metric's total (the current window charged through ``last_step``)."""

@@ -217,10 +217,10 @@ class IrrPool:
     in one call and compares them with ``irr_p`` / ``irr_q`` in one
     vectorized step (:meth:`Randomizer.instantaneous`'s comparisons, row by
     row); each report then takes one pair of masks, once. Same source, same
-    law; only the moment of drawing moves. An empty pool draws the next
-    block on the spot, in one call, and doubles its size (up to
-    ``MAX_IRR_AHEAD``), so a burst draws once per block, not once per
-    report. (No thread of its own: the source may be a seeded generator,
+    law; only the moment of drawing moves. ``take()`` on an empty pool
+    draws the next block on the spot, in one call, and doubles its size (up
+    to ``MAX_IRR_AHEAD``); the client's ``report()`` does not wait for that
+    but draws a small block of its own (``client_sdk.reporting``). (No thread of its own: the source may be a seeded generator,
     which is not shared across threads.) Thread-safe.
     """
 

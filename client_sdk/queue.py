@@ -6,38 +6,51 @@ re-encrypted and fsync'ed every queued report (3.7 ms with 10 queued, 96 ms
 with 10,000). Here a report costs one appended record and one fsync,
 whatever the queue's length.
 
-File layout (``<state_path>.queue``, mode 0600)::
+File layout (``<state_path>.queue``, mode 0600), format 2::
 
-    header  = "ONSQ" || u8 version (1) || file_id (16 random bytes)
-    record  = 0xA5 || kind || u32be length || nonce (12) || AES-GCM(key, nonce, json, aad)
-    aad     = "onesided/client-queue/v1" || file_id || kind
+    header  = "ONSQ" || u8 version (2) || file_id (16 random bytes)
+    record  = 0xA5 || kind || u32be length || nonce (12) || AES-GCM(key, nonce, body, aad)
+    aad     = "onesided/client-queue/v2" || file_id || kind
 
-``kind`` is ``R`` (a report: ``{"gen": g, "report": <item>}``) or ``T`` (a
-tombstone: ``{"ids": [report ids]}``). The key is the state's key; each
-record has its own random nonce; the AAD binds a record to this file and to
-its kind, so a record cannot be moved to another queue or turned from a
-report into a tombstone.
+``kind`` is ``G`` (reports: ``u64be gen || (u32be length || item)*``, every
+report one group commit wrote, in one record) or ``T`` (a tombstone: the
+JSON ``{"ids": [report ids]}``). The key is the state's key; each record
+has its own random nonce; the AAD binds a record to this file and to its
+kind, so a record cannot be moved to another queue or turned from reports
+into a tombstone.
 
-An item is a report's clear metadata (``report_id``, ``metric``, ``round``,
-``window``, ``params_digest``) and either ``sealed`` (the envelope, as in a
-batch; files written before sealing moved to the sender) or ``pending``:
-base64url of ``skE (32) || pkR (32) || payload``, the report's own
-ephemeral X25519 private key, the aggregator key it is sealed to and the
-packed payload (docs/wire.md 4). ``report()`` queues the pending form (its
-id is already ``sealed_report_id`` of that key's public half); the sender
-seals it when it builds a batch (:func:`envelope_of`). Sealing is
-deterministic given the key, so a resent batch is byte-identical. A
-pending item holds what the envelope would hide, so it never leaves this
-encrypted file; it is deleted (tombstoned) once delivered, like any report.
+An item is one report in **one form from** ``report()`` **to sealing**:
+the same bytes are what ``report()`` queues in memory, what the record
+holds (encrypted) and what the sender reads to seal, with no text or
+base64 between them::
+
+    pending = "P" || u8 len || report_id || skE (32) || pkR (32) || u32be round || u64be window
+              || u8 len || metric || u8 len || params_digest || payload
+
+the report's id (base64url of ``sealed_report_id`` of the key's public
+half, as ``report()`` returned it and the aggregator answers it), its own
+ephemeral X25519 private key, the aggregator key it is sealed to, its
+clear metadata and the packed payload (docs/wire.md 4). The sender seals
+it when it builds a batch (:func:`envelope_of`). Sealing is deterministic
+given the key, so a resent batch is byte-identical. A pending item holds
+what the envelope would hide, so it never leaves this encrypted file; it
+is deleted (tombstoned) once delivered, like any report. ``"S" || json``
+is a report sealed before it was queued (read from format 1 files only).
+
+Format 1 (``u8 version 1``, aad ``"onesided/client-queue/v1" || file_id ||
+kind``, kind ``R``: ``{"gen": g, "report": <json item>}`` one report a
+record, the pending report as base64url text beside its metadata) is still
+read: its reports become items of this form and the file is rewritten in
+format 2 when it is opened.
 
 * ``gen`` is the state generation saved *before* the record was appended
   (:class:`~client_sdk.state.StateStore`): the ledger of that state already
   charges the report. A record whose ``gen`` is above the state's opened
   generation is not covered by the ledger in hand (an older state came
   back) and is dropped on open.
-* Deletion appends a tombstone; when dead records (deleted reports and
-  tombstones) outnumber the live reports (and at least :data:`COMPACT_MIN`),
-  the file is rewritten atomically with the live reports only.
+* Deletion appends a tombstone; when dead reports and tombstones
+  outnumber the live reports (and at least :data:`COMPACT_MIN`), the file
+  is rewritten atomically with the live reports only.
 * Open: a torn last record (a crash mid-append) is cut off; a record that
   does not decrypt or parse is dropped and counted (:class:`QueueDamage`),
   so the client records a ledger event instead of failing every later flush.
@@ -52,10 +65,10 @@ import itertools
 import json
 import os
 import struct
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -71,19 +84,28 @@ from protocol.errors import DecryptError, ReportRejected
 from protocol.wire import ReportEnvelope, seal_report
 
 QUEUE_MAGIC = b"ONSQ"
-QUEUE_VERSION = 1
-QUEUE_AAD = b"onesided/client-queue/v1"
+QUEUE_VERSION = 2
+QUEUE_AADS = {1: b"onesided/client-queue/v1", 2: b"onesided/client-queue/v2"}  # by format
 FILE_ID_BYTES = 16
 HEADER_BYTES = len(QUEUE_MAGIC) + 1 + FILE_ID_BYTES
 RECORD_MARK = 0xA5
 RECORD_HEAD = struct.Struct(">BcI")  # mark, kind, length of nonce || ciphertext
-KIND_REPORT = b"R"
+KIND_REPORTS = b"G"  # format 2: the reports of one write
+KIND_REPORT = b"R"  # format 1: one report
 KIND_TOMBSTONE = b"T"
+KINDS = {1: (KIND_REPORT, KIND_TOMBSTONE), 2: (KIND_REPORTS, KIND_TOMBSTONE)}
 COMPACT_MIN = 64
 MAX_RECORD_BYTES = 1 << 24  # a length above this is damage, not a record
+GROUP_MAX_BYTES = 1 << 20  # a compaction writes its reports in records of about this size
 UNSAVED = -1  # the generation of a report queued in memory, before the state that charges it was saved
 
-Item = dict[str, Any]
+PENDING = b"P"[0]
+SEALED = b"S"[0]
+_PENDING_KEYS = struct.Struct(">32s32sIQB")  # after the id: skE, pkR, round, window, metric length
+_GEN = struct.Struct(">Q")
+_LENGTH = struct.Struct(">I")
+
+Item = bytes  # one queued report (module docstring)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,8 +121,132 @@ class QueueDamage:
     detail: str
 
 
+class PendingReport(NamedTuple):
+    """The fields of a pending item (:func:`read_pending`)."""
+
+    report_id_text: str
+    ephemeral_private: bytes
+    seal_public: bytes
+    round: int
+    window: int
+    metric: str
+    params_digest: str
+    payload: bytes
+
+
+def pending_item(
+    *,
+    report_id: str,
+    metric: str,
+    round: int,
+    window: int,
+    params_digest: str,
+    payload: bytes,
+    ephemeral_private: bytes,
+    seal_public: bytes,
+) -> Item:
+    """A report queued before sealing (module docstring); ``report_id`` is the id of the key's public half
+    (base64url)."""
+    rid, name, digest = report_id.encode("ascii"), metric.encode("utf-8"), params_digest.encode("ascii")
+    return b"".join((
+        b"P", bytes((len(rid),)), rid, _PENDING_KEYS.pack(ephemeral_private, seal_public, round, window, len(name)),
+        name, bytes((len(digest),)), digest, payload,
+    ))
+
+
+def read_pending(item: Item) -> PendingReport:
+    """The fields of a pending item, as they are (:func:`check_item` validates them).
+
+    Raises:
+        ValueError, struct.error, IndexError: not a pending item.
+    """
+    if item[:1] != b"P":
+        raise ValueError("not a pending queue item")
+    keys = 2 + item[1]
+    private, public, round_, window, name_length = _PENDING_KEYS.unpack_from(item, keys)
+    at = keys + _PENDING_KEYS.size + name_length
+    metric = item[keys + _PENDING_KEYS.size:at].decode("utf-8")
+    digest_end = at + 1 + item[at]
+    return PendingReport(item[2:keys].decode("ascii"), private, public, round_, window, metric,
+                         item[at + 1:digest_end].decode("ascii"), item[digest_end:])
+
+
+def item_id(item: Item) -> str:
+    """The report id of an item (base64url)."""
+    if item[:1] == b"P":
+        return item[2:2 + item[1]].decode("ascii")
+    return str(json.loads(item[1:])["report_id"])
+
+
+def legacy_item(report: Any) -> Item:
+    """A format-1 record's report (a pending report's JSON, or a sealed envelope's) as an item of this form.
+
+    Raises:
+        ReportRejected, ValueError, KeyError, TypeError: a malformed report.
+    """
+    if not isinstance(report, dict):
+        raise TypeError("a queued report must be an object")
+    if "pending" not in report:
+        return b"S" + _dumps(ReportEnvelope.from_json(report).to_json())
+    raw = b64d(report["pending"], "pending")
+    keys = 2 * PUBLIC_KEY_BYTES
+    if len(raw) <= keys:
+        raise ReportRejected("pending", f"must be longer than {keys} bytes")
+    plain = ReportEnvelope.from_json({k: v for k, v in report.items() if k != "pending"} | {"plain": b64e(raw[keys:])})
+    return pending_item(report_id=plain.report_id_text, metric=plain.metric, round=plain.round, window=plain.window,
+                        params_digest=plain.params_digest, payload=plain.body,
+                        ephemeral_private=raw[:PUBLIC_KEY_BYTES], seal_public=raw[PUBLIC_KEY_BYTES:keys])
+
+
+def _plain(pending: PendingReport) -> ReportEnvelope:
+    """The pending report's metadata and payload, checked as a plain envelope (the same rules as the wire's)."""
+    return ReportEnvelope(report_id=b64d(pending.report_id_text, "report_id"), metric=pending.metric,
+                          round=pending.round, window=pending.window, params_digest=pending.params_digest,
+                          plain=pending.payload)
+
+
+def check_item(item: Item) -> None:
+    """Raise unless ``item`` is a report that can be sent (sealing is left for :func:`envelope_of`).
+
+    Raises:
+        ReportRejected, ValueError, KeyError, TypeError: a malformed item.
+    """
+    if not isinstance(item, bytes):
+        raise TypeError("a queue item is bytes")
+    if item[:1] == b"P":
+        _plain(read_pending(item))
+    elif item[:1] == b"S":
+        ReportEnvelope.from_json(json.loads(item[1:]))
+    else:
+        raise ValueError("unknown queue item form")
+
+
+def envelope_of(item: Item, ephemeral: X25519PrivateKey | None = None) -> ReportEnvelope:
+    """The envelope to upload: a pending item sealed now (the same bytes every time), a sealed one as it is.
+
+    ``ephemeral``: the item's key as an object, kept in memory since it was
+    made (its raw bytes must be the item's, else they are loaded anew): no
+    second derivation of its public half.
+
+    Raises:
+        ReportRejected, ValueError, KeyError, TypeError: a malformed item, or a
+            pending item whose key does not give its report id.
+    """
+    if item[:1] != b"P":
+        check_item(item)
+        return ReportEnvelope.from_json(json.loads(item[1:]))
+    p = read_pending(item)
+    key = ephemeral if ephemeral is not None and ephemeral.private_bytes_raw() == p.ephemeral_private \
+        else p.ephemeral_private
+    envelope = seal_report(payload=p.payload, metric=p.metric, round=p.round, window=p.window,
+                           params_digest=p.params_digest, seal_public=p.seal_public, ephemeral_private=key)
+    if envelope.report_id_text != p.report_id_text:  # the id report() returned must be the key's
+        raise ReportRejected("report_id", "is not the id of the queued report's ephemeral key")
+    return envelope
+
+
 class ReportQueue(Sequence[Item]):
-    """The queue of reports (items: sealed or pending, see the module docstring), oldest first.
+    """The queue of reports (items: see the module docstring), oldest first.
 
     Args:
         path: the queue file.
@@ -110,7 +256,7 @@ class ReportQueue(Sequence[Item]):
     def __init__(self, path: Path, key: Callable[[], bytes]) -> None:
         self.path = path
         self._key = key
-        self._items: dict[str, tuple[int, Item]] = {}  # report id -> (generation charging it, envelope)
+        self._items: dict[str, tuple[int, Item]] = {}  # report id -> (generation charging it, item)
         self._pending: list[tuple[bytes, list[str]]] = []  # (kind, report ids) not yet appended
         self._file_id: bytes | None = None
         self._dead = 0
@@ -134,13 +280,19 @@ class ReportQueue(Sequence[Item]):
         """Whether the report ``report_id`` is queued."""
         return report_id in self._items
 
+    def get(self, report_id: str) -> Item | None:
+        """The item of report ``report_id`` (``None``: not queued)."""
+        entry = self._items.get(report_id)
+        return None if entry is None else entry[1]
+
     def ids(self) -> list[str]:
         """The report ids, oldest first."""
         return list(self._items)
 
-    def oldest(self, count: int) -> list[str]:
-        """The ids of the ``count`` oldest reports."""
-        return list(itertools.islice(self._items, count))
+    def oldest(self, count: int, skip: Collection[str] = ()) -> list[str]:
+        """The ids of the ``count`` oldest reports, passing over those in ``skip``."""
+        ids: Iterable[str] = self._items if not skip else (rid for rid in self._items if rid not in skip)
+        return list(itertools.islice(ids, count))
 
     @property
     def dirty(self) -> bool:
@@ -149,11 +301,12 @@ class ReportQueue(Sequence[Item]):
 
     # --- changing (in memory, then :meth:`persist`) ----------------------------------
 
-    def append(self, item: Item) -> None:
-        """Queue one item (:func:`pending_item`, or ``ReportEnvelope.to_json()``); charged by the next state save."""
-        rid = str(item["report_id"])
+    def append(self, item: Item, report_id: str | None = None) -> None:
+        """Queue one item (:func:`pending_item`; ``report_id``: its id, when the caller has it); charged
+        by the next state save."""
+        rid = item_id(item) if report_id is None else report_id
         self._items[rid] = (UNSAVED, item)
-        self._pending.append((KIND_REPORT, [rid]))
+        self._pending.append((KIND_REPORTS, [rid]))
 
     def remove(self, ids: Collection[str]) -> int:
         """Delete these reports (a tombstone); returns how many were queued."""
@@ -187,16 +340,20 @@ class ReportQueue(Sequence[Item]):
         return self._file_id is None or self._should_compact() or not self.path.exists()
 
     def _take(self, generation: int) -> tuple[list[tuple[bytes, list[str]]], list[tuple[bytes, bytes]]]:
-        """The pending changes, taken out of the pending list, and their records (kind, plain text)."""
+        """The pending changes, taken out of the pending list, and their records (kind, plain text): the
+        tombstones, then every report added (and not removed again) in one record."""
         records: list[tuple[bytes, bytes]] = []
+        added: list[Item] = []
+        items = self._items
         for kind, ids in self._pending:
             if kind == KIND_TOMBSTONE:
                 self._dead += 1 + len(ids)
                 records.append((kind, _dumps({"ids": ids})))
-            elif ids[0] in self._items:  # not removed again before this persist
-                item = self._items[ids[0]][1]
-                self._items[ids[0]] = (generation, item)
-                records.append((kind, _dumps({"gen": generation, "report": item})))
+            elif (entry := items.get(ids[0])) is not None:  # not removed again before this persist
+                items[ids[0]] = (generation, entry[1])
+                added.append(entry[1])
+        if added:
+            records.append((KIND_REPORTS, _group(generation, added)))
         taken, self._pending = self._pending, []
         return taken, records
 
@@ -224,13 +381,21 @@ class ReportQueue(Sequence[Item]):
         return self._dead >= max(COMPACT_MIN, len(self._items))
 
     def compact(self) -> None:
-        """Rewrite the file atomically with the live reports only."""
+        """Rewrite the file atomically with the live reports only (one record per generation and MiB)."""
         self._file_id = self._file_id or os.urandom(FILE_ID_BYTES)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = b"".join(
-            self._record(KIND_REPORT, _dumps({"gen": gen, "report": item})) for gen, item in self._items.values()
-        )
-        write_private_file(self.path, self._header() + body)
+        body: list[bytes] = []
+        group: list[Item] = []
+        size, group_gen = 0, 0
+        for gen, item in self._items.values():
+            if group and (gen != group_gen or size >= GROUP_MAX_BYTES):
+                body.append(self._record(KIND_REPORTS, _group(group_gen, group)))
+                group, size = [], 0
+            group.append(item)
+            group_gen, size = gen, size + len(item)
+        if group:
+            body.append(self._record(KIND_REPORTS, _group(group_gen, group)))
+        write_private_file(self.path, self._header() + b"".join(body))
         self._dead = 0
 
     def discard(self) -> None:
@@ -247,9 +412,9 @@ class ReportQueue(Sequence[Item]):
         assert self._file_id is not None  # noqa: S101 - set before any write
         return QUEUE_MAGIC + bytes([QUEUE_VERSION]) + self._file_id
 
-    def _aad(self, kind: bytes) -> bytes:
+    def _aad(self, kind: bytes, version: int = QUEUE_VERSION) -> bytes:
         assert self._file_id is not None  # noqa: S101 - set before any record
-        return QUEUE_AAD + self._file_id + kind
+        return QUEUE_AADS[version] + self._file_id + kind
 
     def _record(self, kind: bytes, plain: bytes) -> bytes:
         blob = encrypt_blob(self._key(), plain, self._aad(kind))
@@ -274,7 +439,7 @@ class ReportQueue(Sequence[Item]):
         """Read the file, keeping reports charged by state generation ``generation`` or earlier.
 
         Never raises for a damaged file: what cannot be read is dropped and
-        described; the file is then rewritten without it.
+        described; the file is then rewritten without it (and in this format, if it was older).
         """
         self._items.clear()
         self._pending = []
@@ -284,13 +449,14 @@ class ReportQueue(Sequence[Item]):
         except FileNotFoundError:
             return []
         damage: list[QueueDamage] = []
-        if len(data) < HEADER_BYTES or data[:5] != QUEUE_MAGIC + bytes([QUEUE_VERSION]):
+        version = data[4] if len(data) >= HEADER_BYTES and data[:4] == QUEUE_MAGIC else None
+        if version not in QUEUE_AADS:
             damage.append(QueueDamage(dropped=0, detail=f"queue file header unreadable; {len(data)} bytes discarded"))
             self._file_id = None
             self.compact()
             return damage
         self._file_id = data[5:HEADER_BYTES]
-        unreadable, uncovered, end = self._read_records(data, generation)
+        unreadable, uncovered, end = self._read_records(data, generation, version)
         if unreadable:
             damage.append(QueueDamage(dropped=unreadable, detail=f"{unreadable} queued record(s) unreadable"))
         if uncovered:
@@ -298,107 +464,93 @@ class ReportQueue(Sequence[Item]):
                 dropped=uncovered,
                 detail=f"{uncovered} queued report(s) newer than the state's ledger (an older state came back)",
             ))
-        if end < len(data) and data[end:] and not _is_torn(data[end:]):
+        if end < len(data) and data[end:] and not _is_torn(data[end:], version):
             damage.append(QueueDamage(dropped=0, detail=f"queue file unreadable after byte {end}; rest discarded"))
-        if damage or end < len(data) or self._should_compact():
+        if damage or end < len(data) or version != QUEUE_VERSION or self._should_compact():
             self.compact()
         return damage
 
-    def _read_records(self, data: bytes, generation: int) -> tuple[int, int, int]:
+    def _read_records(self, data: bytes, generation: int, version: int) -> tuple[int, int, int]:
         """Apply every record; returns (unreadable, not covered, end of the last whole record)."""
         offset, unreadable, uncovered = HEADER_BYTES, 0, 0
+        kinds = KINDS[version]
         while len(data) - offset >= RECORD_HEAD.size:
             mark, kind, length = RECORD_HEAD.unpack_from(data, offset)
             end = offset + RECORD_HEAD.size + length
-            if mark != RECORD_MARK or kind not in (KIND_REPORT, KIND_TOMBSTONE) or length > MAX_RECORD_BYTES:
+            if mark != RECORD_MARK or kind not in kinds or length > MAX_RECORD_BYTES:
                 break
             if end > len(data):
                 break  # torn: the last append did not finish
             try:
-                body = json.loads(decrypt_blob(self._key(), data[offset + RECORD_HEAD.size:end], self._aad(kind)))
+                plain = decrypt_blob(self._key(), data[offset + RECORD_HEAD.size:end], self._aad(kind, version))
                 if kind == KIND_TOMBSTONE:
+                    body = json.loads(plain)
                     self._dead += 1 + sum(self._items.pop(str(rid), None) is not None for rid in body["ids"])
-                elif int(body["gen"]) > generation:
-                    uncovered += 1
                 else:
-                    item = body["report"]
-                    check_item(item)  # a report that cannot be sent is dropped here
-                    self._items[str(item["report_id"])] = (int(body["gen"]), item)
-            except (DecryptError, ReportRejected, ValueError, KeyError, TypeError):
-                unreadable += kind == KIND_REPORT
+                    bad, late = self._read_reports(plain, kind, generation)
+                    unreadable, uncovered = unreadable + bad, uncovered + late
+            except (DecryptError, ReportRejected, ValueError, KeyError, TypeError, struct.error):
+                unreadable += kind != KIND_TOMBSTONE
             offset = end
         return unreadable, uncovered, offset
 
-
-def pending_item(
-    *,
-    report_id: str,
-    metric: str,
-    round: int,
-    window: int,
-    params_digest: str,
-    payload: bytes,
-    ephemeral_private: bytes,
-    seal_public: bytes,
-) -> Item:
-    """A report queued before sealing (module docstring); ``report_id`` is the id of the key's public half."""
-    return {
-        "report_id": report_id, "metric": metric, "round": round, "window": window, "params_digest": params_digest,
-        "pending": b64e(ephemeral_private + seal_public + payload),
-    }
-
-
-def _pending_parts(item: Item) -> tuple[ReportEnvelope, bytes, bytes]:
-    """A pending item's metadata and payload (checked as a plain envelope), its key and the recipient's key."""
-    raw = b64d(item["pending"], "pending")
-    keys = 2 * PUBLIC_KEY_BYTES
-    if len(raw) <= keys:
-        raise ReportRejected("pending", f"must be longer than {keys} bytes")
-    meta = {k: v for k, v in item.items() if k != "pending"}
-    plain = ReportEnvelope.from_json(meta | {"plain": b64e(raw[keys:])})
-    return plain, raw[:PUBLIC_KEY_BYTES], raw[PUBLIC_KEY_BYTES:keys]
+    def _read_reports(self, plain: bytes, kind: bytes, generation: int) -> tuple[int, int]:
+        """Keep the reports of one record; returns (unreadable, not covered by ``generation``)."""
+        if kind == KIND_REPORT:  # format 1
+            body = json.loads(plain)
+            gen, items = int(body["gen"]), [legacy_item(body["report"])]
+        else:
+            gen, items = _ungroup(plain)
+        if gen > generation:
+            return 0, len(items)
+        bad = 0
+        for item in items:
+            try:
+                check_item(item)  # a report that cannot be sent is dropped here
+            except (ReportRejected, ValueError, KeyError, TypeError, struct.error, IndexError):
+                bad += 1
+                continue
+            self._items[item_id(item)] = (gen, item)
+        return bad, 0
 
 
-def check_item(item: Item) -> None:
-    """Raise unless ``item`` is a report that can be sent (sealing is left for :func:`envelope_of`)."""
-    if isinstance(item, dict) and "pending" in item:
-        _pending_parts(item)
-    else:
-        ReportEnvelope.from_json(item)
+def _group(generation: int, items: Sequence[Item]) -> bytes:
+    """A ``G`` record's body: the generation, then each item with its length."""
+    pack = _LENGTH.pack
+    return _GEN.pack(generation) + b"".join(pack(len(item)) + item for item in items)
 
 
-def envelope_of(item: Item, ephemeral: X25519PrivateKey | None = None) -> ReportEnvelope:
-    """The envelope to upload: a sealed item as it is, a pending one sealed now (same bytes every time).
-
-    ``ephemeral``: the item's key as an object, kept in memory since it was
-    made (its raw bytes must be the item's, else they are loaded anew): no
-    second derivation of its public half.
+def _ungroup(plain: bytes) -> tuple[int, list[Item]]:
+    """The generation and items of a ``G`` record's body.
 
     Raises:
-        ReportRejected, ValueError, KeyError, TypeError: a malformed item, or a
-            pending item whose key does not give its report id.
+        ValueError: a length that runs past the end.
     """
-    if not (isinstance(item, dict) and "pending" in item):
-        return ReportEnvelope.from_json(item)
-    plain, private, seal_public = _pending_parts(item)
-    key = ephemeral if ephemeral is not None and ephemeral.private_bytes_raw() == private else private
-    return seal_report(
-        payload=plain.body, metric=plain.metric, round=plain.round, window=plain.window,
-        params_digest=plain.params_digest, seal_public=seal_public, ephemeral_private=key,
-        report_id=plain.report_id,
-    )
+    (gen,) = _GEN.unpack_from(plain)
+    items, offset = [], _GEN.size
+    while offset < len(plain):
+        (length,) = _LENGTH.unpack_from(plain, offset)
+        offset += _LENGTH.size
+        if offset + length > len(plain):
+            raise ValueError("a queued report runs past its record")
+        items.append(plain[offset:offset + length])
+        offset += length
+    return gen, items
 
 
-def _is_torn(tail: bytes) -> bool:
+def _is_torn(tail: bytes, version: int = QUEUE_VERSION) -> bool:
     """A tail that is the start of a record cut short (expected after a crash, not damage)."""
     if len(tail) < RECORD_HEAD.size:
         return tail[:1] in (b"", bytes([RECORD_MARK]))
     mark, kind, length = RECORD_HEAD.unpack_from(tail)
-    return mark == RECORD_MARK and kind in (KIND_REPORT, KIND_TOMBSTONE) and RECORD_HEAD.size + length > len(tail)
+    return mark == RECORD_MARK and kind in KINDS[version] and RECORD_HEAD.size + length > len(tail)
 
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-__all__ = ["COMPACT_MIN", "QueueDamage", "ReportQueue", "check_item", "envelope_of", "pending_item"]
+__all__ = [
+    "COMPACT_MIN", "Item", "PendingReport", "QueueDamage", "ReportQueue", "check_item", "envelope_of", "item_id",
+    "legacy_item", "pending_item", "read_pending",
+]

@@ -10,8 +10,10 @@ app: every error goes to the client's ``on_error`` and is returned in the
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
+import struct
 import threading
 import time
 import weakref
@@ -158,12 +160,15 @@ class Sender:
         delivered = rejected = dropped = 0
         error: Exception | None = None
         try:
-            durable = set(self._save())  # written first: only what is on disk may leave
+            durable = self._save()  # written first: only what is on disk may leave (oldest first)
             now = self._monotonic()
-            self._later = {i: t for i, t in self._later.items() if i in durable}
-            pending = {i for i in durable if self._later.get(i, now) <= now}
+            if self._later:
+                on_disk = set(durable)
+                self._later = {i: t for i, t in self._later.items() if i in on_disk}
+            order = collections.deque(i for i in durable if self._later.get(i, now) <= now)
+            pending = set(order)
             batches: list[list[ReportEnvelope]] = []
-            while batches or (batch := self._next_batch(pending)):
+            while batches or (batch := self._next_batch(order, pending)):
                 batch = batches.pop() if batches else batch
                 try:
                     results = self._transport.upload(batch, deadline=until)
@@ -184,26 +189,36 @@ class Sender:
             error = exc
             self._notify(exc)
         finally:
+            self._outbox.uploading(())
             self._sending.release()
         return FlushResult(
             delivered=delivered, rejected=rejected, dropped=dropped, remaining=len(self._outbox),
             later=len(self._later), error=error,
         )
 
-    def _next_batch(self, pending: set[str]) -> list[ReportEnvelope]:
-        """Up to ``batch_size`` of the reports in ``pending``, oldest first, sealed; a malformed one is dropped.
+    def _next_batch(self, order: collections.deque[str], pending: set[str]) -> list[ReportEnvelope]:
+        """Up to ``batch_size`` of the reports in ``pending``, oldest first (``order``: the flush's reports,
+        oldest first; the answered ones are cut from its front), sealed; a malformed one is dropped.
 
-        Sealing happens outside the client's lock, so ``report()`` never waits for it.
+        Sealing happens outside the client's lock, so ``report()`` never waits for it. The batch is
+        marked in flight from here to the next batch (:meth:`Outbox.uploading`): a full queue never drops
+        a report that its answer may deliver.
         """
         outbox = self._outbox
         with outbox.lock:
-            items = list(itertools.islice((r for r in outbox.queue if r.get("report_id") in pending), self.batch_size))
+            queue = outbox.queue
+            while order and (order[0] not in pending or not queue.holds(order[0])):
+                order.popleft()  # answered, or no longer queued: each id once
+            items = list(itertools.islice(
+                ((i, item) for i in order if i in pending and (item := queue.get(i)) is not None), self.batch_size))
+            outbox.uploading([i for i, _ in items])  # and its halves, if the aggregator splits it
         batch, malformed = [], []
-        for item in items:
+        held = outbox.held
+        for report_id, item in items:
             try:
-                batch.append(envelope_of(item, outbox.held.get(str(item.get("report_id")))))
-            except (ReportRejected, ValueError, KeyError, TypeError):
-                malformed.append(str(item.get("report_id")))
+                batch.append(envelope_of(item, held.get(report_id)))
+            except (ReportRejected, ValueError, KeyError, TypeError, IndexError, struct.error):
+                malformed.append(report_id)
         if malformed:
             pending.difference_update(malformed)
             outbox.drop(malformed, "malformed in the queue", "a queued report is malformed and cannot be sent")
@@ -238,7 +253,7 @@ class Sender:
         now = self._monotonic()
         for result in later:  # kept (already charged), the same envelope resent after the wait
             self._later[result.report_id] = now + min(float(result.retry_after or 0), self._clock_retry_cap)
-        self._outbox.settle((r.report_id for r in final if r.status in _DELIVERED), (r.report_id for r in final))
+        self._outbox.settle(r.report_id for r in final)
         self._save()  # a removal lost to a crash only means a resend, answered "replayed"
         for result in final:
             self._later.pop(result.report_id, None)

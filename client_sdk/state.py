@@ -95,7 +95,7 @@ class ClientState:
 
     secret: bytes
     metrics: dict[str, MetricRecord] = field(default_factory=dict)
-    queue: Sequence[dict[str, Any]] = field(default_factory=list, compare=False, repr=False)
+    queue: Sequence[bytes] = field(default_factory=list, compare=False, repr=False)
     generation: int = 0
     events: list[LedgerEvent] = field(default_factory=list)
     lost: list[dict[str, Any]] = field(default_factory=list)

@@ -29,5 +29,5 @@ def test_a_made_report_returns_its_bits_with_its_item() -> None:
     """No hidden second output: the bits a relaxed step draws from come back with the queue item."""
     from client_sdk.reporting import Queued, Reporter
 
-    assert Queued._fields == ("item", "sent")
+    assert Queued._fields == ("item", "sent", "report_id")
     assert not hasattr(Reporter(rng=None), "sent")  # type: ignore[arg-type]

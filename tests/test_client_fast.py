@@ -36,10 +36,11 @@ from client_sdk.memo import (
     report_mask,
 )
 from client_sdk.pools import IRR_AHEAD, EphemeralPool, IrrPool, _empty_after_fork
-from client_sdk.queue import envelope_of
+from client_sdk.queue import envelope_of, item_id, legacy_item, read_pending
+from client_sdk.reporting import CALLER_IRR_ROWS
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import ValueKind, from_micro, round_up
-from protocol.crypto import b64d, b64e
+from protocol.crypto import b64e
 from protocol.encodings import BloomEncoding, DirectEncoding, canonical_value
 from protocol.errors import BudgetExceeded, ParameterError
 from protocol.params import MetricParams
@@ -177,7 +178,7 @@ def test_report_returns_the_id_the_aggregator_sees_and_queues_it_unsealed(tmp_pa
     client.sync()
     rid = client.report("places", {"home"})
     (item,) = list(client._queue)
-    assert item["report_id"] == rid and "sealed" not in item  # sealing is the sender's
+    assert item_id(item) == rid and item[:1] == b"P"  # pending: sealing is the sender's
     first, second = envelope_of(item), envelope_of(item)
     assert first.sealed == second.sealed  # deterministic: a resent batch is byte-identical
     assert first.report_id_text == rid == b64e(sealed_report_id(first.sealed or b""))
@@ -212,7 +213,7 @@ def test_the_sender_seals_with_the_key_object_it_kept_and_forgets_it_once_delive
         clock.advance(DAY)
     assert len(client._held) == 5
     for item in client._queue:  # the kept object seals to the same bytes as the queued raw key
-        held = client._held.get(item["report_id"])
+        held = client._held.get(item_id(item))
         assert held is not None and envelope_of(item, held).sealed == envelope_of(item).sealed
     other = X25519PrivateKey.generate()  # an object that is not the item's key is not used
     item = client._queue[0]
@@ -231,9 +232,10 @@ def test_a_pending_report_whose_key_does_not_give_its_id_is_dropped(tmp_path: Pa
     client.sync()
     client.report("places", {"home"})
     (item,) = list(client._queue)
-    raw = bytearray(b64d(item["pending"], "pending"))
-    raw[5] ^= 1  # another ephemeral key (bit 0 would be clamped away): its public half no longer gives the id
-    item["pending"] = b64e(bytes(raw))
+    raw = bytearray(item)
+    raw[2 + raw[1] + 5] ^= 1  # another ephemeral key (bit 0 would be clamped away): its public half no longer gives the id
+    client._queue.remove([item_id(item)])
+    client._queue.append(bytes(raw))
     result = client.flush()
     assert result.delivered == 0 and not fake.stored
     assert any(isinstance(e, ReportsDropped) for e in errors) and client.ledger().dropped_reports == 1
@@ -246,7 +248,7 @@ def test_a_queue_of_sealed_reports_from_before_still_sends(tmp_path: Path) -> No
     entry = fake.entries["places"]
     old = build_report(params_digest=entry.digest, metric="places", round=0, window=WINDOW, cohort=0, level=1.0,
                        bits=np.zeros(128, dtype=bool), seal_public=fake.keys.seal_public_raw)
-    client._queue.append(old.to_json())
+    client._queue.append(legacy_item(old.to_json()))
     client.save()
     client.close(flush=False)  # the queue stays for the next run
     again = make_client(fake, tmp_path / "s")
@@ -291,15 +293,18 @@ def test_the_irr_comes_from_the_os_csprng_and_the_sender_fills_the_pools(tmp_pat
     assert len(client._ephemeral) == 0
     client.sync()
     assert len(client._ephemeral) == client._ephemeral.size and not client._irr  # no IRR for unused metrics
-    client.report("places", {"home"})  # the first report of the metric draws a block of IRR on the spot
+    client.report("places", {"home"})  # the metric's pool is empty: a small block of its own; more kept ahead
     (irr,) = client._irr.values()
-    assert isinstance(irr.source, SecureRandom) and len(irr) == irr.size - 1 == 2 * IRR_AHEAD - 1
+    assert isinstance(irr.source, SecureRandom) and len(irr) == 0 and irr.size == 2 * IRR_AHEAD
     assert len(client._ephemeral) == client._ephemeral.size - 1
-    client.flush()  # the sender refills the keys; the IRR is refilled once half of it is used
-    assert len(client._ephemeral) == client._ephemeral.size and len(irr) == irr.size - 1
-    clock.advance(DAY)
-    client.report("places", {"home"})
-    assert len(irr) == irr.size - 2
+    client.flush()  # the sender refills the keys and draws the IRR ahead
+    assert len(client._ephemeral) == client._ephemeral.size and len(irr) == irr.size
+    for _ in range(CALLER_IRR_ROWS):  # the rest of report()'s small block goes first, then the pool
+        clock.advance(DAY)
+        client.report("places", {"home"})
+    assert len(irr) == irr.size - 1
+    client.flush()  # the IRR is refilled once half of it is used
+    assert len(irr) == irr.size - 1
 
 
 def test_a_round_resend_is_queued_pending_with_its_own_id(tmp_path: Path) -> None:
@@ -308,7 +313,7 @@ def test_a_round_resend_is_queued_pending_with_its_own_id(tmp_path: Path) -> Non
     client.sync()
     first = client.report("places", {"home"})
     client.relax("places", 2.0, round_id=1)
-    ids = [item["report_id"] for item in client._queue]
+    ids = [item_id(item) for item in client._queue]
     assert ids[0] == first and len(set(ids)) == 2
     assert client.report("places", {"home"}) == ids[1]  # the window's latest report
     client.flush()
@@ -430,27 +435,28 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
     client = make_client(fake, tmp_path / "s", autosave=False, clock=clock, rng=source, max_epsilon=1e9,
                          insecure_rng_for_testing=True)
     client.sync()
-    items: list[dict[str, object]] = []
-    for day in range(100):  # each draw on a dry pool doubles the block: 8, 16, 32, 64 (flush() has no need to)
+    items: list[bytes] = []
+    for day in range(100):  # the pool is empty: report() draws blocks of 32 until flush() draws the pool's block
         value = f"https://example.org/{day % 7}"
         rid = client.report("urls", value)
-        items.extend(i for i in client._queue if i["report_id"] == rid)
+        items.extend(i for i in client._queue if item_id(i) == rid)
         if day == 79:
             client.flush()
         clock.now += DAY
     blocks = [b for b in source.blocks if b.ndim == 2 and b.shape[1] == 32]
-    assert [len(b) for b in blocks] == [2 * IRR_AHEAD, 4 * IRR_AHEAD, 8 * IRR_AHEAD, 16 * IRR_AHEAD]
+    # rows used in the order drawn: report()'s blocks first; the pool, found empty once, doubled its size
+    assert [len(b) for b in blocks] == [32, 32, 32, 2 * IRR_AHEAD]
     rows = iter(np.concatenate(blocks))
     record = client._state.metrics["urls"]
     randomizer = params.randomizer()
     for day, item in enumerate(items):
         value, window = f"https://example.org/{day % 7}", WINDOW + day * DAY
-        assert item["window"] == window
+        assert read_pending(item).window == window
         bits = params.encode(value, record.cohort)
         permanent = permanent_bits(client._state.secret, params, bits, noise_key(window, canonical_value(value)),
                                    [params.level])
         expected = randomizer.instantaneous(permanent, _GivenUniforms(next(rows)))
-        payload = b64d(item["pending"], "pending")[64:]
+        payload = read_pending(item).payload
         assert payload == pack_payload(ReportPayload(cohort=record.cohort, level=params.level, bits=expected)), day
 
 
@@ -491,7 +497,7 @@ def test_a_round_resend_equals_the_definition_with_the_irr_drawn_ahead(tmp_path:
     client.relax("urls", 2.5, round_id=1)
     client.relax("urls", 4.0, round_id=2)
     items = list(client._queue)
-    assert items[0]["report_id"] == first and len(items) == 3
+    assert item_id(items[0]) == first and len(items) == 3
     rows = iter(np.concatenate([b for b in source.blocks if b.ndim == 2 and b.shape[1] == 24]))
     record = client._state.metrics["urls"]
     bits = params.encode(value, record.cohort)
@@ -499,7 +505,7 @@ def test_a_round_resend_equals_the_definition_with_the_irr_drawn_ahead(tmp_path:
     for item, chain in zip(items, ([1.0], [1.0, 2.5], [1.0, 2.5, 4.0]), strict=True):
         permanent = permanent_bits(client._state.secret, params, bits, key, chain)
         expected = params.randomizer(chain[-1]).instantaneous(permanent, _GivenUniforms(next(rows)))
-        payload = b64d(item["pending"], "pending")[64:]
+        payload = read_pending(item).payload
         assert payload == pack_payload(ReportPayload(cohort=record.cohort, level=chain[-1], bits=expected)), chain
 
 

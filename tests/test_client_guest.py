@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from client_sdk import Client, ReportsDropped, RetryPolicy, StateCorrupted, TransportError
-from client_sdk.queue import COMPACT_MIN
+from client_sdk.queue import COMPACT_MIN, item_id
 from client_sdk.state import StateStore
 from client_sdk.testing import FakeAggregator, FakeResponse, simulate_crash
 from protocol.encodings import BloomEncoding
@@ -139,7 +139,7 @@ def test_a_torn_last_record_is_ignored(fake: FakeAggregator, tmp_path: Path) -> 
     queue_file.write_bytes(queue_file.read_bytes()[: len(whole) + 30])  # the 5th record cut mid-way
     errors: list[Exception] = []
     again = make_client(fake, path, on_error=errors.append)
-    assert [r["report_id"] for r in again._state.queue] == ids
+    assert [item_id(r) for r in again._state.queue] == ids
     assert errors == [] and again.ledger().dropped_reports == 0
     assert queue_file.read_bytes() == whole[:5] + queue_file.read_bytes()[5:]  # cut back to whole records
     assert again.flush().delivered == 4
@@ -155,7 +155,7 @@ def test_an_unreadable_record_is_dropped_with_an_event(fake: FakeAggregator, tmp
     queue_file.write_bytes(bytes(data))
     errors: list[Exception] = []
     client = make_client(fake, path, on_error=errors.append)
-    assert [r["report_id"] for r in client._state.queue] == [ids[0], ids[2]]
+    assert [item_id(r) for r in client._state.queue] == [ids[0], ids[2]]
     assert [type(e) for e in errors] == [ReportsDropped]
     assert client.ledger().dropped_reports == 1 and client.ledger().events[-1].kind == "dropped"
     assert client.flush().delivered == 2  # later flushes are not blocked
@@ -164,7 +164,7 @@ def test_an_unreadable_record_is_dropped_with_an_event(fake: FakeAggregator, tmp
 def test_a_malformed_queued_report_is_dropped_not_blocking(fake: FakeAggregator, tmp_path: Path) -> None:
     client = make_client(fake, tmp_path / "s")
     ids = queue_reports(client, 2)
-    client._queue.append({"report_id": "bogus", "metric": "places"})  # e.g. written by a buggy version
+    client._queue.append(b"P" + bytes(20))  # e.g. written by a buggy version
     queue_reports(client, 1)
     errors: list[Exception] = []
     client._on_error = errors.append
@@ -192,7 +192,7 @@ def test_queue_bound_survives_restart(fake: FakeAggregator, tmp_path: Path) -> N
     ids = queue_reports(client, 5)
     simulate_crash(client)  # the app dies: the OS releases the state lock
     again = make_client(fake, path, max_queue=3)
-    assert [r["report_id"] for r in again._state.queue] == ids[2:]
+    assert [item_id(r) for r in again._state.queue] == ids[2:]
     assert again.ledger().dropped_reports == 2
 
 

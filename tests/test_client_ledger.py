@@ -11,6 +11,7 @@ from clocks import Clock
 from client_sdk import Ceiling, Client
 from client_sdk.client import AlreadyReported
 from client_sdk.ledger import MetricRecord, check_new_window, window_cost
+from client_sdk.queue import item_id
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import sequence_bit_epsilon
 from protocol.encodings import BloomEncoding, DirectEncoding
@@ -130,7 +131,7 @@ def test_relaxation_resends_the_window_checks_the_ceiling_and_refuses_tightening
     assert (entry.levels, entry.rounds, entry.spent, entry.remaining) == ((1.0, 4.0), (0, 1), 5.0, 0.0)
     assert len(client._state.queue) == 3  # the window's value re-sent at the new level, for the round
     resent = client._state.queue[-1]
-    assert client.report("places", "b") == resent["report_id"]  # the app's own repeat is the round report
+    assert client.report("places", "b") == item_id(resent)  # the app's own repeat is the round report
     with pytest.raises(TighteningRefused) as tight:
         client.relax("places", 2.0, round_id=2)
     assert (tight.value.current, tight.value.requested) == (4.0, 2.0)

@@ -12,6 +12,7 @@ import pytest
 from clocks import Clock
 
 from client_sdk import Client, ReportsDropped, RetryPolicy, TransportError
+from client_sdk.queue import item_id
 from client_sdk.testing import FakeAggregator, FakeResponse
 from client_sdk.transport import Transport, parse_retry_after
 from protocol.crypto import b64e
@@ -226,7 +227,7 @@ def test_queue_bound_drops_the_oldest(fake: FakeAggregator, tmp_path: Path) -> N
     errors: list[Exception] = []
     client = make_client(fake, tmp_path / "s", Sleeps(), max_queue=4, on_error=errors.append)
     ids = queue_reports(client, 7)
-    assert [r["report_id"] for r in client._state.queue] == ids[3:]
+    assert [item_id(r) for r in client._state.queue] == ids[3:]
     assert client.ledger().dropped_reports == 3 and len(errors) == 3
     assert all(isinstance(e, ReportsDropped) for e in errors)
     client.flush()
