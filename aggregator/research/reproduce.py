@@ -146,6 +146,8 @@ def experiments() -> list[Experiment]:
         Experiment("sim-certificates", "simulate certificates over seeds", sc.scenario_certificates),
         Experiment("sim-city", "simulate city over seeds", sc.scenario_city),
         Experiment("sim-irr-relaxation", "simulate irr-relaxation over seeds", sc.scenario_irr),
+        Experiment("sim-bloom-cells", "the aggregate method's Bloom cells against the per-client path's",
+                   sc.scenario_bloom_cells),
         Experiment("sim-association", "simulate association (paper scale only)", sc.scenario_association,
                    scales=("paper",)),
         Experiment("sim-discovery", "simulate discovery (paper scale only)", sc.scenario_discovery,
