@@ -23,7 +23,7 @@ from aggregator.research.experiments_gradual import scenario_runs
 from aggregator.research.reproduce import Outcome, Row, verdict
 
 __all__ = ["BLOOM_CELLS", "scenario_association", "scenario_bloom_cells", "scenario_certificates", "scenario_city",
-           "scenario_discovery", "scenario_irr"]
+           "scenario_discovery", "scenario_irr", "scenario_regression"]
 CERTIFICATES = "ADP Fig. 2 setting (simulate certificates)"
 
 
@@ -242,3 +242,33 @@ def scenario_bloom_cells(scale: str, seed: int, options: dict[str, Any]) -> Outc
                     parameters=setting, paper=None, paper_text="the cells' laws agree", values=(float(ks.pvalue),),
                     agree=bool(ks.pvalue > 1e-3), why="agree when p > 0.001"))
     return Outcome(rows=rows)
+
+
+def scenario_regression(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
+    """``simulate multi-analyst-regression --scale paper``: benchmarks/RESULTS.md's iris table, one run.
+
+    Rows: the accuracy's spread over mu per eps and the non-private accuracy; the series: every (eps, mu)
+    accuracy and the analysts' (correlated, independent) accuracies, as the table prints them.
+    """
+    runs, setting = _runs("multi-analyst-regression", scale, seed, size="slow_scenario")
+    first = runs[0]
+    src = "multi-user Laplace Fig. 6 (simulate multi-analyst-regression)"
+    rows = [Row(experiment="sim-multi-analyst-regression", source=src,
+                quantity=f"accuracy spread over mu at eps {eps:g}",
+                parameters=f"{setting}; {first['repetitions']} splits", paper=None,
+                paper_text="fluctuates slightly with mu", values=tuple(f["location_spread"][i] for f in runs),
+                agree=None, why="max - min over mu of the mean accuracy")
+            for i, eps in enumerate(first["epsilons"])]
+    rows.append(Row(experiment="sim-multi-analyst-regression", source=src, quantity="non-private accuracy",
+                    parameters=setting, paper=None, paper_text="", values=tuple(f["non_private_accuracy"] for f in runs),
+                    agree=None, why="the unperturbed model on the same splits"))
+    series: list[dict[str, Any]] = [
+        {"seed": seed, "table": "objective perturbation", "epsilon": eps, "mu": mu,
+         "accuracy": first["objective_accuracy"][i][j]}
+        for i, eps in enumerate(first["epsilons"]) for j, mu in enumerate(first["locations"])]
+    for kind, got in first["analysts"].items():
+        series += [{"seed": seed, "table": f"analysts, {kind}", "epsilon": level, "mu": "",
+                    "accuracy": got["accuracy"][i], "coalition_accuracy": got["coalition_accuracy"][i],
+                    "coalition_epsilon": got["coalition_epsilon"][i]}
+                   for i, level in enumerate(first["analyst_levels"])]
+    return Outcome(rows=rows, series=series)
