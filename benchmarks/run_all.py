@@ -111,10 +111,12 @@ def child(argv: list[str], cwd: Path = ROOT) -> dict[str, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **SINGLE_BLAS}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
+    with proc.stderr if proc.stderr else open(os.devnull, "rb") as stream:
+        err = stream.read().decode(errors="replace")  # to its end first: the child never blocks on a full pipe
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status):
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    if proc.returncode:
         raise SystemExit(f"{' '.join(argv[:6])}...: failed: {err.strip()[-400:]}")
     return {"wall_s": round(wall, 2), "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2),
             "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "minor_faults": usage.ru_minflt}
@@ -250,8 +252,20 @@ def main() -> None:
     if args.out_dir is not None:
         args.out_dir.mkdir(parents=True, exist_ok=True)
         args.out = args.out or args.out_dir / "results.md"
-    if args.out is not None:
-        sys.stdout = open(args.out, "w", buffering=1)  # noqa: SIM115 - for the rest of the run
+    if args.out is None:
+        run(args, wanted)
+        return
+    previous = sys.stdout
+    with open(args.out, "w", buffering=1) as markdown:
+        sys.stdout = markdown  # for the rest of the run
+        try:
+            run(args, wanted)
+        finally:
+            sys.stdout = previous
+
+
+def run(args: argparse.Namespace, wanted: set[str]) -> None:
+    """The chosen sections, in order, and the CSV files and ``run.json`` with ``--out-dir``."""
     facts: dict[str, object] = {
         "command": " ".join(["python", "benchmarks/run_all.py", *sys.argv[1:]]), "seed": SEED,
         "started_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
