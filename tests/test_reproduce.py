@@ -45,8 +45,9 @@ def _documented_rows() -> dict[tuple[str, str], tuple[float, float, int]]:
 
 def test_small_scale_reproduces_every_documented_figure_within_its_interval(tmp_path: Path) -> None:
     # Seeded (2026): the rerun is the documented run, so only a change of code or platform can move it.
-    # About 16 s of CPU (with the certificates, city and irr-relaxation scenarios, 22 s wall at load 3 on
-    # 2 cores); the wall time depends on the machine's load (77 s at load 12 before they were added).
+    # About 19 s of CPU (14 s before the Bloom cells' 12 draws a path; 15 s wall at load 1 on 2 cores);
+    # the wall time depends on the machine's load (77 s at load 12 before the certificates, city and
+    # irr-relaxation scenarios were added).
     assert main(["reproduce", "--out", str(tmp_path)]) == 0
     documented = _documented_rows()
     with (tmp_path / "rows.csv").open() as handle:
