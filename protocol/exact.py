@@ -72,9 +72,9 @@ def exact_uniform_words(rng: RandomSource, size: int) -> IntArray:
         ParameterError: ``rng`` produced a value outside (0, 1).
     """
     u = np.asarray(rng.uniform(size), dtype=np.float64)
-    if u.size and not (np.all(u > 0.0) and np.all(u < 1.0)):
+    if u.size and not (u.min() > 0.0 and u.max() < 1.0):
         raise ParameterError("rng", "uniform() must return values strictly inside (0, 1)")
-    return np.floor(u * float(2**WORD_BITS)).astype(np.int64)
+    return (u * float(2**WORD_BITS)).astype(np.int64)  # truncation is the floor: u * 2**48 > 0
 
 
 def _random_bits(rng: RandomSource, size: int, bits: int) -> IntArray:
@@ -97,12 +97,14 @@ def uniform_below(rng: RandomSource, n: int, size: int) -> IntArray:
     if n == 1 or size == 0:
         return out
     bits = WORD_BITS if n <= 2**WORD_BITS else _WIDE_BITS
+    if n & (n - 1) == 0:  # a power of two: no word is rejected, and w % n is w's low bits
+        return _random_bits(rng, size, bits) & (n - 1)
     limit = (1 << bits) - (1 << bits) % n
     filled = 0
     while filled < size:
         need = size - filled
         words = _random_bits(rng, need, bits)
-        kept = words[words < limit][:need] % n
+        kept = (words if int(words.max()) < limit else words[words < limit][:need]) % n
         out[filled : filled + kept.size] = kept
         filled += kept.size
     return out
@@ -118,7 +120,7 @@ def _bernoulli_exp_unit(rng: RandomSource, num: IntArray, den: int) -> BoolArray
     uniform below ``k``: probability ``(num/den)(1/k)``. Vectorized by rounds
     (every still-running element is at the same ``k``).
     """
-    stop_at = np.zeros(num.size, dtype=np.int64)
+    odd = np.zeros(num.size, dtype=bool)  # stopped at an odd k
     active = np.arange(num.size)
     k = 1
     while active.size:
@@ -126,10 +128,11 @@ def _bernoulli_exp_unit(rng: RandomSource, num: IntArray, den: int) -> BoolArray
         hit = (uniform_below(rng, den, active.size) < a) if den > 1 else a > 0
         if k > 1:
             hit &= uniform_below(rng, k, active.size) == 0
-        stop_at[active[~hit]] = k
+        if k % 2:
+            odd[active[~hit]] = True
         active = active[hit]
         k += 1
-    return stop_at % 2 == 1
+    return odd
 
 
 # ==========================================================================

@@ -45,8 +45,9 @@ def _documented_rows() -> dict[tuple[str, str], tuple[float, float, int]]:
 
 def test_small_scale_reproduces_every_documented_figure_within_its_interval(tmp_path: Path) -> None:
     # Seeded (2026): the rerun is the documented run, so only a change of code or platform can move it.
-    # About 16 s of CPU (with the certificates, city and irr-relaxation scenarios, 22 s wall at load 3 on
-    # 2 cores); the wall time depends on the machine's load (77 s at load 12 before they were added).
+    # About 19 s of CPU (14 s before the Bloom cells' 12 draws a path; 15 s wall at load 1 on 2 cores);
+    # the wall time depends on the machine's load (77 s at load 12 before the certificates, city and
+    # irr-relaxation scenarios were added).
     assert main(["reproduce", "--out", str(tmp_path)]) == 0
     documented = _documented_rows()
     with (tmp_path / "rows.csv").open() as handle:
@@ -60,6 +61,9 @@ def test_small_scale_reproduces_every_documented_figure_within_its_interval(tmp_
     facts = json.loads((tmp_path / "run.json").read_text())
     assert facts["seed"] == 2026 and facts["scale"] == "small" and facts["machine"]["cores"] >= 1
     assert facts["started_utc"].endswith("Z") and set(facts["seconds"]) >= {"adp-fig2", "sim-collusion"}
+    assert all(s["load_1min_at_start"] >= 0 and s["peak_rss_mib_so_far"] > 0 for s in facts["seconds"].values())
+    sql = (tmp_path / "sim-sql-counting.csv").read_text().splitlines()  # the first run's whole table
+    assert sql[0].startswith("seed,count,sensitivity,trials,epsilon,scheme,colluders,rmse") and len(sql) > 100
     page = (tmp_path / "index.html").read_text()
     for name in ("adp-fig2", "adp-fig4", "adp-fig5", "adp-fig6", "mu-table1", "mu-regression"):
         assert (tmp_path / f"{name}.png").stat().st_size > 1000 and f"{name}.png" in page
@@ -69,9 +73,11 @@ def test_small_scale_reproduces_every_documented_figure_within_its_interval(tmp_
 
 def test_association_and_discovery_run_at_the_paper_scale_only(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["reproduce", "--only", "sim-association", "--only", "sim-discovery", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "--only", "sim-association", "--only", "sim-discovery", "--only",
+                 "sim-multi-analyst-regression", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "sim-association: skipped, runs at --scale paper only" in err and "sim-discovery: skipped" in err
+    assert "sim-multi-analyst-regression: skipped" in err
     assert (tmp_path / "rows.csv").read_text() == "\n"
 
 
@@ -166,3 +172,19 @@ def test_certificates_at_the_paper_scale_give_only_the_error_rows(monkeypatch: p
     assert [r.quantity.split(":")[0] for r in rows] == [
         "never-wrong mechanisms", "local certificate at alpha 0.001", "(eps, 1e-4)-DP bound"]
     assert rows[0].agree is True and rows[2].values == (4 / 5994,) * 3
+
+
+def test_the_iris_table_is_the_scenarios_first_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # sim-multi-analyst-regression runs at --scale paper only (minutes); its rows and CSV at the small setup
+    from aggregator.research import reproduce
+    from aggregator.research.experiments_scenarios import scenario_regression
+    from aggregator.research.scenarios import run_scenario
+
+    monkeypatch.setitem(reproduce.SIZES, "small", {**reproduce.SIZES["small"], "slow_scenario": 1})
+    outcome = scenario_regression("small", 2026, {})
+    direct = run_scenario("multi-analyst-regression", scale="small", seed=2026)
+    assert [r.values[0] for r in outcome.rows] == [*direct["location_spread"], direct["non_private_accuracy"]]
+    table = [s for s in outcome.series if s["table"] == "objective perturbation"]
+    assert [s["accuracy"] for s in table] == [a for row in direct["objective_accuracy"] for a in row]
+    assert {s["table"] for s in outcome.series} == {"objective perturbation", "analysts, correlated",
+                                                   "analysts, independent"}

@@ -206,4 +206,13 @@ def scenario_sql_counting(scale: str, seed: int, options: dict[str, Any]) -> Out
                     parameters=f"{setting}; locations in [1.5 D, 2.5 D]", paper=100.0,
                     paper_text="Theorem 3: the average stays the mean location (2D = 100) off",
                     values=tuple(bias), **verdict(100.0, bias, 5.0, "the average's remaining spread")))
-    return Outcome(rows=rows)
+    return Outcome(rows=rows, series=_sql_series(runs[0], seed))
+
+
+def _sql_series(figures: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    """The first run's table (benchmarks/RESULTS.md): RMSE and P(within the margin) per eps, scheme and i."""
+    return [{"seed": seed, "count": figures["count"], "sensitivity": figures["sensitivity"],
+             "trials": figures["trials"], "epsilon": row["epsilon"], "scheme": scheme, "colluders": i,
+             "rmse": res["rmse"][k], "within_margin": res["within_margin"][k]}
+            for row in figures["rows"] for scheme, res in row["schemes"].items()
+            for k, i in enumerate(row["colluders"])]

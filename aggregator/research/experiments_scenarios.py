@@ -22,8 +22,8 @@ from typing import Any
 from aggregator.research.experiments_gradual import scenario_runs
 from aggregator.research.reproduce import Outcome, Row, verdict
 
-__all__ = ["scenario_association", "scenario_certificates", "scenario_city", "scenario_discovery",
-           "scenario_irr"]
+__all__ = ["BLOOM_CELLS", "scenario_association", "scenario_bloom_cells", "scenario_certificates", "scenario_city",
+           "scenario_discovery", "scenario_irr", "scenario_regression"]
 CERTIFICATES = "ADP Fig. 2 setting (simulate certificates)"
 
 
@@ -160,3 +160,123 @@ def scenario_discovery(scale: str, seed: int, options: dict[str, Any]) -> Outcom
                             values=tuple(f["rows"][i][key] for f in runs),
                             why=f"{r['found']} found of {r['truth']} strings with share >= 1%"))
     return Outcome(rows=rows)
+
+
+# The Bloom approximation of the aggregate method (docs/simulation.md, "What is approximated"): the relaxation
+# scenario's city and filter at 10^5 clients, the same at both scales (12 draws a path take about 4 s).
+BLOOM_CELLS = {"clients": 100_000, "places": 2_000, "bits": 128, "hashes": 2, "cohorts": 64, "draws": 12}
+
+
+def _standardized_cells(ones: Any, totals: Any, marginal: Any) -> Any:
+    """Each cell against its exact law ``Binomial(t_c, pi_cj)``: ``(ones - t pi) / sqrt(t pi (1 - pi))``."""
+    import numpy as np
+
+    t = totals[:, None].astype(np.float64)
+    return (ones - t * marginal) / np.sqrt(t * marginal * (1.0 - marginal))
+
+
+def _cell_statistics(z: Any) -> dict[str, float]:
+    """Over one draw's ``(cohorts, bits)`` standardized cells: a cell's variance, a cohort sum's, the correlation.
+
+    The cells' means are 0 by construction, so second moments are taken about 0; the mean correlation of two
+    cells of one cohort is ``(E S^2 - E sum z^2) / (m (m - 1))`` with ``S`` the cohort's sum over its ``m`` bits.
+    """
+    import numpy as np
+
+    m = z.shape[1]
+    squares, sums = float(np.mean(np.sum(z**2, axis=1))), float(np.mean(np.sum(z, axis=1) ** 2))
+    return {"variance": squares / m, "sum_variance": sums / m, "correlation": (sums - squares) / (m * (m - 1))}
+
+
+def _law_verdict(values: list[float]) -> dict[str, Any]:
+    """Agree when the exact law's variance 1 is inside the draws' range or within 0.02 of their mean."""
+    from aggregator.research.reproduce import within
+
+    agree, why = within(1.0, values, 0.02)
+    return {"agree": agree, "why": why.replace("the paper's value", "the exact law's 1")}
+
+
+def scenario_bloom_cells(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
+    """The per-client path's Bloom cells against the aggregate path's, each standardized by its exact law.
+
+    Draw ``r`` of the per-client path is ``make_population`` from ``SeededRandom(child r of SeedSequence(seed))``,
+    the aggregate path's :func:`~aggregator.research.aggregate.bloom_bit_truth` from child ``r`` of
+    ``SeedSequence(seed + 1)``; ``pi_cj = sum_k P(k) (1 - (1 - P(A_cj))^k)``.
+    """
+    import numpy as np
+    from scipy import stats
+
+    from aggregator.research.aggregate import bloom_bit_truth, bloom_hit_probabilities
+    from aggregator.research.populations import SyntheticCity, cohort_bit_counts, make_population
+    from protocol.encodings import BloomEncoding
+    from protocol.rng import SeededRandom
+
+    b = BLOOM_CELLS
+    enc = BloomEncoding(num_bits=b["bits"], num_hashes=b["hashes"], num_cohorts=b["cohorts"])
+    city = SyntheticCity(num_places=b["places"])
+    hit, pmf = bloom_hit_probabilities(city, enc), city.size_pmf()
+    marginal = sum(pmf[k - 1] * -np.expm1(k * np.log1p(-np.minimum(hit, 1.0))) for k in range(1, pmf.size + 1))
+    paths: dict[str, list[Any]] = {"per-client": [], "aggregate": []}
+    for child in np.random.SeedSequence(seed).spawn(b["draws"]):
+        pop = make_population(city, b["clients"], enc, SeededRandom(child))
+        paths["per-client"].append(_standardized_cells(*cohort_bit_counts(pop.bits, pop.cohorts, b["cohorts"]),
+                                                        marginal))
+    for child in np.random.SeedSequence(seed + 1).spawn(b["draws"]):
+        ones, totals = bloom_bit_truth(city, b["clients"], enc, np.random.default_rng(child))
+        paths["aggregate"].append(_standardized_cells(ones, totals, marginal))
+    setting = (f"{b['clients']:,} clients, {b['places']:,} places, Bloom {b['bits']}x{b['hashes']}x{b['cohorts']}, "
+               f"{b['draws']} draws a path; seeds {seed} (per-client), {seed + 1} (aggregate)")
+    src = "docs/simulation.md: the aggregate method's Bloom approximation"
+    rows = []
+    for path, draws in paths.items():
+        got = [_cell_statistics(z) for z in draws]
+        variance = [g["variance"] for g in got]
+        rows += [
+            Row(experiment="sim-bloom-cells", source=src, quantity=f"{path}: variance of a standardized cell",
+                parameters=setting, paper=1.0, paper_text="exact marginal law: 1", values=tuple(variance),
+                **_law_verdict(variance)),
+            Row(experiment="sim-bloom-cells", source=src, quantity=f"{path}: mean correlation of two cells of a cohort",
+                parameters=setting, paper=None, paper_text="", values=tuple(g["correlation"] for g in got),
+                agree=None, why="one client's draws set several bits (per-client); the cohort's clients per size "
+                                "(aggregate)"),
+            Row(experiment="sim-bloom-cells", source=src,
+                quantity=f"{path}: variance of a cohort's sum over its bits / {b['bits']}", parameters=setting,
+                paper=None, paper_text="", values=tuple(g["sum_variance"] for g in got), agree=None,
+                why="1 if the cells of a cohort were independent"),
+        ]
+    ks = stats.ks_2samp(np.concatenate([z.ravel() for z in paths["per-client"]]),
+                        np.concatenate([z.ravel() for z in paths["aggregate"]]))
+    rows.append(Row(experiment="sim-bloom-cells", source=src, quantity="two-sample KS of the two paths' cells, p-value",
+                    parameters=setting, paper=None, paper_text="the cells' laws agree", values=(float(ks.pvalue),),
+                    agree=bool(ks.pvalue > 1e-3), why="agree when p > 0.001"))
+    return Outcome(rows=rows)
+
+
+def scenario_regression(scale: str, seed: int, options: dict[str, Any]) -> Outcome:
+    """``simulate multi-analyst-regression --scale paper``: benchmarks/RESULTS.md's iris table, one run.
+
+    Rows: the accuracy's spread over mu per eps and the non-private accuracy; the series: every (eps, mu)
+    accuracy and the analysts' (correlated, independent) accuracies, as the table prints them.
+    """
+    runs, setting = _runs("multi-analyst-regression", scale, seed, size="slow_scenario")
+    first = runs[0]
+    src = "multi-user Laplace Fig. 6 (simulate multi-analyst-regression)"
+    rows = [Row(experiment="sim-multi-analyst-regression", source=src,
+                quantity=f"accuracy spread over mu at eps {eps:g}",
+                parameters=f"{setting}; {first['repetitions']} splits", paper=None,
+                paper_text="fluctuates slightly with mu", values=tuple(f["location_spread"][i] for f in runs),
+                agree=None, why="max - min over mu of the mean accuracy")
+            for i, eps in enumerate(first["epsilons"])]
+    rows.append(Row(experiment="sim-multi-analyst-regression", source=src, quantity="non-private accuracy",
+                    parameters=setting, paper=None, paper_text="", values=tuple(f["non_private_accuracy"] for f in runs),
+                    agree=None, why="the unperturbed model on the same splits"))
+    series: list[dict[str, Any]] = [
+        {"seed": seed, "table": "objective perturbation", "epsilon": eps, "mu": mu,
+         "accuracy": first["objective_accuracy"][i][j]}
+        for i, eps in enumerate(first["epsilons"]) for j, mu in enumerate(first["locations"])]
+    for kind, got in first["analysts"].items():
+        series += [{"seed": seed, "table": f"analysts, {kind}", "epsilon": level, "mu": "",
+                    "accuracy": got["accuracy"][i], "coalition_accuracy": got["coalition_accuracy"][i],
+                    "coalition_epsilon": got["coalition_epsilon"][i]}
+                   for i, level in enumerate(first["analyst_levels"])]
+    return Outcome(rows=rows, series=series)

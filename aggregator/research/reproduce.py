@@ -146,10 +146,14 @@ def experiments() -> list[Experiment]:
         Experiment("sim-certificates", "simulate certificates over seeds", sc.scenario_certificates),
         Experiment("sim-city", "simulate city over seeds", sc.scenario_city),
         Experiment("sim-irr-relaxation", "simulate irr-relaxation over seeds", sc.scenario_irr),
+        Experiment("sim-bloom-cells", "the aggregate method's Bloom cells against the per-client path's",
+                   sc.scenario_bloom_cells),
         Experiment("sim-association", "simulate association (paper scale only)", sc.scenario_association,
                    scales=("paper",)),
         Experiment("sim-discovery", "simulate discovery (paper scale only)", sc.scenario_discovery,
                    scales=("paper",)),
+        Experiment("sim-multi-analyst-regression", "simulate multi-analyst-regression (paper scale only)",
+                   sc.scenario_regression, scales=("paper",)),
     ]
 
 
@@ -175,7 +179,9 @@ def run_experiments(experiments: Sequence[Experiment], *, scale: str, seed: int,
                     progress: Callable[[str], None]) -> tuple[dict[str, Outcome], dict[str, dict[str, float]]]:
     """Run each experiment of ``scale`` once; returns the outcomes and each one's wall and CPU seconds.
 
-    An experiment that does not run at ``scale`` is named in ``progress`` and skipped.
+    Beside the seconds: the 1-minute load average when the experiment started (the machine's other work)
+    and the process's peak RSS when it ended (the run's peak so far). An experiment that does not run at
+    ``scale`` is named in ``progress`` and skipped.
     """
     outcomes: dict[str, Outcome] = {}
     seconds: dict[str, dict[str, float]] = {}
@@ -184,10 +190,23 @@ def run_experiments(experiments: Sequence[Experiment], *, scale: str, seed: int,
             progress(f"{exp.name}: skipped, runs at --scale {' or '.join(exp.scales)} only")
             continue
         progress(f"{exp.name}: {exp.title}")
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, load = time.perf_counter(), time.process_time(), _load()
         outcomes[exp.name] = exp.run(scale, seed, options)
-        seconds[exp.name] = {"wall": round(time.perf_counter() - wall, 2), "cpu": round(time.process_time() - cpu, 2)}
+        seconds[exp.name] = {"wall": round(time.perf_counter() - wall, 2), "cpu": round(time.process_time() - cpu, 2),
+                             "load_1min_at_start": load, "peak_rss_mib_so_far": _peak_rss_mib()}
     return outcomes, seconds
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else math.nan
+
+
+def _peak_rss_mib() -> float:
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return math.nan
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def write_report(out: Path, outcomes: dict[str, Outcome], *, facts: dict[str, Any]) -> list[dict[str, Any]]:
