@@ -303,6 +303,11 @@ def test_a_burst_loses_nothing_below_max_queue_and_is_sent_meanwhile(fake: FakeA
     for i in range(burst):
         client.report("places", {f"v{i % 5}"})
         clock.advance(DAY)
+    # whatever reaches the server before close() was sent by the size trigger (the interval is an hour); on
+    # a loaded machine the sender's thread may first run after the burst, so wait for it (bounded)
+    waited_until = time.monotonic() + 30.0
+    while not fake.stored and time.monotonic() < waited_until:
+        time.sleep(0.01)
     sent_meanwhile = len(fake.stored)
     result = client.close(deadline=60.0)
     assert dropped == [] and client.ledger().dropped_reports == 0
