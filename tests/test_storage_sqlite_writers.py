@@ -14,10 +14,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from aggregator.server.storage import Storage
+from aggregator.server.storage import engine as engine_module
 from aggregator.server.storage.engine import run_transaction
 
 
@@ -89,4 +91,39 @@ def test_a_failing_transaction_frees_the_turn(tmp_path: Path) -> None:
         threading.Thread(target=lambda: (run_transaction(storage.engine, _driver), done.set())).start()
         assert done.wait(10)
     finally:
+        storage.close()
+
+
+def test_a_turn_not_had_within_the_busy_timeout_is_taken_without_the_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "SQLITE_BUSY_MS", 200)
+    storage = _storage(tmp_path)
+    inside, release, started = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def holder(conn: Connection) -> None:
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+        seen["holder"] = _driver(conn)
+        inside.set()
+        assert release.wait(10)
+
+    def waiter(conn: Connection) -> None:
+        seen["waiter"] = _driver(conn)
+        started.set()
+
+    try:
+        a = threading.Thread(target=run_transaction, args=(storage.engine, holder))
+        a.start()
+        assert inside.wait(10)
+        b = threading.Thread(target=run_transaction, args=(storage.engine, waiter))
+        b.start()
+        b.join(1.0)
+        assert b.is_alive() and not started.is_set()  # in SQLite's busy handler on a connection of its own
+        release.set()
+        a.join(10)
+        b.join(10)
+        assert started.is_set()
+        assert seen["waiter"] is not seen["holder"]
+    finally:
+        release.set()
         storage.close()

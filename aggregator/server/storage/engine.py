@@ -194,13 +194,16 @@ def run_transaction(engine: Engine, work: Callable[[Connection], T], *, attempts
     that every batch read its pages again (about 65 reads a batch of 100 into
     20,000 reports); in turn, the next writer starts at once on the
     connection that wrote last (the pool hands out the most recent one).
-    Other processes still meet SQLite's lock.
+    Other processes still meet SQLite's lock; a turn not had within the busy
+    timeout is taken without it (SQLite's busy handler then decides, as before).
     """
     writer = _sqlite_writers.get(engine)
-    if writer is None:
+    if writer is None or not writer.acquire(timeout=SQLITE_BUSY_MS / 1000):
         return _run_transaction(engine, work, attempts)
-    with writer:
+    try:
         return _run_transaction(engine, work, attempts)
+    finally:
+        writer.release()
 
 
 def _run_transaction(engine: Engine, work: Callable[[Connection], T], attempts: int) -> T:
