@@ -44,8 +44,6 @@ SQLITE_BUSY_MS = 30_000
 # 52 -> 29 us of wall time per report. The WAL file is cut back to 64 MiB after a checkpoint.
 SQLITE_CHECKPOINT_PAGES = 10_000
 SQLITE_WAL_LIMIT_BYTES = 64 * 1024 * 1024
-# A connection's page cache (SQLite's default is 2 MiB): the replay set's index pages a batch lands on.
-SQLITE_CACHE_KIB = 32 * 1024
 PG_CONNECT_TIMEOUT_SECONDS = 10
 # PostgreSQL SQLSTATEs worth a retry: serialization failure, deadlock, unique violation.
 RETRY_SQLSTATES = frozenset({"40001", "40P01", "23505"})
@@ -141,7 +139,6 @@ def _sqlite_engine(url: sa.engine.URL) -> Engine:
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
         cursor.execute(f"PRAGMA wal_autocheckpoint={SQLITE_CHECKPOINT_PAGES}")
         cursor.execute(f"PRAGMA journal_size_limit={SQLITE_WAL_LIMIT_BYTES}")
-        cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
