@@ -159,10 +159,10 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _proc_stats() -> dict[int, tuple[int, float]]:
-    """Every process's (parent pid, CPU seconds) from ``/proc``."""
+def _proc_stats() -> dict[int, tuple[int, float, float]]:
+    """Every process's (parent pid, CPU seconds, of them in the kernel) from ``/proc``."""
     tick = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, tuple[int, float]] = {}
+    stats: dict[int, tuple[int, float, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -171,36 +171,40 @@ def _proc_stats() -> dict[int, tuple[int, float]]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue  # exited meanwhile
-        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick)
     return stats
 
 
-def server_cpu(root: int) -> dict[int, tuple[int, float]]:
-    """CPU seconds of ``root`` and its descendants: ``{pid: (depth, seconds)}`` (depth 0: ``root``)."""
+def server_cpu(root: int) -> dict[int, tuple[int, float, float]]:
+    """CPU seconds of ``root`` and its descendants: ``{pid: (depth, seconds, system seconds)}`` (depth 0: ``root``)."""
     stats = _proc_stats()
     depth = {root: 0}
     frontier = [root]
     while frontier:
         parent = frontier.pop()
-        for pid, (ppid, _) in stats.items():
+        for pid, (ppid, _, _) in stats.items():
             if ppid == parent and pid not in depth:
                 depth[pid] = depth[parent] + 1
                 frontier.append(pid)
-    return {pid: (d, stats[pid][1]) for pid, d in depth.items() if pid in stats}
+    return {pid: (d, *stats[pid][1:]) for pid, d in depth.items() if pid in stats}
 
 
-def cpu_spent(before: dict[int, tuple[int, float]], after: dict[int, tuple[int, float]]) -> tuple[float, float]:
-    """(master + workers, their descendants) CPU seconds between two :func:`server_cpu` snapshots.
+def cpu_spent(before: dict[int, tuple[int, float, float]],
+              after: dict[int, tuple[int, float, float]]) -> tuple[float, float, float]:
+    """(master + workers, their descendants, the kernel's part of the first) CPU seconds between two snapshots.
 
     Depth <= 1 is gunicorn's master and its workers (which parse, check and
     store); deeper are the workers' helper processes (decrypt helpers,
     forkserver, the analysts' decode helper). A process started in between
     counts whole; one that exited in between is missed (none do here).
     """
-    spent = [0.0, 0.0]
-    for pid, (d, seconds) in after.items():
-        spent[d > 1] += seconds - before.get(pid, (d, 0.0))[1]
-    return spent[0], spent[1]
+    spent = [0.0, 0.0, 0.0]
+    for pid, (d, seconds, system) in after.items():
+        _, seconds_before, system_before = before.get(pid, (d, 0.0, 0.0))
+        spent[d > 1] += seconds - seconds_before
+        if d <= 1:
+            spent[2] += system - system_before
+    return spent[0], spent[1], spent[2]
 
 
 def load_average() -> str:
@@ -330,7 +334,7 @@ def run_backend(label: str, db_url: str, serve_args: list[str], work: Workload, 
         elapsed = time.time() - start_at
         cpu_after = server_cpu(pid)
         load_after = load_average()
-    worker_cpu, helper_cpu = cpu_spent(cpu_before, cpu_after)
+    worker_cpu, helper_cpu, worker_system = cpu_spent(cpu_before, cpu_after)
     ones, totals = storage.bit_counts(PARAMS.name, window=work.window)
     counts = storage.table_counts()
     storage.close()
@@ -348,6 +352,7 @@ def run_backend(label: str, db_url: str, serve_args: list[str], work: Workload, 
         "seconds": round(elapsed, 3),
         "reports_per_second": round(n / elapsed),
         "worker_cpu_us_per_report": round(worker_cpu / n * 1e6, 1),
+        "worker_system_us_per_report": round(worker_system / n * 1e6, 1),
         "helpers_cpu_us_per_report": round(helper_cpu / n * 1e6, 1),
         "uploaders_cpu_us_per_report": round(sum(c for _, _, c in outcome) / n * 1e6, 1),
         "load_average": f"{load_before} -> {load_after}",
@@ -475,7 +480,8 @@ def main() -> None:
           f"unpack_payload {cpu['unpack_payload_us']} us")  # type: ignore[index]
     for run in runs:
         print(f"{run['backend']:<38} {run['reports_per_second']:>8} reports/s  ({run['seconds']} s, retries "
-              f"{run['retries']}); CPU us/report: worker {run['worker_cpu_us_per_report']}, helpers "
+              f"{run['retries']}); CPU us/report: worker {run['worker_cpu_us_per_report']} (kernel "
+              f"{run['worker_system_us_per_report']}), helpers "
               f"{run['helpers_cpu_us_per_report']}, uploaders {run['uploaders_cpu_us_per_report']}; server "
               f"{run['x_opening']}x opening; "
               f"load {run['load_average']}; zero loss: {run['zero_loss']}; health median "

@@ -156,12 +156,30 @@ MAX_CHUNKS = 16_384
 
 
 class _DrainingTask(WSGITask):
-    """waitress's WSGI task, closing its connection after the answer while the worker drains."""
+    """waitress's WSGI task: the header and the body's first piece in one send; ``Connection: close`` while draining."""
 
     def build_response_header(self) -> bytes:
         if self.channel.server.draining and not self.close_on_finish:
             self.set_close_on_finish()  # "Connection: close": the client goes to another worker next time
         return bytes(super().build_response_header())
+
+    def write(self, data: bytes) -> None:
+        """waitress's write; the first one holds the header back and sends it with ``data``.
+
+        waitress flushes every write at once, so an answer went out as two
+        sends (two system calls and two segments for the client to take in):
+        the header, then the body. Only the framing of the bytes on the
+        connection changes.
+        """
+        if self.wrote_header or not data:
+            super().write(data)
+            return
+        channel = self.channel
+        channel.hold_next_write = True
+        try:
+            super().write(data)
+        finally:
+            channel.release_held()
 
 
 class _DeadlineChannel(HTTPChannel):
@@ -172,6 +190,8 @@ class _DeadlineChannel(HTTPChannel):
     request_started = 0.0
     framing_lines = 0  # line ends seen in the current chunked body
     _counted_host: str | None = None
+    hold_next_write = False  # set by _DrainingTask.write: keep the next write (the header) for the one after it
+    _held = b""
 
     def __init__(self, server: GuardedServer, sock: socket.socket, addr: Any, adj: Adjustments,
                  map: dict[int, Any] | None = None) -> None:
@@ -187,6 +207,26 @@ class _DeadlineChannel(HTTPChannel):
         elif self.request.chunked and self.request.headers_finished and self._too_many_chunks(data):
             return True
         return bool(super().received(data))
+
+    def write_soon(self, data: Any) -> int:
+        """waitress's ``write_soon``, except for a write held back to go out with the next one."""
+        if self.hold_next_write and isinstance(data, bytes):
+            self.hold_next_write = False
+            self._held = data
+            return len(data)
+        if self._held:
+            held, self._held = self._held, b""
+            if isinstance(data, bytes):
+                return int(super().write_soon(held + data)) - len(held)
+            super().write_soon(held)
+        return int(super().write_soon(data))
+
+    def release_held(self) -> None:
+        """Send what is still held back (a header whose body was not written), stop holding."""
+        self.hold_next_write = False
+        if self._held:
+            held, self._held = self._held, b""
+            super().write_soon(held)
 
     def _too_many_chunks(self, data: bytes) -> bool:
         """Count the body's line ends (two a chunk, at C speed); past :data:`MAX_CHUNKS` chunks answer 400, close."""

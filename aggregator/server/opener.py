@@ -18,6 +18,7 @@ b'payload'
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from collections.abc import Callable, Sequence
@@ -70,6 +71,10 @@ def _open_in_helper(chunk: list[Sealed], now: float) -> list[bytes | tuple[str, 
 
 
 _HKDF_SALT = bytes(32)  # HKDF-SHA256 without a salt: HashLen zero bytes (RFC 5869 2.2)
+# HKDF-Extract is HMAC keyed by that constant salt: the hash states after its padded key (RFC 2104's
+# K xor ipad, K xor opad) are made once and copied per envelope (0.6 us against 1.5 for hmac.digest).
+_EXTRACT_INNER = hashlib.sha256(bytes(b ^ 0x36 for b in _HKDF_SALT.ljust(64, b"\0")))
+_EXTRACT_OUTER = hashlib.sha256(bytes(b ^ 0x5C for b in _HKDF_SALT.ljust(64, b"\0")))
 _SHORT = f"envelope shorter than {SEAL_OVERHEAD} bytes"
 _LOW_ORDER = "ephemeral key is a low-order point"
 _NO_OPEN = "envelope does not open (tampered, wrong key or wrong metadata)"
@@ -80,8 +85,9 @@ def _open_with(private: X25519PrivateKey, recipient_public: bytes, envelope: byt
 
     The same computation and the same errors; what a batch repeats is done
     once (the public half, an object per call), and HKDF-SHA256's output
-    of 28 bytes (one block) is two calls of ``hmac.digest``: together about
-    a fifth of what ``open_sealed`` spends besides the X25519 exchange
+    of 28 bytes (one block) is two HMACs (the first from hash states made
+    once, the second ``hmac.digest``): together about a fifth of what
+    ``open_sealed`` spends besides the X25519 exchange
     (tests/test_opener_fast.py compares the two).
     """
     if len(envelope) < SEAL_OVERHEAD:
@@ -91,7 +97,11 @@ def _open_with(private: X25519PrivateKey, recipient_public: bytes, envelope: byt
         shared = private.exchange(X25519PublicKey.from_public_bytes(eph_public))
     except ValueError:
         return DecryptError("sealed", _LOW_ORDER)
-    prk = hmac.digest(_HKDF_SALT, shared, "sha256")
+    inner = _EXTRACT_INNER.copy()
+    inner.update(shared)
+    outer = _EXTRACT_OUTER.copy()
+    outer.update(inner.digest())
+    prk = outer.digest()  # = hmac.digest(_HKDF_SALT, shared, "sha256")
     okm = hmac.digest(prk, SEAL_INFO + eph_public + recipient_public + b"\x01", "sha256")
     try:
         return AESGCM(okm[:SEAL_KEY_BYTES]).decrypt(
