@@ -49,11 +49,10 @@ from protocol.wire import (
     CONTENT_TYPE_JSON,
     WIRE_HEADER,
     ReportEnvelope,
-    ReportResult,
+    UploadResults,
     encode_batch_binary,
     encode_batch_json,
     parse_upload_response,
-    upload_server_time,
 )
 
 from .servertime import http_date
@@ -272,7 +271,7 @@ class Transport:
         except ValueError:
             raise TransportError("config is not JSON", status=status, retryable=False) from None
 
-    def upload(self, reports: Sequence[ReportEnvelope], *, deadline: float | None = None) -> list[ReportResult]:
+    def upload(self, reports: Sequence[ReportEnvelope], *, deadline: float | None = None) -> UploadResults:
         """``POST /v1/reports`` with one batch; one result per report, in order.
 
         Raises:
@@ -293,15 +292,14 @@ class Transport:
         try:
             answer = json.loads(body)
             results = parse_upload_response(answer)
-            server_time = upload_server_time(answer)
         except (ValueError, ReportRejected) as exc:
             raise TransportError(f"malformed upload response: {exc}", status=status) from None
-        # the answer matched the batch: it is the aggregator's, not a proxy's or a portal's
-        learned = float(server_time) if server_time is not None else self.last_date
-        if learned is not None and self._server_time is not None:
-            self._server_time(learned)
         if [r.report_id for r in results] != [r.report_id_text for r in reports]:
             raise TransportError("upload response does not match the batch", status=status)
+        # the answer matched the batch: it is the aggregator's, not a proxy's or a portal's
+        learned = float(results.server_time) if results.server_time is not None else self.last_date
+        if learned is not None and self._server_time is not None:
+            self._server_time(learned)
         return results
 
     def _time_left(self, deadline: float | None) -> float | None:

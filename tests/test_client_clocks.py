@@ -198,3 +198,32 @@ def test_a_proxy_or_portal_with_a_wrong_date_teaches_nothing(fake: FakeAggregato
     world.advance(DAY)
     client.transport.session = fake
     assert client.report("places", {"park"}).queued and client.flush().delivered == 2
+
+
+def test_an_upload_answer_that_does_not_match_its_batch_teaches_no_time(
+    fake: FakeAggregator, world: World, tmp_path: Path
+) -> None:
+    """Only an answer that names the batch's reports, in order, is the aggregator's (a proxy or portal may
+    answer well-formed JSON): its ``server_time`` is learned only then."""
+    client = make_client(fake, tmp_path / "s", world)
+    client.sync()
+    before = client.server_clock.offset
+    real = fake.request
+
+    def reordered(method: str, url: str, **kwargs: Any) -> FakeResponse:
+        response = real(method, url, **kwargs)
+        if url.endswith("/v1/reports") and response.status_code == 200:
+            body = dict(response.body)
+            body["results"] = body["results"][::-1]  # the same reports, not in the batch's order
+            body["server_time"] = int(world.true - DAY)  # would set the clock a day back if learned
+            response = FakeResponse(200, body, dict(response.headers))
+        return response
+
+    fake.request = reordered  # type: ignore[method-assign]
+    client.report("places", {"a"})
+    world.advance(DAY)
+    client.report("places", {"b"})
+    result = client.flush()
+    assert result.remaining == 2  # the answer was not taken: both kept
+    assert client.server_clock.offset == before
+    client.close(deadline=0.0)
