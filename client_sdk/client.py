@@ -431,7 +431,7 @@ class Client:
         if current is not None and window == current.window:
             return repeat(record, window, value_text)
         # a window before the latest (a clock that went back): a new window, charged as any other; with a
-        # renewing budget to its own period's total (MetricRecord.charged_period, PeriodTotals)
+        # renewing budget to its own period's total (PeriodTotals)
         try:
             after = self._accountant.check_spend(metric, record, params, window)
         except OnesidedError as exc:

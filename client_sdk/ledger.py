@@ -433,25 +433,6 @@ class MetricRecord:
                                         dropped_through=start - period if self.closed_micro else None)
         return True
 
-    def latest_period(self) -> int:
-        """The start of the latest period charged (a renewing budget): the latest one kept, or the
-        current window's when later."""
-        if self.period is None:
-            raise ValueError("latest_period needs a renewing budget (record.period)")
-        starts = [self.periods.latest() or 0]
-        if self.current is not None:
-            starts.append(period_of(self.current.window, self.period))
-        return max(starts)
-
-    def charged_period(self, window: int) -> int:
-        """The start of the period a window starting at ``window`` is charged to (a renewing budget):
-        the one it starts in, also when that lies before the latest period charged (a clock set back,
-        or a clock that was ahead, corrected by a server answer): the record keeps the recent periods'
-        totals (:class:`PeriodTotals`), so every window is checked against its own period's."""
-        if self.period is None:
-            raise ValueError("charged_period needs a renewing budget (record.period)")
-        return period_of(window, self.period)
-
     def spent_in(self, params: MetricParams, start: int, last_step: int | None = None) -> int:
         """Micro-epsilons charged to the period starting at ``start`` (a renewing budget), the current
         window through ``last_step``. ``-1``: infinite (trusted). A period whose total was dropped
@@ -564,7 +545,7 @@ def check_new_window(
     cost, _ = record.window_cost(params, record.new_window_chain())
     what = lambda: f"metric {params.name!r}: a report in a new window costs {epsilon_text(cost)}"  # noqa: E731
     if record.period is not None and window is not None:
-        start = record.charged_period(window)
+        start = period_of(window, record.period)
         renews = start + record.period
         before = _period_before(record, params, start, prior)
         return _checked(round_up(before + cost), before, cost, ceiling,
@@ -602,7 +583,7 @@ def check_relaxation(record: MetricRecord, params: MetricParams, after: WindowCh
     total = math.inf if micro < 0 else from_micro(record.closed_micro + micro)
     what = lambda: f"metric {params.name!r}: relaxing to level {after.levels[-1]:.6g}"  # noqa: E731
     if record.period is not None:
-        start = record.charged_period(record.current.window)
+        start = period_of(record.current.window, record.period)
         extra = round_up(total - spent)
         in_period = _period_before(record, params, start, prior)
         return _checked(round_up(in_period + extra), in_period, extra, ceiling, what)
@@ -675,7 +656,7 @@ def ledger_entry(
     guarantee = with_irr(params, record.irr).guarantee(record.levels[-1])
     renewing: dict[str, Any] = {}
     if record.period is not None and now is not None:
-        start = record.charged_period(int(now))
+        start = period_of(now, record.period)
         this_period = _period_before(record, params, start, period_prior)
         first = record.first_window
         renewing = {

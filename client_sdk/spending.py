@@ -69,10 +69,10 @@ class Accountant:
         return period_prior(lost, metric, period_of(when, period), period)
 
     def period_prior(self, metric: str, record: MetricRecord | None, when: float) -> float:
-        """The ``prior`` a ceiling check takes: per period (renewing budget: of the period a window at
-        ``when`` is charged to, :meth:`MetricRecord.charged_period`) or for the lifetime."""
+        """The ``prior`` a ceiling check takes: per period (renewing budget: of the period ``when`` lies
+        in, to which a window starting then is charged) or for the lifetime."""
         if record is not None and record.period is not None:
-            return self.prior(metric, record.charged_period(int(when)))
+            return self.prior(metric, when)
         return self.prior(metric)
 
     def relax_prior(self, metric: str, record: MetricRecord) -> float:
