@@ -378,6 +378,8 @@ class MetricRecord:
         if current is None:
             return WindowChain((), (), ())
         first, last = current.first_step, current.last_step if last_step is None else last_step
+        if first == last:  # one report in the window (no round since): report()'s path
+            return tuple.__new__(WindowChain, ((self.levels[first],), (self.irrs[first],), ()))
         held = current.relaxed
         relaxed = tuple(step in held for step in range(first + 1, last + 1)) if held else (False,) * (last - first)
         return tuple.__new__(WindowChain, (tuple(self.levels[first : last + 1]), tuple(self.irrs[first : last + 1]), relaxed))
@@ -542,7 +544,7 @@ def check_new_window(
             what is left under the ceiling (in the period, for a renewing budget).
     """
     spent, _ = record.spent(params)
-    cost, _ = record.window_cost(params, record.new_window_chain())
+    _, (cost, _), _ = record._cost(params, record.new_window_chain())
     what = lambda: f"metric {params.name!r}: a report in a new window costs {epsilon_text(cost)}"  # noqa: E731
     if record.period is not None and window is not None:
         start = period_of(window, record.period)

@@ -98,6 +98,10 @@ def check_secret(secret: bytes) -> None:
         raise ParameterError("secret", f"must be {SECRET_BYTES} bytes")
 
 
+_WINDOW = struct.Struct(">Q")
+_WINDOW_END = 2**64  # windows are unsigned 64-bit seconds
+
+
 def _check_levels(levels: Sequence[float]) -> None:
     if not levels:
         raise ParameterError("levels", "must hold at least the initial level")
@@ -113,8 +117,9 @@ def noise_key(window: int, value_key: bytes) -> bytes:
         window: the window's start in seconds (:func:`protocol.wire.window_start`).
         value_key: :func:`protocol.encodings.canonical_value` of the value or set.
     """
-    check_int("window", window, low=0, high=2**64 - 1)
-    return b"W" + struct.pack(">Q", window) + value_key
+    if type(window) is not int or not 0 <= window < _WINDOW_END:  # report()'s path: one test when valid
+        window = check_int("window", window, low=0, high=_WINDOW_END - 1)
+    return b"W" + _WINDOW.pack(window) + value_key
 
 
 def memoized_noise(

@@ -44,6 +44,11 @@ EPHEMERAL_POOL = 2  # keys a new client makes ahead: the first report's and the 
 MAX_EPHEMERAL_POOL = 512
 IRR_AHEAD = 4  # a metric's first report draws twice this on the spot
 MAX_IRR_AHEAD = 512
+# An IRR pool found empty (a metric's first report, a burst that outran the sender) draws a small block on
+# the spot, on the caller's thread: this many reports' rows, at most this many uniforms (tens of
+# microseconds), never its next full block of up to MAX_IRR_AHEAD reports.
+CALLER_IRR_ROWS = 32
+CALLER_IRR_UNIFORMS = 4096
 FILLER_IDLE = 30.0  # seconds a filler thread waits for work before it ends
 _AHEAD: weakref.WeakSet[EphemeralPool | IrrPool | HeldKeys] = weakref.WeakSet()
 
@@ -218,10 +223,13 @@ class IrrPool:
     vectorized step (:meth:`Randomizer.instantaneous`'s comparisons, row by
     row); each report then takes one pair of masks, once. Same source, same
     law; only the moment of drawing moves. ``take()`` on an empty pool
-    draws the next block on the spot, in one call, and doubles its size (up
-    to ``MAX_IRR_AHEAD``); the client's ``report()`` does not wait for that
-    but draws a small block of its own (``client_sdk.reporting``). (No thread of its own: the source may be a seeded generator,
-    which is not shared across threads.) Thread-safe.
+    draws a small block on the spot (:data:`CALLER_IRR_ROWS` reports, at
+    most :data:`CALLER_IRR_UNIFORMS` uniforms), keeps its other rows for the
+    next reports, and doubles ``size`` (up to ``MAX_IRR_AHEAD``) once until
+    the next ``refill()``, which draws the larger block off the caller's
+    thread. Rows are handed out in the order drawn. (No thread of its own:
+    the source may be a seeded generator, which is not shared across
+    threads.) Thread-safe.
     """
 
     def __init__(self, source: RandomSource, randomizer: Randomizer, num_bits: int, size: int = IRR_AHEAD) -> None:
@@ -230,6 +238,7 @@ class IrrPool:
         self.num_bits = num_bits
         self.size = size
         self._masks: collections.deque[IrrMasks] = collections.deque()
+        self._starved = False  # found empty since the last refill() (size doubled once)
         _AHEAD.add(self)
 
     def __len__(self) -> int:
@@ -241,14 +250,17 @@ class IrrPool:
             return (0, 0)
         try:
             return self._masks.popleft()
-        except IndexError:  # a burst: draw the next block now, in one call, and keep more ahead
-            self.size = min(MAX_IRR_AHEAD, 2 * self.size)
-            drawn = self._draw(self.size)
+        except IndexError:  # a first report or a burst: a small block now; a larger one at the next refill
+            if not self._starved:
+                self._starved = True
+                self.size = min(MAX_IRR_AHEAD, 2 * self.size)
+            drawn = self._draw(max(1, min(CALLER_IRR_ROWS, CALLER_IRR_UNIFORMS // self.num_bits)))
             self._masks.extend(drawn[1:])
             return drawn[0]
 
     def refill(self) -> None:
         """Draw the next reports' IRR now if less than half of ``size`` is left."""
+        self._starved = False
         if self.randomizer.has_irr and len(self._masks) < self.size // 2:
             self._masks.extend(self._draw(self.size - len(self._masks)))
 
@@ -259,4 +271,4 @@ class IrrPool:
         return irr_masks(self.randomizer, self.source.uniform((reports, self.num_bits)))
 
 
-__all__ = ["EPHEMERAL_POOL", "IRR_AHEAD", "MAX_EPHEMERAL_POOL", "MAX_IRR_AHEAD", "Ephemeral", "EphemeralPool", "HeldKeys", "IrrPool"]
+__all__ = ["CALLER_IRR_ROWS", "CALLER_IRR_UNIFORMS", "EPHEMERAL_POOL", "IRR_AHEAD", "MAX_EPHEMERAL_POOL", "MAX_IRR_AHEAD", "Ephemeral", "EphemeralPool", "HeldKeys", "IrrPool"]

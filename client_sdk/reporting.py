@@ -17,10 +17,7 @@ charges anything.
 
 from __future__ import annotations
 
-import collections
 import logging
-import os
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -33,27 +30,12 @@ from protocol.rng import RandomSource
 from protocol.wire import PAYLOAD_HEADER, ConfigPayload, MetricEntry
 
 from .ledger import MetricRecord, with_irr
-from .memo import IrrMasks, ReportPlan, irr_masks, noise_key, prepare_level
-from .pools import MAX_IRR_AHEAD, EphemeralPool, HeldKeys, IrrPool
+from .memo import ReportPlan, noise_key, prepare_level
+from .pools import EphemeralPool, HeldKeys, IrrPool
 from .queue import Item, pending_item
 from .status import iso_utc
 
 log = logging.getLogger("onesided.client")
-
-# When a burst empties an IRR pool, report() draws a small block itself (never the pool's own next block, of
-# up to 4,096 reports): this many reports' rows, at most this many uniforms. Memory only, and emptied in a
-# forked child, like the pools (a child must never reuse its parent's uniforms).
-CALLER_IRR_ROWS = 32
-CALLER_IRR_UNIFORMS = 4096
-_REPORTERS: weakref.WeakSet[Reporter] = weakref.WeakSet()
-
-
-def _spares_after_fork() -> None:
-    for reporter in list(_REPORTERS):
-        reporter._spare.clear()
-
-
-os.register_at_fork(after_in_child=_spares_after_fork)
 
 
 class AlreadyReported(PolicyError):
@@ -129,9 +111,6 @@ class Reporter:
         self.held = HeldKeys()
         self.irr: dict[tuple[str, float | None, float | None, int], IrrPool] = {}
         self.plans: dict[str, Reporting] = {}  # by metric name
-        self._starved: set[IrrPool] = set()  # IRR pools found empty since the last prepare() (grown once)
-        self._spare: dict[IrrPool, collections.deque[IrrMasks]] = {}  # irr_of()'s small blocks, used first (never empty)
-        _REPORTERS.add(self)
 
     def made(self, secret: bytes, entry: MetricEntry, record: MetricRecord, seal_public: bytes) -> Reporting:
         """The metric's plan at the record's level and IRR, kept for its next reports."""
@@ -194,37 +173,8 @@ class Reporter:
         window's levels through a round's (the last is the plan's level). The item is pending with its
         own ephemeral key, sealed by the sender; its id is already the sealed report's.
         """
-        irr = made.irr
-        masks = irr.take() if len(irr) and not self._spare else self.irr_of(irr)
-        payload = made.plan.payload(value, noise_key(window, value_key), masks, chain=chain)
+        payload = made.plan.payload(value, noise_key(window, value_key), made.irr.take(), chain=chain)
         return self._queued(made, window, payload)
-
-    def irr_of(self, pool: IrrPool) -> IrrMasks:
-        """One report's IRR when the pool is empty (a burst used it faster than the background sender drew
-        it): from a small block of this client's own, drawn here from the same source (the same law): at
-        most :data:`CALLER_IRR_UNIFORMS` uniforms at a time, tens of microseconds, never the pool's next
-        block of up to 4,096 reports on the caller's thread. An empty pool keeps twice as many ahead from
-        then on, drawn off the caller's thread by :meth:`prepare` (the background sender's turns,
-        ``sync()``, ``flush()``); the small block is used up first, so rows are used in the order drawn."""
-        if not pool.randomizer.has_irr:
-            return pool.take()
-        spare = self._spare.get(pool)
-        if spare is not None:
-            masks = spare.popleft()
-            if not spare:
-                del self._spare[pool]  # report()'s fast path again (item() runs under the client's lock)
-            return masks
-        if len(pool):
-            return pool.take()
-        if pool not in self._starved:
-            self._starved.add(pool)
-            pool.size = min(MAX_IRR_AHEAD, 2 * pool.size)
-        rows = max(1, min(CALLER_IRR_ROWS, CALLER_IRR_UNIFORMS // pool.num_bits))
-        drawn = collections.deque(irr_masks(pool.randomizer, pool.source.uniform((rows, pool.num_bits))))
-        masks = drawn.popleft()
-        if drawn:
-            self._spare[pool] = drawn
-        return masks
 
     def _queued(self, made: Reporting, window: int, payload: bytes) -> tuple[Item, str, str]:
         """:class:`Queued`'s fields (a plain tuple on ``report()``'s path: building the named tuple costs
@@ -246,7 +196,6 @@ class Reporter:
         leaves ``report()`` to do the work itself.
         """
         try:
-            self._starved.clear()
             self.ephemeral.refill()
             for entry in () if config is None else config.metrics:
                 record = records.get(entry.params.name)

@@ -97,7 +97,12 @@ class Accountant:
         ceiling = self.ceiling.for_metric(metric)
         if isinstance(spend, WindowChain):
             return check_relaxation(record, params, spend, ceiling, self.relax_prior(metric, record))
-        return check_new_window(record, params, ceiling, self.period_prior(metric, record, spend), window=spend)
+        if record.period is None:  # report()'s usual path: the lifetime prior (0 without a lost state)
+            lost = self._disk.state.lost
+            prior = lifetime_prior(lost, metric) if lost else 0.0
+        else:
+            prior = self.prior(metric, spend)
+        return check_new_window(record, params, ceiling, prior, window=spend)
 
     def spend(self, metric: str, record: MetricRecord, params: MetricParams, release: WindowRelease,
               after: float) -> None:

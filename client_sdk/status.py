@@ -55,7 +55,7 @@ class ReportStatus(str):
 
     def __new__(cls, status: str, report_id: str | None = None, reason: str | None = None,
                 error: Exception | None = None) -> ReportStatus:
-        made = super().__new__(cls, report_id or "")
+        made = str.__new__(cls, report_id or "")
         made.status, made.report_id, made.reason, made.error = status, report_id, reason, error
         return made
 

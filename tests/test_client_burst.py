@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from client_sdk import Client, ReportsDropped
-from client_sdk.reporting import CALLER_IRR_UNIFORMS, _spares_after_fork
+from client_sdk.pools import CALLER_IRR_UNIFORMS, _empty_after_fork
 from client_sdk.testing import FakeAggregator, FakeResponse
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -147,6 +147,7 @@ def test_a_forked_child_never_reuses_the_callers_small_irr_block(tmp_path: Path)
     client = make_client(fake, tmp_path / "s", clock, rng=ThreadRecording(3))
     client.sync()
     client.report("places", {"home"})  # the pool was empty: report() drew a small block, one row used
-    assert sum(len(spare) for spare in client._reporter._spare.values()) > 0
-    _spares_after_fork()  # what os.register_at_fork runs in a child
-    assert not client._reporter._spare
+    (pool,) = client._reporter.irr.values()
+    assert len(pool) > 0
+    _empty_after_fork()  # what os.register_at_fork runs in a child
+    assert len(pool) == 0

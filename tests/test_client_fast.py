@@ -35,9 +35,8 @@ from client_sdk.memo import (
     report_bits,
     report_mask,
 )
-from client_sdk.pools import IRR_AHEAD, EphemeralPool, IrrPool, _empty_after_fork
+from client_sdk.pools import CALLER_IRR_ROWS, IRR_AHEAD, EphemeralPool, IrrPool, _empty_after_fork
 from client_sdk.queue import envelope_of, item_id, legacy_item, read_pending
-from client_sdk.reporting import CALLER_IRR_ROWS
 from client_sdk.testing import FakeAggregator
 from protocol.accounting import ValueKind, from_micro, round_up
 from protocol.crypto import b64e
@@ -275,12 +274,20 @@ def test_keys_and_irr_made_ahead_are_handed_out_once_and_dropped_in_a_forked_chi
     ahead = IrrPool(SeededRandom(9), randomizer, 37, size=16)
     ahead.refill()
     assert len(ahead) == 16
-    drawn = [ahead.take() for _ in range(20)]  # 16 drawn ahead in one call; empty: the next block, doubled
+    drawn = [ahead.take() for _ in range(20)]  # 16 drawn ahead in one call; empty: a small block, size doubled
     source = SeededRandom(9)
     expected = irr_masks(randomizer, source.uniform((16, 37))) + irr_masks(randomizer, source.uniform((32, 37)))[:4]
     assert drawn == expected  # the source's stream, in order, once each
     assert (ahead.size, len(ahead)) == (32, 28)
-    ahead.refill()
+    ahead.refill()  # more than half of the doubled size is left: nothing drawn; the flag is reset
+    [ahead.take() for _ in range(28)]
+    ahead.take()  # empty again after a refill: another small block, the size doubled once more
+    assert (ahead.size, len(ahead)) == (64, CALLER_IRR_ROWS - 1)
+    ahead.take()
+    assert ahead.size == 64  # doubled once per refill, not once per empty take
+    wide = IrrPool(SeededRandom(9), randomizer, 1000)  # 4,096 uniforms at most on the caller's thread
+    wide.take()
+    assert len(wide) == 4096 // 1000 - 1
     _empty_after_fork()  # what os.register_at_fork runs in a child: nothing of the parent's is reused
     assert len(pool) == 0 and len(ahead) == 0
 
@@ -293,18 +300,20 @@ def test_the_irr_comes_from_the_os_csprng_and_the_sender_fills_the_pools(tmp_pat
     assert len(client._ephemeral) == 0
     client.sync()
     assert len(client._ephemeral) == client._ephemeral.size and not client._irr  # no IRR for unused metrics
-    client.report("places", {"home"})  # the metric's pool is empty: a small block of its own; more kept ahead
+    client.report("places", {"home"})  # the metric's pool is empty: a small block on the spot; more kept ahead
     (irr,) = client._irr.values()
-    assert isinstance(irr.source, SecureRandom) and len(irr) == 0 and irr.size == 2 * IRR_AHEAD
+    assert isinstance(irr.source, SecureRandom) and len(irr) == CALLER_IRR_ROWS - 1 and irr.size == 2 * IRR_AHEAD
     assert len(client._ephemeral) == client._ephemeral.size - 1
-    client.flush()  # the sender refills the keys and draws the IRR ahead
-    assert len(client._ephemeral) == client._ephemeral.size and len(irr) == irr.size
-    for _ in range(CALLER_IRR_ROWS):  # the rest of report()'s small block goes first, then the pool
+    client.flush()  # the sender refills the keys; the small block's rows are still more than half the IRR's size
+    assert len(client._ephemeral) == client._ephemeral.size and len(irr) == CALLER_IRR_ROWS - 1
+    for _ in range(CALLER_IRR_ROWS - 1 - irr.size // 2):  # the small block's rows are used first
         clock.advance(DAY)
         client.report("places", {"home"})
-    assert len(irr) == irr.size - 1
-    client.flush()  # the IRR is refilled once half of it is used
-    assert len(irr) == irr.size - 1
+    assert len(irr) == irr.size // 2
+    clock.advance(DAY)
+    client.report("places", {"home"})
+    client.flush()  # the IRR is refilled once less than half of it is left
+    assert len(irr) == irr.size
 
 
 def test_a_round_resend_is_queued_pending_with_its_own_id(tmp_path: Path) -> None:
@@ -436,7 +445,7 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
                          insecure_rng_for_testing=True)
     client.sync()
     items: list[bytes] = []
-    for day in range(100):  # the pool is empty: report() draws blocks of 32 until flush() draws the pool's block
+    for day in range(100):  # the pool is empty: report() draws small blocks of 32; flush() tops the pool up
         value = f"https://example.org/{day % 7}"
         rid = client.report("urls", value)
         items.extend(i for i in client._queue if item_id(i) == rid)
@@ -444,8 +453,9 @@ def test_client_reports_equal_the_definition_with_the_irr_drawn_ahead(tmp_path: 
             client.flush()
         clock.now += DAY
     blocks = [b for b in source.blocks if b.ndim == 2 and b.shape[1] == 32]
-    # rows used in the order drawn: report()'s blocks first; the pool, found empty once, doubled its size
-    assert [len(b) for b in blocks] == [32, 32, 32, 2 * IRR_AHEAD]
+    # rows used in the order drawn: three small blocks by day 79 (16 rows left, more than half the doubled
+    # size, so the flush draws nothing), then a fourth once those 16 are used
+    assert [len(b) for b in blocks] == [32, 32, 32, 32]
     rows = iter(np.concatenate(blocks))
     record = client._state.metrics["urls"]
     randomizer = params.randomizer()
