@@ -152,3 +152,27 @@ def test_a_client_whose_reports_were_all_delivered_keeps_its_queue_file(tmp_path
     again = _client(fake, tmp_path / "s", now)
     assert again.ledger().queued_reports == 1 and again.flush().delivered == 1
     again.close()
+
+
+def test_the_seal_key_schedule_is_hkdf_sha256_byte_for_byte() -> None:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    from protocol.crypto import SEAL_INFO, _seal_key_nonce
+
+    for size in (
+        0,
+        1,
+        31,
+        32,
+        33,
+        64,
+        65,
+        200,
+    ):  # the schedule takes 32 bytes; any length is HKDF's
+        for _ in range(20):
+            shared, pk_e, pk_r = os.urandom(size), os.urandom(32), os.urandom(32)
+            okm = HKDF(
+                algorithm=hashes.SHA256(), length=28, salt=None, info=SEAL_INFO + pk_e + pk_r
+            ).derive(shared)
+            assert _seal_key_nonce(shared, pk_e, pk_r) == (okm[:16], okm[16:])
