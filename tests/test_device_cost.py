@@ -25,7 +25,8 @@ from protocol.crypto import AggregatorKeys, open_sealed
 from protocol.encodings import BloomEncoding
 from protocol.errors import ReportRejected
 from protocol.params import MetricParams
-from protocol.wire import MAX_WINDOW
+from protocol.wire import MAX_WINDOW, STATUS_ACCEPTED, STATUSES, ReportResult
+from protocol.wire.common import _object
 
 PLACES = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_hashes=2, num_cohorts=4), mode="asymmetric", level=1.0, irr_q=0.2)  # fmt: skip
 DIGEST = "0f" * 32
@@ -176,3 +177,39 @@ def test_the_seal_key_schedule_is_hkdf_sha256_byte_for_byte() -> None:
                 algorithm=hashes.SHA256(), length=28, salt=None, info=SEAL_INFO + pk_e + pk_r
             ).derive(shared)
             assert _seal_key_nonce(shared, pk_e, pk_r) == (okm[:16], okm[16:])
+
+
+def _result_by_the_rules(obj: Any) -> ReportResult:
+    """A result read field by field, with the dataclass's own checks (what ``from_dict`` always did)."""
+    data = _object(obj, "", ("report_id", "status"), ("field", "detail", "retry_after"))
+    return ReportResult(
+        report_id=data["report_id"], status=data["status"], field=data.get("field"),
+        detail=data.get("detail"), retry_after=data.get("retry_after"),
+    )  # fmt: skip
+
+
+def test_an_upload_answers_results_read_as_the_field_rules_say() -> None:
+    usual = {"report_id": "abc", "status": STATUS_ACCEPTED, "field": None, "detail": None}
+    cases: list[Any] = [dict(usual, status=status) for status in STATUSES]
+    cases += [
+        dict(usual, report_id=5), dict(usual, report_id=True), dict(usual, report_id=None),
+        dict(usual, status="nope"), dict(usual, status=None), dict(usual, status=["accepted"]),
+        dict(usual, field="x"), dict(usual, detail="d"), dict(usual, field=3), dict(usual, detail=[]),
+        dict(usual, extra=1), {"report_id": "abc", "status": STATUS_ACCEPTED},
+        {"report_id": "abc", "status": STATUS_ACCEPTED, "field": None},
+        {"status": STATUS_ACCEPTED, "field": None, "detail": None, "other": None},
+        dict(usual, status="too_early", retry_after=30), dict(usual, retry_after=30),
+        dict(usual, status="expired", retry_after=0), [], "abc", None,
+    ]  # fmt: skip
+    for case in cases:
+        try:
+            expected: Any = _result_by_the_rules(case)
+        except ReportRejected as exc:
+            expected = (exc.field, exc.reason)
+        try:
+            got: Any = ReportResult.from_dict(case)
+        except ReportRejected as exc:
+            got = (exc.field, exc.reason)
+        assert got == expected, case
+        if isinstance(got, ReportResult):
+            assert got.final == expected.final and got.to_dict() == expected.to_dict()
