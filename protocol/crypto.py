@@ -23,7 +23,6 @@ import functools
 import hashlib
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -368,23 +367,43 @@ class AggregatorKeys:
 
 
 def write_private_file(path: Path, data: bytes) -> None:
-    """Write ``data`` atomically with mode 0600: temp file in the same folder, fsync, rename, fsync the folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``data`` atomically with mode 0600: temp file in the same folder, fsync, rename, fsync the folder.
+
+    The temporary file is ``"." + name + "." + 8 characters of [a-z2-7] + ".tmp"`` (the names
+    :func:`tempfile.mkstemp` gives, with [a-z0-9_]), made with ``O_EXCL`` and written with
+    ``os.write``: a client writes its state this way after every change, so no file object or
+    name generator is built per write.
+    """
+    while True:
+        tmp = path.parent / f".{path.name}.{_temp_suffix()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except FileExistsError:  # pragma: no cover - 40 random bits taken: draw again
+            continue
+        break
     try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            os.fchmod(fd, 0o600)  # exactly 0600 whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _temp_suffix() -> str:
+    """8 random characters of [a-z2-7] (base32 of 40 random bits)."""
+    return base64.b32encode(os.urandom(5)).decode("ascii").lower()
 
 
 def _read_private_file(path: Path) -> bytes:

@@ -213,3 +213,33 @@ def test_an_upload_answers_results_read_as_the_field_rules_say() -> None:
         assert got == expected, case
         if isinstance(got, ReportResult):
             assert got.final == expected.final and got.to_dict() == expected.to_dict()
+
+
+def test_an_atomic_write_leaves_a_0600_file_and_temporary_names_the_cleanup_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from client_sdk.state import remove_temporary_files
+    from protocol.crypto import _temp_suffix, write_private_file
+
+    target = tmp_path / "app.state"
+    old = os.umask(0o022)
+    try:
+        write_private_file(target, b"x" * 70_000)
+    finally:
+        os.umask(old)
+    assert target.read_bytes() == b"x" * 70_000 and target.stat().st_mode & 0o777 == 0o600
+    assert os.listdir(tmp_path) == ["app.state"]
+    left = [
+        tmp_path / f".app.state.{_temp_suffix()}.tmp" for _ in range(20)
+    ]  # as a crash mid-write leaves them
+    for path in left:
+        path.write_bytes(b"")
+    assert sorted(remove_temporary_files(target)) == sorted(left)
+
+    def crash(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        write_private_file(target, b"new")
+    assert os.listdir(tmp_path) == ["app.state"] and target.read_bytes() == b"x" * 70_000
