@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 import client_sdk.pools as pools
 from client_sdk import Client
 from client_sdk.testing import FakeAggregator
+from protocol import crypto
 from protocol.crypto import AggregatorKeys, ephemeral_key, seal
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
@@ -170,8 +171,10 @@ def parts(n: int) -> dict[str, float]:
         "X25519 exchange": per_call_us(lambda: key.exchange(recipient_key), n),
         "X25519 key generation + exchange (the floor of one key per report)":
             per_call_us(lambda: X25519PrivateKey.generate().exchange(recipient_key), n),
-        "HKDF-SHA256 (28 bytes)": per_call_us(
+        "HKDF-SHA256 (28 bytes), `cryptography`'s HKDF": per_call_us(
             lambda: HKDF(algorithm=hashes.SHA256(), length=28, salt=None, info=info).derive(shared), n),
+        "the same key schedule as `seal` computes it (`_seal_key_nonce`)": per_call_us(
+            lambda: crypto._seal_key_nonce(shared, recipient, recipient), n),
         "AES-128-GCM of a 40-byte payload (key schedule + encrypt)": per_call_us(
             lambda: AESGCM(cipher_key).encrypt(nonce, plain, aad), n),
         "ephemeral key with its raw halves (`ephemeral_key`)": per_call_us(ephemeral_key, n),
