@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import hashlib
 import os
@@ -374,8 +375,11 @@ def write_private_file(path: Path, data: bytes) -> None:
     ``os.write``: a client writes its state this way after every change, so no file object or
     name generator is built per write.
     """
+    target = os.fspath(path)  # plain strings: this runs after every change of a client's state
+    folder, name = os.path.split(target)
+    folder = folder or "."
     while True:
-        tmp = path.parent / f".{path.name}.{_temp_suffix()}.tmp"
+        tmp = os.path.join(folder, f".{name}.{_temp_suffix()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         except FileExistsError:  # pragma: no cover - 40 random bits taken: draw again
@@ -390,11 +394,12 @@ def write_private_file(path: Path, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
