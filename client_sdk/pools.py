@@ -62,7 +62,10 @@ class SealingKey(NamedTuple):
 
     Kept for the sender (:class:`HeldKeys`): sealing with it needs neither
     the public half derived again nor the id hashed again
-    (:func:`client_sdk.queue.envelope_of`).
+    (:func:`client_sdk.queue.envelope_of`). Only the pool makes them, so
+    their fields agree (the public half is the key's, the id the public
+    half's); the sender uses one only for the queued report whose private
+    key and id are its own.
     """
 
     key: X25519PrivateKey
