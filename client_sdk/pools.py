@@ -17,6 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -61,12 +62,32 @@ def _empty_after_fork() -> None:
 os.register_at_fork(after_in_child=_empty_after_fork)
 
 
-Ephemeral = tuple[X25519PrivateKey, bytes, bytes, str]
+class SealingKey(NamedTuple):
+    """One report's ephemeral key as the pool made it: the object, its raw halves and the report's id.
+
+    Kept for the sender (:class:`HeldKeys`): sealing with it needs neither
+    the public half derived again nor the id hashed again
+    (:func:`client_sdk.queue.envelope_of`). Only the pool makes them, so
+    their fields agree (the public half is the key's, the id the public
+    half's); the sender uses one only for the queued report whose private
+    key and id are its own.
+    """
+
+    key: X25519PrivateKey
+    private: bytes
+    public: bytes
+    report_id: bytes  # sealed_report_id(public)
+    report_id_text: str  # its base64url, as report() returns it
+
+
+Ephemeral = tuple[SealingKey, bytes, bytes, str]
 
 
 def _ephemeral() -> Ephemeral:
     key, private, public = ephemeral_key()
-    return key, private, public, b64e(sealed_report_id(public))
+    rid = sealed_report_id(public)
+    text = b64e(rid)
+    return SealingKey(key, private, public, rid, text), private, public, text
 
 
 class EphemeralPool:
@@ -116,8 +137,8 @@ class EphemeralPool:
         return self._made
 
     def take(self) -> Ephemeral:
-        """``(key, private, public, report id)``: a key never handed out before, its raw halves, and
-        ``b64e(sealed_report_id(public))``."""
+        """``(key, private, public, report id)``: a key never handed out before (a :class:`SealingKey`),
+        its raw halves, and ``b64e(sealed_report_id(public))``."""
         self._taken += 1
         try:
             key = self._keys.popleft()
@@ -186,25 +207,26 @@ def _fill(pool_ref: weakref.ref[EphemeralPool], wanted: threading.Event) -> None
 
 
 class HeldKeys:
-    """The ephemeral key objects of the reports queued since start, by report id, for the sender.
+    """The ephemeral keys of the reports queued since start (:class:`SealingKey`), by report id, for the sender.
 
     Sealing from the queued raw bytes would derive each key's public half
-    again (~30 us); the object already has it. Memory only: after a restart
+    again (an X25519 scalar multiplication) and hash its id again; the pool
+    made both with the key. Memory only: after a restart
     the sender loads the bytes. Emptied in a forked child. Thread-safe
     (single dict operations).
     """
 
     def __init__(self) -> None:
-        self._keys: dict[str, X25519PrivateKey] = {}
+        self._keys: dict[str, SealingKey] = {}
         _AHEAD.add(self)
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def put(self, report_id: str, key: X25519PrivateKey) -> None:
+    def put(self, report_id: str, key: SealingKey) -> None:
         self._keys[report_id] = key
 
-    def get(self, report_id: str) -> X25519PrivateKey | None:
+    def get(self, report_id: str) -> SealingKey | None:
         return self._keys.get(report_id)
 
     def forget(self, report_ids: Iterable[str]) -> None:
@@ -271,4 +293,5 @@ class IrrPool:
         return irr_masks(self.randomizer, self.source.uniform((reports, self.num_bits)))
 
 
-__all__ = ["CALLER_IRR_ROWS", "CALLER_IRR_UNIFORMS", "EPHEMERAL_POOL", "IRR_AHEAD", "MAX_EPHEMERAL_POOL", "MAX_IRR_AHEAD", "Ephemeral", "EphemeralPool", "HeldKeys", "IrrPool"]
+__all__ = ["CALLER_IRR_ROWS", "CALLER_IRR_UNIFORMS", "EPHEMERAL_POOL", "IRR_AHEAD", "MAX_EPHEMERAL_POOL",
+           "MAX_IRR_AHEAD", "Ephemeral", "EphemeralPool", "HeldKeys", "IrrPool", "SealingKey"]

@@ -50,7 +50,8 @@ format 2 when it is opened.
   back) and is dropped on open.
 * Deletion appends a tombstone; when dead reports and tombstones
   outnumber the live reports (and at least :data:`COMPACT_MIN`), the file
-  is rewritten atomically with the live reports only.
+  is rewritten atomically with the live reports only, or, when none is
+  left, cut back to its header (a truncate and an fsync).
 * Open: a torn last record (a crash mid-append) is cut off; a record that
   does not decrypt or parse is dropped and counted (:class:`QueueDamage`),
   so the client records a ledger event instead of failing every later flush.
@@ -61,6 +62,7 @@ Not thread-safe by itself: the client calls it under its lock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -78,10 +80,20 @@ from protocol.crypto import (
     b64e,
     decrypt_blob,
     encrypt_blob,
+    seal,
     write_private_file,
 )
 from protocol.errors import DecryptError, ReportRejected
-from protocol.wire import ReportEnvelope, seal_report
+from protocol.wire import (
+    MAX_BODY_BYTES,
+    MAX_WINDOW,
+    REPORT_ID_BYTES,
+    ReportEnvelope,
+    report_aad,
+    seal_report,
+)
+
+from .pools import SealingKey
 
 QUEUE_MAGIC = b"ONSQ"
 QUEUE_VERSION = 2
@@ -221,12 +233,14 @@ def check_item(item: Item) -> None:
         raise ValueError("unknown queue item form")
 
 
-def envelope_of(item: Item, ephemeral: X25519PrivateKey | None = None) -> ReportEnvelope:
+def envelope_of(item: Item, ephemeral: SealingKey | X25519PrivateKey | None = None) -> ReportEnvelope:
     """The envelope to upload: a pending item sealed now (the same bytes every time), a sealed one as it is.
 
-    ``ephemeral``: the item's key as an object, kept in memory since it was
-    made (its raw bytes must be the item's, else they are loaded anew): no
-    second derivation of its public half.
+    ``ephemeral``: the item's key as the pool made it (:class:`~client_sdk.pools.SealingKey`, kept in
+    memory since ``report()``) or as a key object; used only if its raw bytes are the item's (else the
+    queued bytes are loaded anew). A :class:`~client_sdk.pools.SealingKey` whose id is the item's seals
+    without deriving the key's public half or hashing its id again (the pool did both when it made the
+    key); the envelope is the same byte for byte.
 
     Raises:
         ReportRejected, ValueError, KeyError, TypeError: a malformed item, or a
@@ -236,6 +250,10 @@ def envelope_of(item: Item, ephemeral: X25519PrivateKey | None = None) -> Report
         check_item(item)
         return ReportEnvelope.from_json(json.loads(item[1:]))
     p = read_pending(item)
+    if isinstance(ephemeral, SealingKey):
+        if ephemeral.private == p.ephemeral_private and ephemeral.report_id_text == p.report_id_text:
+            return _sealed_with(p, ephemeral)
+        ephemeral = None
     key = ephemeral if ephemeral is not None and ephemeral.private_bytes_raw() == p.ephemeral_private \
         else p.ephemeral_private
     envelope = seal_report(payload=p.payload, metric=p.metric, round=p.round, window=p.window,
@@ -243,6 +261,35 @@ def envelope_of(item: Item, ephemeral: X25519PrivateKey | None = None) -> Report
     if envelope.report_id_text != p.report_id_text:  # the id report() returned must be the key's
         raise ReportRejected("report_id", "is not the id of the queued report's ephemeral key")
     return envelope
+
+
+def _sealed_with(p: PendingReport, key: SealingKey) -> ReportEnvelope:
+    """A pending report sealed with the pool's key (its public half and id made with it): what
+    :func:`~protocol.wire.seal_report` returns, without deriving them again.
+
+    The metadata passes the envelope's rules (checked once per metric and digest, then the window and
+    the body's length here; anything else takes the validating constructor, which names the field).
+    """
+    aad = report_aad(report_id=key.report_id, metric=p.metric, params_digest=p.params_digest, round=p.round,
+                     window=p.window)
+    sealed = seal(p.seal_public, p.payload, aad, ephemeral_private=key.key, ephemeral_public=key.public)
+    if _valid_metadata(p.metric, p.params_digest) and p.window <= MAX_WINDOW and len(sealed) <= MAX_BODY_BYTES:
+        return ReportEnvelope._checked(key.report_id, p.metric, p.round, p.window, p.params_digest, "sealed",
+                                       sealed, key.report_id_text, aad)
+    return ReportEnvelope(report_id=key.report_id, metric=p.metric, round=p.round, window=p.window,
+                          params_digest=p.params_digest, sealed=sealed)
+
+
+@functools.lru_cache(maxsize=64)
+def _valid_metadata(metric: str, params_digest: str) -> bool:
+    """Whether a metric name and a parameter digest pass :class:`ReportEnvelope`'s rules (once per pair: a
+    client's reports carry a few)."""
+    try:
+        ReportEnvelope(report_id=bytes(REPORT_ID_BYTES), metric=metric, round=0, window=0,
+                       params_digest=params_digest, plain=b"\0")
+    except ReportRejected:
+        return False
+    return True
 
 
 class ReportQueue(Sequence[Item]):
@@ -316,7 +363,8 @@ class ReportQueue(Sequence[Item]):
         return len(gone)
 
     def persist(self, generation: int) -> None:
-        """Append the pending records (one write, one fsync); compact when dead records dominate.
+        """Append the pending records (one write, one fsync); compact when dead records dominate; cut the
+        file back to its header when no report is left (:meth:`_cut_to_header`).
 
         Call it right after the state was saved as ``generation``: the
         reports queued since the last persist are charged by that state.
@@ -326,18 +374,23 @@ class ReportQueue(Sequence[Item]):
         if self.compaction_due:
             self._take(generation)
             self.compact()
-        else:
-            taken, records = self._take(generation)
-            try:
-                self._append(self._encoded(records))
-            except BaseException:
-                self.give_back(taken)
-                raise
+            return
+        taken, records = self._take(generation)
+        try:
+            self._append(None if self._emptied else self._encoded(records))
+        except BaseException:
+            self.give_back(taken)
+            raise
+
+    @property
+    def _emptied(self) -> bool:
+        """No report is left in a file that exists: the next persist cuts it back to its header."""
+        return not self._items and self._file_id is not None and self.path.exists()
 
     @property
     def compaction_due(self) -> bool:
-        """The next persist rewrites the file (no file yet, or dead records dominate)."""
-        return self._file_id is None or self._should_compact() or not self.path.exists()
+        """The next persist rewrites the file (no file yet, or dead records dominate a queue not empty)."""
+        return self._file_id is None or not self.path.exists() or (self._should_compact() and bool(self._items))
 
     def _take(self, generation: int) -> tuple[list[tuple[bytes, list[str]]], list[tuple[bytes, bytes]]]:
         """The pending changes, taken out of the pending list, and their records (kind, plain text): the
@@ -360,17 +413,19 @@ class ReportQueue(Sequence[Item]):
     def _encoded(self, records: list[tuple[bytes, bytes]]) -> bytes:
         return b"".join(self._record(kind, plain) for kind, plain in records)
 
-    def take_append(self, generation: int) -> tuple[list[tuple[bytes, list[str]]], bytes] | None:
+    def take_append(self, generation: int) -> tuple[list[tuple[bytes, list[str]]], bytes | None] | None:
         """:meth:`persist` in two halves, for a write outside the client's lock: this half (under it)
-        takes the pending changes and returns them with the bytes to append (:meth:`append_taken`).
+        takes the pending changes and returns them with the bytes to append (:meth:`append_taken`;
+        ``None`` for the bytes: no report is left, the file is cut back to its header).
         ``None``: nothing pending, or a compaction is due (then :meth:`persist`, under the lock)."""
         if not self._pending or self.compaction_due:
             return None
         taken, records = self._take(generation)
-        return taken, self._encoded(records)
+        return taken, None if self._emptied else self._encoded(records)
 
-    def append_taken(self, data: bytes) -> None:
-        """The other half: append what :meth:`take_append` returned (one write, one fsync)."""
+    def append_taken(self, data: bytes | None) -> None:
+        """The other half: append what :meth:`take_append` returned (one write, one fsync), or cut the
+        file back to its header (``None``)."""
         self._append(data)
 
     def give_back(self, taken: list[tuple[bytes, list[str]]]) -> None:
@@ -420,8 +475,12 @@ class ReportQueue(Sequence[Item]):
         blob = encrypt_blob(self._key(), plain, self._aad(kind))
         return RECORD_HEAD.pack(RECORD_MARK, kind, len(blob)) + blob
 
-    def _append(self, data: bytes) -> None:
-        """Append and fsync; on failure the file is cut back, so no half record stays in the middle."""
+    def _append(self, data: bytes | None) -> None:
+        """Append and fsync; on failure the file is cut back, so no half record stays in the middle.
+        ``None``: no report is left; cut the file back to its header instead (:meth:`_cut_to_header`)."""
+        if data is None:
+            self._cut_to_header()
+            return
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             size = os.fstat(fd).st_size
@@ -434,6 +493,20 @@ class ReportQueue(Sequence[Item]):
                 raise
         finally:
             os.close(fd)
+
+    def _cut_to_header(self) -> None:
+        """Empty the file of a queue with no report left: cut it back to its header (one truncate and one
+        fsync, where appending the last tombstones would grow it, and a rewrite would write a new file and
+        fsync it and its folder). The header is this format's (a file read in another format is rewritten
+        when it is read). A crash before the cut reaches the disk leaves the file as it was (delivered
+        reports come back, are resent and answered ``replayed``, as when a tombstone is lost)."""
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, HEADER_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._dead = 0
 
     def load(self, generation: int) -> list[QueueDamage]:
         """Read the file, keeping reports charged by state generation ``generation`` or earlier.

@@ -52,7 +52,8 @@ STATE_AAD = b"onesided/client-state/v1"
 KEY_BYTES = 32
 MAX_EVENTS = 200
 KEYRING_SERVICE = "onesided-client"
-# protocol.crypto.write_private_file's temporary names: "." + name + "." + 8 of [a-z0-9_] + ".tmp" (mkstemp)
+# protocol.crypto.write_private_file's temporary names: "." + name + "." + 8 of [a-z2-7] + ".tmp"
+# (8 of [a-z0-9_] from tempfile.mkstemp, which it used before: both are matched)
 _TEMP_NAME = ".{name}.[a-z0-9_]{{8}}.tmp"
 
 log = logging.getLogger("onesided.client")

@@ -267,8 +267,10 @@ def test_keys_and_irr_made_ahead_are_handed_out_once_and_dropped_in_a_forked_chi
     assert len(pool) >= pool.size >= 8
     assert len({public for _, _, public, _ in [*taken, *(pool.take() for _ in range(8))]}) == 20
     assert all(rid == b64e(sealed_report_id(public)) for _, _, public, rid in taken)
-    assert all(key.private_bytes_raw() == private and key.public_key().public_bytes_raw() == public
-               for key, private, public, _ in taken)
+    assert all(key.key.private_bytes_raw() == key.private == private
+               and key.key.public_key().public_bytes_raw() == key.public == public
+               and key.report_id == sealed_report_id(public) and key.report_id_text == rid
+               for key, private, public, rid in taken)
     pool.refill()
     randomizer = Randomizer(mode="symmetric", level=1.0, irr_p=0.3, irr_q=0.8)
     ahead = IrrPool(SeededRandom(9), randomizer, 37, size=16)

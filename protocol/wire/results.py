@@ -22,6 +22,9 @@ from .common import (
     _under,
 )
 
+_STATUS_SET = frozenset(STATUSES)
+_FINAL_KEYS = frozenset(("report_id", "status", "field", "detail"))  # a result without retry_after
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReportResult:
@@ -86,6 +89,10 @@ class ReportResult:
 
     @classmethod
     def from_dict(cls, obj: Any) -> ReportResult:
+        if (type(obj) is dict and obj.keys() == _FINAL_KEYS and type(obj["report_id"]) is str
+                and type(obj["status"]) is str and obj["status"] in _STATUS_SET and obj["field"] is None
+                and obj["detail"] is None):
+            return cls.of(obj["report_id"], obj["status"])  # the usual result, checked as the fields would be
         data = _object(obj, "", ("report_id", "status"), ("field", "detail", "retry_after"))
         return cls(
             report_id=data["report_id"], status=data["status"], field=data.get("field"), detail=data.get("detail"),
