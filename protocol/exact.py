@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from . import kernels
 from .errors import ParameterError
+from .kernels import loaded as loaded_kernels
+from .kernels import pcg64_state
 from .rng import RandomSource, SeededRandom, as_rng
 from .validation import check_int, check_number
 
@@ -392,7 +393,7 @@ def _requested(rng: RandomSource, n: int) -> npt.NDArray[np.uint8]:
 
 
 def _choose_compiled(
-    kernel: ModuleType,
+    kernel: Any,
     rng: RandomSource,
     expansion: _Expansion,
     choice: npt.NDArray[np.uint8] | None,
@@ -422,7 +423,7 @@ def _choose_compiled(
     start = 0
     while start < n:
         lo, hi = 0, n  # the positions in ties are relative to lo
-        with kernels.pcg64_state(bit_generator) as pcg:
+        with pcg64_state(bit_generator) as pcg:
             if pcg is not None:
                 digits = expansion.table(_KERNEL_DEPTHS)
                 start, count, depth = kernel.pcg_chunks(
@@ -507,7 +508,7 @@ def bernoulli_choose(
     flat = raw.view(np.uint8) if raw.dtype == np.bool_ else raw.astype(np.uint8, copy=False)
     out = np.empty(flat.size, dtype=bool)
     expansion = _Expansion(probs)
-    kernel = kernels.loaded() if flat.size else None
+    kernel = loaded_kernels() if flat.size else None
     if kernel is not None:
         if unsigned and not in_range and int(raw.max()) >= half:
             raise ParameterError("choice", f"must index the {half} probabilities")

@@ -19,6 +19,7 @@ paths do not use these kernels.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 import threading
@@ -65,11 +66,10 @@ def loaded() -> ModuleType | None:
         with _lock:
             if _module is None and not _failed:
                 try:
-                    from . import _numba_kernels
+                    _module = importlib.import_module(f"{__package__}._numba_kernels")
                 except Exception:  # numba missing or broken: the NumPy code gives the same results
                     _failed = True
                     return None
-                _module = _numba_kernels
     return _module
 
 

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from protocol import kernels
 from protocol.errors import ParameterError
+from protocol.kernels import column_sums as compiled_column_sums
 from protocol.randomizers import Randomizer
 from protocol.validation import check_integer_array
 
@@ -64,7 +64,7 @@ def _add_column_sums(rows: npt.NDArray[np.uint8], out: IntArray) -> None:
     With numba (:mod:`protocol.kernels`) one compiled pass sums four rows at a
     time into the ``uint8`` partial sums instead: the same integers.
     """
-    if kernels.column_sums(rows, out):
+    if compiled_column_sums(rows, out):
         return
     n, m = rows.shape
     groups = max(1, _ACCUMULATOR_BYTES // max(1, m))
