@@ -20,10 +20,13 @@ every item once more, best of ``--repeat``, thread CPU time, the load average be
 the generator (PCG64's raw words from NumPy's ``random_raw``, the bytes ``simulate``
 consumes), ``simulate`` (10k users x 1,000 items, seeded) with the compiled kernel and with
 the NumPy code (``protocol.kernels.numpy_only``; the same bits, checked), the secure default's
-generator (the ChaCha20 keystream of ``os_random_bytes``) and ``simulate`` on it, a streaming
+generator (the ChaCha20 keystream of ``os_random_bytes``, requested chunk by chunk as
+``simulate`` requests its first bytes) and ``simulate`` on it (kernel), a streaming
 read (NumPy summing the reports' bytes as 64-bit words) and ``from_reports`` on those reports
 (1 cohort), kernel and NumPy. It prints per round each rate over its floor's: generator ns per
-byte / ``simulate`` ns per bit, and streaming ns per byte / counting ns per byte.
+byte / ``simulate`` ns per bit (and the same for the PCG64 the kernel computes itself, in four
+interleaved lanes: ``pcg_words``, the words ``random_raw`` gives), and streaming ns per byte /
+counting ns per byte.
 
 The compiled kernels need numba (``pip install 'onesided[fast]'``); without it the "kernel"
 rows run the NumPy code too, and the script says so.
@@ -45,6 +48,7 @@ import numpy as np
 
 from aggregator.analysis.decoding import BitCounts
 from protocol import Randomizer, SecureRandom, SeededRandom, kernels
+from protocol.exact import BERNOULLI_CHUNK
 from protocol.rng import os_random_bytes
 
 EPSILON = 2.0
@@ -89,7 +93,7 @@ def counting_rows(
     if not np.array_equal(BitCounts.from_reports(reports, cohorts, h).ones, truth):
         raise SystemExit("from_reports disagrees with numpy")
     count = numpy_path(lambda: BitCounts.from_reports(reports, cohorts, h))
-    if not np.array_equal(count().ones, truth):  # type: ignore[attr-defined]
+    if not np.array_equal(count().ones, truth):
         raise SystemExit("from_reports (NumPy path) disagrees with numpy")
     label = f"{n:,} x {m:,} bits, {h} cohort{'s' if h > 1 else ''}"
     return [
@@ -144,25 +148,40 @@ def ratio_rounds(rounds: int, repeat: int, chunk: int = 10_000, items: int = 1_0
     counts = BitCounts.from_reports(reports, cohort, 1).ones
     if not np.array_equal(
         counts, numpy_path(lambda: BitCounts.from_reports(reports, cohort, 1))().ones
-    ):  # type: ignore[attr-defined]
+    ):
         raise SystemExit("the kernel's counts differ from the NumPy path's")
     print(
         f"compiled kernels: {'on (numba)' if kernels.loaded() is not None else 'OFF (no numba): both paths are NumPy'}"
     )
     print(
-        "| round | load (1 min) | PCG64 ns/B | simulate ns/bit: kernel, ratio | NumPy path, ratio "
+        "| round | load (1 min) | PCG64 ns/B: random_raw, kernel's | simulate ns/bit: kernel, ratio, "
+        "ratio to the kernel's PCG64 | NumPy path, ratio "
         "| ChaCha20 ns/B | secure simulate ns/bit, ratio | streaming read GB/s | counting GB/s: kernel, ratio "
         "| NumPy path, ratio |"
     )
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     seeded = SeededRandom(5)
     secure = SecureRandom()
+    module, own_generator = kernels.loaded(), np.random.PCG64(2)
+    words_out = np.empty(n // 8, dtype=np.uint64)
+
+    def own_words(out: np.ndarray) -> None:
+        with kernels.pcg64_state(own_generator) as pcg:
+            module.pcg_words(*pcg, out)
+
+    kernel_words = own_words if module is not None else None
+    requests = [
+        min(BERNOULLI_CHUNK, n - start) for start in range(0, n, BERNOULLI_CHUNK)
+    ]  # simulate's first bytes
     for i in range(rounds):
         load = os.getloadavg()[0]
         gen = best_of(lambda: generator.random_raw(n // 8), repeat, CPU) / n
+        own = (
+            best_of(lambda: kernel_words(words_out), repeat, CPU) / n if kernel_words else math.nan
+        )
         kernel = best_of(lambda: randomizer.simulate(bits, seeded), repeat, CPU) / n
         plain = best_of(numpy_path(lambda: randomizer.simulate(bits, seeded)), repeat, CPU) / n
-        chacha = best_of(lambda: os_random_bytes(n), repeat, CPU) / n
+        chacha = best_of(lambda: [os_random_bytes(size) for size in requests], repeat, CPU) / n
         kernel_secure = best_of(lambda: randomizer.simulate(bits, secure), repeat, CPU) / n
         stream = best_of(lambda: np.add.reduce(words), repeat, CPU)
         count = best_of(lambda: BitCounts.from_reports(reports, cohort, 1), repeat, CPU)
@@ -171,7 +190,8 @@ def ratio_rounds(rounds: int, repeat: int, chunk: int = 10_000, items: int = 1_0
         )
         gb = reports.nbytes / 1e9
         print(
-            f"| {i + 1} | {load:.2f} | {gen * 1e9:.3f} | {kernel * 1e9:.3f}, {gen / kernel:.2f} "
+            f"| {i + 1} | {load:.2f} | {gen * 1e9:.3f}, {own * 1e9:.3f} "
+            f"| {kernel * 1e9:.3f}, {gen / kernel:.2f}, {own / kernel:.2f} "
             f"| {plain * 1e9:.3f}, {gen / plain:.2f} | {chacha * 1e9:.3f} "
             f"| {kernel_secure * 1e9:.3f}, {chacha / kernel_secure:.2f} | {gb / stream:.1f} "
             f"| {gb / count:.1f}, {stream / count:.2f} | {gb / count_plain:.1f}, {stream / count_plain:.2f} |"

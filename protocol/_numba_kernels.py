@@ -319,6 +319,12 @@ def pcg_chunks(state, steps, start, chunk, mode, mult, sel, sel2, digits, out, t
     return n, 0, 0
 
 
+@njit(types.void(_u64, _ro64, _u64), cache=True, nogil=True)
+def pcg_words(state, steps, words):
+    """``words`` filled with the stream's next outputs (``random_raw(words.size)``'s), ``state`` advanced."""
+    _pcg_fill(state, steps, words, words.size)
+
+
 _rows = types.Array(types.uint8, 2, "C", readonly=True)
 
 

@@ -84,6 +84,23 @@ def test_the_kernels_load_where_numba_is_installed() -> None:
 
 
 @needs_numba
+def test_the_kernels_pcg64_words_are_random_raws() -> None:
+    # Every count modulo the four lanes, in a row from one state; then NumPy goes on where the kernel stopped.
+    module = kernels.loaded()
+    assert module is not None
+    for seed in (0, 1, 2**64 + 3):
+        ours, numpy = np.random.PCG64(seed), np.random.PCG64(seed)
+        with kernels.pcg64_state(ours) as pcg:
+            assert pcg is not None
+            for count in (1, 2, 3, 4, 5, 7, 8, 9, 1_000, 1_003):
+                words = np.empty(count, dtype=np.uint64)
+                module.pcg_words(*pcg, words)
+                assert np.array_equal(words, numpy.random_raw(count))
+        assert np.array_equal(ours.random_raw(5), numpy.random_raw(5))
+        assert ours.state == numpy.state
+
+
+@needs_numba
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("index", range(len(TABLES)), ids=IDS)
 def test_seeded_bits_and_stream_equal_numpy(index: int, n: int) -> None:
