@@ -326,6 +326,7 @@ def pcg_words(state, steps, words):
 
 
 _rows = types.Array(types.uint8, 2, "C", readonly=True)
+_i64x2 = types.Array(types.int64, 2, "C")
 
 
 @njit(types.void(_rows, _i64), cache=True, nogil=True)
@@ -349,3 +350,40 @@ def column_sums(rows, out):
             r += 1
         for j in range(m):
             out[j] += partial[j]
+
+
+@njit(
+    types.void(_rows, types.Array(types.int64, 1, "C", readonly=True), _i64x2),
+    cache=True,
+    nogil=True,
+)
+def cohort_sums(rows, cohorts, out):
+    """``out[c] += `` the sum of the rows of cohort ``c``, rows in any order (no sort).
+
+    Each cohort has ``uint8`` counters that a row adds to in place; a
+    cohort's counters are widened into ``out[c]`` after its 255th row
+    since the last time (exact), and at the end.
+    """
+    n, m = rows.shape
+    h = out.shape[0]
+    partial = np.zeros((h, m), np.uint8)
+    rows_in = np.zeros(h, np.int64)
+    for r in range(n):
+        c = cohorts[r]
+        counters = partial[c]
+        row = rows[r]
+        for j in range(m):
+            counters[j] += row[j]
+        rows_in[c] += 1
+        if rows_in[c] == 255:
+            total = out[c]
+            for j in range(m):
+                total[j] += counters[j]
+                counters[j] = 0
+            rows_in[c] = 0
+    for c in range(h):
+        if rows_in[c]:
+            total = out[c]
+            counters = partial[c]
+            for j in range(m):
+                total[j] += counters[j]

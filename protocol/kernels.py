@@ -139,3 +139,23 @@ def column_sums(rows: npt.NDArray[np.uint8], out: npt.NDArray[np.int64]) -> bool
         return False
     module.column_sums(rows, out)
     return True
+
+
+_COHORT_COUNTERS = 1 << 24
+"""The most ``uint8`` counters (cohorts x bits) :func:`cohort_sums` keeps; more: the NumPy code."""
+
+
+def cohort_sums(
+    rows: npt.NDArray[np.uint8], cohorts: npt.NDArray[np.integer], out: npt.NDArray[np.int64]
+) -> bool:
+    """``out[c] += `` the column sums of cohort ``c``'s rows (cohorts in ``[0, len(out))``, any order).
+
+    In the compiled loop, without sorting; False (nothing done) where it does not run.
+    """
+    module = loaded()
+    if module is None or out.size > _COHORT_COUNTERS or not rows.flags.c_contiguous:
+        return False
+    if not out.flags.c_contiguous or out.dtype != np.int64:
+        return False
+    module.cohort_sums(rows, np.ascontiguousarray(cohorts, dtype=np.int64), out)
+    return True

@@ -224,6 +224,22 @@ def test_counts_equal_numpy(rows: int, bits: int) -> None:
 
 
 @needs_numba
+@pytest.mark.parametrize("cohorts", [1, 2, 7])
+def test_counts_of_dense_reports_do_not_wrap(cohorts: int) -> None:
+    # Every bit set: the byte counters reach 255 and must be widened before the 256th row of a cohort
+    # (sorted and shuffled cohorts, the counters of each cohort filled at different rows).
+    reports = np.ones((3 * 256 * cohorts + 5, 65), dtype=bool)
+    reports[::7, 3] = False
+    for order in (np.sort, np.random.default_rng(cohorts).permutation):
+        labels = order(np.arange(reports.shape[0]) % cohorts)
+        compiled, plain = _both(
+            lambda labels=labels: BitCounts.from_reports(reports, labels, cohorts).ones
+        )  # type: ignore[misc]
+        want = np.stack([reports[labels == c].sum(0) for c in range(cohorts)])
+        assert np.array_equal(compiled, want) and np.array_equal(plain, want)
+
+
+@needs_numba
 def test_counts_of_read_only_and_strided_reports_equal_numpy() -> None:
     reports = np.random.default_rng(3).random((2_000, 300)) < 0.5
     reports.setflags(write=False)

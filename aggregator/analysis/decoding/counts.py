@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import ParameterError
+from protocol.kernels import cohort_sums as compiled_cohort_sums
 from protocol.kernels import column_sums as compiled_column_sums
 from protocol.randomizers import Randomizer
 from protocol.validation import check_integer_array
@@ -192,6 +193,8 @@ class BitCounts:
         if num_cohorts == 1 or bool(np.all(coh[1:] >= coh[:-1])):
             for c in np.flatnonzero(totals):
                 _add_column_sums(rows[bounds[c] : bounds[c + 1]], ones[c])
+            return cls(ones=ones, totals=totals)
+        if compiled_cohort_sums(rows, coh, ones):  # numba: no sort, the same integers
             return cls(ones=ones, totals=totals)
         keys = coh.astype(np.uint16) if num_cohorts <= 1 << 16 else coh
         for start in range(0, rep.shape[0], _BLOCK):
