@@ -5,9 +5,11 @@ With numba installed (``pip install 'onesided[fast]'``, part of ``[all]``),
 other simulation samplers) and ``BitCounts.from_reports`` run compiled loops
 instead of several NumPy passes: each random byte is compared with its digit
 in registers, the ties are flagged there, and a seeded stream's words are
-drawn inside the loop. The results are identical bit for bit: the same
-bytes in the same order against the same digits, the ties resolved in the
-same order (``tests/test_kernels.py`` checks it against the NumPy path).
+computed inside the loop (NumPy's PCG64: the words ``random_raw`` gives);
+counting sums rows into byte counters, per cohort without sorting. The
+results are identical bit for bit: the same bytes in the same order against
+the same digits, the ties resolved in the same order, the same integer
+counts (``tests/test_kernels.py`` checks it against the NumPy path).
 
 Without numba, or with ``ONESIDED_KERNELS=numpy`` in the environment, or
 inside :func:`numpy_only`, the NumPy code runs. numba is imported, and the
@@ -30,7 +32,15 @@ from types import ModuleType
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ENVIRONMENT", "active", "loaded", "numpy_only"]
+__all__ = [
+    "ENVIRONMENT",
+    "active",
+    "cohort_sums",
+    "column_sums",
+    "loaded",
+    "numpy_only",
+    "pcg64_state",
+]
 
 ENVIRONMENT = "ONESIDED_KERNELS"
 """Set to ``numpy`` to run the NumPy code even where numba is installed (same results)."""
