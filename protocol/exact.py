@@ -386,10 +386,11 @@ _NO_INDEX = np.zeros(0, dtype=np.uint8)
 
 
 def _requested(rng: RandomSource, n: int) -> npt.NDArray[np.uint8]:
-    u = rng.random_bytes(n)
+    """``rng.random_bytes(n)`` as the kernel reads it: ``n`` contiguous ``uint8`` (a strided view is copied)."""
+    u = np.asarray(rng.random_bytes(n))
     if u.shape != (n,) or u.dtype != np.uint8:
         raise ParameterError("rng", f"random_bytes({n}) must return {n} bytes as a uint8 array")
-    return u
+    return np.ascontiguousarray(u)
 
 
 def _choose_compiled(

@@ -194,6 +194,21 @@ def test_the_randomizer_samplers_equal_numpy(mode: str) -> None:
     assert np.array_equal(compiled, plain)
 
 
+class Strided(Recorded):
+    """Recorded's bytes handed out as a strided view (every other byte of a larger array)."""
+
+    def random_bytes(self, n: int) -> np.ndarray:
+        return np.repeat(super().random_bytes(n), 2)[::2]
+
+
+@needs_numba
+def test_a_source_may_hand_out_strided_bytes() -> None:
+    choice = np.random.default_rng(1).random(5_000) < 0.5
+    compiled, plain = _both(lambda: bernoulli_choose(Strided(2), SUE, choice))
+    assert np.array_equal(compiled, plain)
+    assert np.array_equal(compiled, bernoulli_choose(Recorded(2), SUE, choice))
+
+
 @needs_numba
 def test_choices_out_of_range_are_refused_before_anything_is_drawn() -> None:
     source = Recorded(1)
