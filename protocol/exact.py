@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
@@ -217,9 +217,8 @@ def _select(
         return digits[0]
     d = [int(x) for x in digits]
     if len(d) == 2:
-        return choice * np.uint8((d[1] - d[0]) % 256) + np.uint8(
-            d[0]
-        )  # uint8 arithmetic wraps mod 256
+        # uint8 arithmetic wraps mod 256
+        return choice * np.uint8((d[1] - d[0]) % 256) + np.uint8(d[0])
     if len(d) > 4:
         return np.take(digits, choice)
     d += [0] * (4 - len(d))  # padding is never chosen
@@ -394,7 +393,7 @@ def _requested(rng: RandomSource, n: int) -> npt.NDArray[np.uint8]:
 
 
 def _choose_compiled(
-    kernel: Any,
+    kernel: ModuleType,
     rng: RandomSource,
     expansion: _Expansion,
     choice: npt.NDArray[np.uint8] | None,
@@ -499,9 +498,8 @@ def bernoulli_choose(
             )
         half = len(probs) // 2
     in_range = which.dtype == np.bool_ and half >= 2  # checked for free
-    unsigned = (
-        which.dtype.kind == "u"
-    )  # an unsigned index is checked chunk by chunk, while in cache
+    # an unsigned index is checked chunk by chunk, while in cache (all at once before the kernel)
+    unsigned = which.dtype.kind == "u"
     if which.size and not in_range and not unsigned and (which.min() < 0 or which.max() >= half):
         raise ParameterError("choice", f"must index the {half} probabilities")
     source = as_rng(rng)
