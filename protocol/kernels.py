@@ -24,6 +24,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -118,10 +119,11 @@ def pcg64_state(
     """A NumPy ``PCG64``'s state as the kernel's words, written back on exit (under the generator's lock).
 
     Yields ``(state, steps)`` (see ``_numba_kernels._pcg_fill``), or ``None``
-    for any other bit generator (then its own ``random_raw`` is used).
+    for any other bit generator or a big-endian machine (then the bytes come
+    from ``random_bytes`` as on the NumPy path).
     """
-    if type(bit_generator) is not np.random.PCG64:
-        yield None
+    if type(bit_generator) is not np.random.PCG64 or sys.byteorder != "little":
+        yield None  # (the kernel reads its words' bytes in memory order; the stream's are little-endian)
         return
     with bit_generator.lock:
         saved = bit_generator.state
