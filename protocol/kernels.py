@@ -53,7 +53,7 @@ _forced = threading.local()
 
 
 def _wanted() -> bool:
-    if getattr(_forced, "numpy", False):
+    if getattr(_forced, "numpy", False) or sys.byteorder != "little":  # the masks' bit order assumes it
         return False
     return os.environ.get(ENVIRONMENT, "").strip().lower() not in ("numpy", "off", "0")
 
