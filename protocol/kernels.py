@@ -53,7 +53,8 @@ _forced = threading.local()
 
 
 def _wanted() -> bool:
-    if getattr(_forced, "numpy", False) or sys.byteorder != "little":  # the masks' bit order assumes it
+    # the tie masks' bit order and the words' bytes assume a little-endian machine
+    if getattr(_forced, "numpy", False) or sys.byteorder != "little":
         return False
     return os.environ.get(ENVIRONMENT, "").strip().lower() not in ("numpy", "off", "0")
 
