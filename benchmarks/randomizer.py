@@ -5,8 +5,10 @@ user), symmetric randomized response at epsilon 2 (SUE / basic one-time RAPPOR:
 ``P(1 | 0) = 1 / (e + 1)``, ``P(1 | 1) = e / (e + 1)``). Rows:
 
 * plain NumPy: ``random(float32)`` then ``where`` (seeded PCG64), always;
-* onesided ``Randomizer.simulate``: seeded and the secure default (``rng=None``),
-  and the previous uniform path (``permanent_from_uniforms`` + ``instantaneous``);
+* onesided ``Randomizer.simulate``: seeded and the secure default (``rng=None``), with the
+  compiled kernels (numba, ``pip install 'onesided[fast]'``; the same bits) and with the
+  NumPy code (``protocol.kernels.numpy_only``), and the previous uniform path
+  (``permanent_from_uniforms`` + ``instantaneous``);
 * bit-level relaxation (``relax_permanent``): asymmetric, symmetric (one round
   after the first release), and a symmetric second round from each bit's
   2-release pattern (``relax_laplace_bits``); the noise-level steps the device
@@ -38,13 +40,19 @@ from pathlib import Path
 
 import numpy as np
 
-from protocol import BloomEncoding, KeyedRandom, Randomizer, SeededRandom, canonical_value
+from protocol import BloomEncoding, KeyedRandom, Randomizer, SeededRandom, canonical_value, kernels
 from protocol.relaxation import extend_pattern, relax_exponential, relax_laplace, relax_laplace_bits
 from protocol.rng import RandomSource, SecureRandom, as_rng
 
 EPSILON = 2.0
 # PyPI name -> (what to install: pure-ldp imports scikit-learn and statsmodels undeclared, the module the benchmark imports)
-PEERS = {"multi-freq-ldpy": (["multi-freq-ldpy"], "multi_freq_ldpy.pure_frequency_oracles.UE"), "pure-ldp": (["pure-ldp", "scikit-learn", "statsmodels"], "pure_ldp.frequency_oracles.unary_encoding")}
+PEERS = {
+    "multi-freq-ldpy": (["multi-freq-ldpy"], "multi_freq_ldpy.pure_frequency_oracles.UE"),
+    "pure-ldp": (
+        ["pure-ldp", "scikit-learn", "statsmodels"],
+        "pure_ldp.frequency_oracles.unary_encoding",
+    ),
+}
 PEER_SCRIPT = """
 import sys, time, numpy as np
 which, users, items, eps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -89,23 +97,31 @@ def peer_seconds(name: str, users: int, items: int, venv: Path) -> float | str:
     """Seconds for ``users`` users in the peer's own venv, or why it was skipped."""
     python = venv / "bin" / "python"
     if not python.exists():
-        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        made = subprocess.run(
+            [sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True
+        )
         if made.returncode:
             return f"skipped: no venv ({made.stderr.strip()[-200:]})"
     packages, module = PEERS[name]
     if subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode:
-        pip = subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], capture_output=True, text=True)
+        pip = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *packages], capture_output=True, text=True
+        )
         if pip.returncode:
             return f"skipped: pip install {name} failed ({pip.stderr.strip()[-200:]})"
     run = subprocess.run(
-        [str(python), "-c", PEER_SCRIPT, name, str(users), str(items), str(EPSILON)], capture_output=True, text=True
+        [str(python), "-c", PEER_SCRIPT, name, str(users), str(items), str(EPSILON)],
+        capture_output=True,
+        text=True,
     )
     if run.returncode:
         return f"skipped: {name} failed ({run.stderr.strip()[-200:]})"
     return float(run.stdout.strip().splitlines()[-1])
 
 
-def chunked(work: Callable[[np.ndarray], object], bits: np.ndarray, chunks: int) -> Callable[[], None]:
+def chunked(
+    work: Callable[[np.ndarray], object], bits: np.ndarray, chunks: int
+) -> Callable[[], None]:
     def run() -> None:
         for _ in range(chunks):
             work(bits)
@@ -114,15 +130,23 @@ def chunked(work: Callable[[np.ndarray], object], bits: np.ndarray, chunks: int)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--users", type=int, default=100_000)
     ap.add_argument("--items", type=int, default=1_000)
     ap.add_argument("--chunk", type=int, default=10_000, help="users per chunk")
-    ap.add_argument("--peer-users", type=int, default=None,
-                    help="users the peers are timed on (default: --users; fewer are scaled up, and say so)")
+    ap.add_argument(
+        "--peer-users",
+        type=int,
+        default=None,
+        help="users the peers are timed on (default: --users; fewer are scaled up, and say so)",
+    )
     ap.add_argument("--peer-venv", type=Path, default=None, help="reuse this venv for the peers")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--no-peers", action="store_true", help="leave out the peers (no venv, no install)")
+    ap.add_argument(
+        "--no-peers", action="store_true", help="leave out the peers (no venv, no install)"
+    )
     args = ap.parse_args()
     n, m, chunks = args.users, args.items, max(1, args.users // args.chunk)
     bits = np.zeros((args.chunk, m), dtype=bool)
@@ -143,42 +167,80 @@ def main() -> None:
     history = extend_pattern(sym_perm, r.relax_permanent(bits, sym_perm, 3.0, SeededRandom(7)), 1)
     chain = (r.level, 3.0)
     seeded = SeededRandom(5)
+    r.simulate(bits, seeded)  # compiles (or loads) the kernels, untimed
+    kernel = "kernel" if kernels.loaded() is not None else "NumPy: no numba"
+
+    def numpy_path(work: Callable[[np.ndarray], object]) -> Callable[[np.ndarray], object]:
+        return kernels.numpy_only()(work)
+
+    # (label, the work on one chunk, repeats): each row the best of its repeats over every chunk
+    work: list[tuple[str, Callable[[np.ndarray], object], int]] = [
+        ("plain numpy random(float32) + where", plain_numpy, args.repeat),
+        (f"simulate, seeded ({kernel})", lambda b: r.simulate(b, seeded), args.repeat),
+        (f"simulate, secure default ({kernel})", lambda b: r.simulate(b), args.repeat),
+        ("simulate, seeded (NumPy path)", numpy_path(lambda b: r.simulate(b, seeded)), args.repeat),
+        ("simulate, secure default (NumPy path)", numpy_path(lambda b: r.simulate(b)), args.repeat),
+        ("previous simulate (uniforms), seeded", lambda b: old_simulate(r, b, seeded), 1),
+        ("previous simulate (uniforms), secure", lambda b: old_simulate(r, b, None), 1),
+        (
+            "relax_permanent (asym bits), seeded",
+            lambda b: asym.relax_permanent(b, perm, 3.0, seeded),
+            args.repeat,
+        ),
+        (
+            "relax_permanent (asym bits), secure",
+            lambda b: asym.relax_permanent(b, perm, 3.0),
+            args.repeat,
+        ),
+        (
+            "relax_permanent (sym bits), seeded",
+            lambda b: r.relax_permanent(b, sym_perm, 3.0, seeded),
+            args.repeat,
+        ),
+        (
+            "relax_permanent (sym bits), secure",
+            lambda b: r.relax_permanent(b, sym_perm, 3.0),
+            args.repeat,
+        ),
+        (
+            "relax_laplace_bits (sym, 2nd round: 2-bit history), seeded",
+            lambda b: relax_laplace_bits(b, history, chain, 5.0, seeded),
+            args.repeat,
+        ),
+        (
+            "relax_laplace_bits (sym, 2nd round: 2-bit history), secure",
+            lambda b: relax_laplace_bits(b, history, chain, 5.0),
+            args.repeat,
+        ),
+        (
+            "relax_exponential (noise), seeded",
+            lambda b: relax_exponential(noise, 2.0, 3.0, seeded),
+            1,
+        ),
+        ("relax_exponential (noise), secure", lambda b: relax_exponential(noise, 2.0, 3.0), 1),
+        ("relax_laplace (noise), seeded", lambda b: relax_laplace(lap, r.level, 3.0, seeded), 1),
+        ("relax_laplace (noise), secure", lambda b: relax_laplace(lap, r.level, 3.0), 1),
+    ]
     rows: list[tuple[str, float | str]] = [
-        ("plain numpy random(float32) + where", best_of(chunked(plain_numpy, bits, chunks), args.repeat)),
-        ("simulate, seeded", best_of(chunked(lambda b: r.simulate(b, seeded), bits, chunks), args.repeat)),
-        ("simulate, secure default", best_of(chunked(lambda b: r.simulate(b), bits, chunks), args.repeat)),
-        ("previous simulate (uniforms), seeded", best_of(chunked(lambda b: old_simulate(r, b, seeded), bits, chunks), 1)),
-        ("previous simulate (uniforms), secure", best_of(chunked(lambda b: old_simulate(r, b, None), bits, chunks), 1)),
-        ("relax_permanent (asym bits), seeded", best_of(
-            chunked(lambda b: asym.relax_permanent(b, perm, 3.0, seeded), bits, chunks), args.repeat)),
-        ("relax_permanent (asym bits), secure", best_of(
-            chunked(lambda b: asym.relax_permanent(b, perm, 3.0), bits, chunks), args.repeat)),
-        ("relax_permanent (sym bits), seeded", best_of(
-            chunked(lambda b: r.relax_permanent(b, sym_perm, 3.0, seeded), bits, chunks), args.repeat)),
-        ("relax_permanent (sym bits), secure", best_of(
-            chunked(lambda b: r.relax_permanent(b, sym_perm, 3.0), bits, chunks), args.repeat)),
-        ("relax_laplace_bits (sym, 2nd round: 2-bit history), seeded", best_of(
-            chunked(lambda b: relax_laplace_bits(b, history, chain, 5.0, seeded), bits, chunks), args.repeat)),
-        ("relax_laplace_bits (sym, 2nd round: 2-bit history), secure", best_of(
-            chunked(lambda b: relax_laplace_bits(b, history, chain, 5.0), bits, chunks), args.repeat)),
-        ("relax_exponential (noise), seeded", best_of(
-            chunked(lambda b: relax_exponential(noise, 2.0, 3.0, seeded), bits, chunks), 1)),
-        ("relax_exponential (noise), secure", best_of(
-            chunked(lambda b: relax_exponential(noise, 2.0, 3.0), bits, chunks), 1)),
-        ("relax_laplace (noise), seeded", best_of(chunked(lambda b: relax_laplace(lap, r.level, 3.0, seeded), bits, chunks), 1)),
-        ("relax_laplace (noise), secure", best_of(chunked(lambda b: relax_laplace(lap, r.level, 3.0), bits, chunks), 1)),
+        (label, best_of(chunked(fn, bits, chunks), repeat)) for label, fn, repeat in work
     ]
     peer_users = args.peer_users or n
     with tempfile.TemporaryDirectory(prefix="onesided-peers-") as tmp:
         venv = args.peer_venv or Path(tmp) / "venv"
         for name in () if args.no_peers else PEERS:
             got = peer_seconds(name, peer_users, m, venv)
-            label = f"{name} UE client, warm" + (f" (scaled from {peer_users:,} users)" if peer_users != n else "")
+            label = f"{name} UE client, warm" + (
+                f" (scaled from {peer_users:,} users)" if peer_users != n else ""
+            )
             rows.append((label, got * n / peer_users if isinstance(got, float) else got))
 
     base = rows[0][1]
-    print(f"load average (1, 5, 15 min) after the rows: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{n:,} users x {m:,} items (SUE, eps {EPSILON:g}), chunks of {args.chunk:,} users, best of {args.repeat}")
+    print(
+        f"load average (1, 5, 15 min) after the rows: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"{n:,} users x {m:,} items (SUE, eps {EPSILON:g}), chunks of {args.chunk:,} users, best of {args.repeat}"
+    )
     print(f"| {'path':62s} | {'seconds':>8s} | {'vs numpy':>8s} |")
     print(f"|{'-' * 64}|{'-' * 10}:|{'-' * 10}:|")
     for name, value in rows:
@@ -195,7 +257,9 @@ def main() -> None:
     def one_report() -> None:
         value = ["cafe-17", "park-3"]
         b = enc.encode(value, 5)
-        v = one.draw_noise(128, KeyedRandom.for_value(bytes(32), "places", canonical_value(value), 0))
+        v = one.draw_noise(
+            128, KeyedRandom.for_value(bytes(32), "places", canonical_value(value), 0)
+        )
         one.report(b, v, secure)
 
     reps = 20_000
@@ -205,7 +269,9 @@ def main() -> None:
             one_report()
 
     t = best_of(many_reports, 3)
-    print(f"one report (Bloom m=128, k=2, asymmetric + IRR, keyed noise, no sealing): {t / reps * 1e6:.1f} us")
+    print(
+        f"one report (Bloom m=128, k=2, asymmetric + IRR, keyed noise, no sealing): {t / reps * 1e6:.1f} us"
+    )
 
 
 if __name__ == "__main__":

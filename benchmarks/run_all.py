@@ -5,8 +5,10 @@ Run: .venv/bin/python benchmarks/run_all.py [--only NAME ...] [--peer-venv DIR] 
 Sections (``--only`` picks some; the default runs all, about 10-15 minutes on a busy 2-core machine):
 
 * ``ratios``: ``benchmarks/counting.py --ratios 5``: the randomizer and the counting kernel against
-  the generator's byte rate and a streaming read, interleaved, the load beside each round;
-* ``counting``: ``benchmarks/counting.py``: counting and the frequency oracle (plain and tuned NumPy);
+  the generator's byte rate and a streaming read, interleaved, the load beside each round, each
+  with the compiled kernels (numba, ``onesided[fast]``) and with the NumPy code (same results);
+* ``counting``: ``benchmarks/counting.py``: counting and the frequency oracle (plain and tuned NumPy,
+  onesided's NumPy path and its compiled kernels);
 * ``randomizer``: ``benchmarks/randomizer.py`` (the peers only with ``--peer-venv``, which installs
   them there if needed);
 * ``device``: ``benchmarks/device_cost.py``: the device's CPU per report and its battery figure;

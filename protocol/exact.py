@@ -17,12 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
 from .errors import ParameterError
-from .rng import RandomSource, as_rng
+from .kernels import loaded as loaded_kernels
+from .kernels import pcg64_state
+from .rng import RandomSource, SeededRandom, as_rng
 from .validation import check_int, check_number
 
 IntArray = npt.NDArray[np.int64]
@@ -181,8 +184,29 @@ class _Expansion:
             self._rows.append(_digits(self.probabilities, len(self._rows)))
         return self._rows[depth]
 
+    def table(self, depths: int) -> npt.NDArray[np.uint8]:
+        """Depths ``0 .. depths - 1`` as one ``(depths, len)`` array (the rows :meth:`digits` gives).
 
-def _select(digits: npt.NDArray[np.uint8], choice: npt.NDArray[np.uint8] | None) -> npt.NDArray[np.uint8] | np.uint8:
+        The missing depths come from one integer division per probability:
+        ``floor(p 256**D)`` holds digits ``0 .. D - 1`` (digit ``d`` is
+        ``floor(p 256**(d + 1)) mod 256``, the same floor of a floor).
+        """
+        have = len(self._rows)
+        if have < depths:
+            shift = 8 * depths
+            words = [
+                (1 << shift) - 1 if p == 1 else (p.numerator << shift) // p.denominator
+                for p in self.probabilities
+            ]
+            for depth in range(have, depths):
+                at = 8 * (depths - 1 - depth)
+                self._rows.append(np.array([(w >> at) & 255 for w in words], dtype=np.uint8))
+        return np.stack(self._rows[:depths])
+
+
+def _select(
+    digits: npt.NDArray[np.uint8], choice: npt.NDArray[np.uint8] | None
+) -> npt.NDArray[np.uint8] | np.uint8:
     """``digits[choice]``, with wrapping uint8 arithmetic for up to 4 digits (a gather costs 2-10x more).
 
     Two digits: ``d0 + choice * (d1 - d0)`` mod 256; three or four: that
@@ -193,7 +217,8 @@ def _select(digits: npt.NDArray[np.uint8], choice: npt.NDArray[np.uint8] | None)
         return digits[0]
     d = [int(x) for x in digits]
     if len(d) == 2:
-        return choice * np.uint8((d[1] - d[0]) % 256) + np.uint8(d[0])  # uint8 arithmetic wraps mod 256
+        # uint8 arithmetic wraps mod 256
+        return choice * np.uint8((d[1] - d[0]) % 256) + np.uint8(d[0])
     if len(d) > 4:
         return np.take(digits, choice)
     d += [0] * (4 - len(d))  # padding is never chosen
@@ -220,12 +245,20 @@ def _cuts(
     if half in (3, 4) and choice is not None:
         # 8 digits T[x + 2y + 4z] (x, y the bits of choice < 4, z = upper) as the multilinear polynomial
         # A(x) + y B(x) + z (C(x) + y D(x)) mod 256, each of A..D affine in x: 16 uint8 operations.
-        t = [int(d) for d in digits[:half]] + [0] * (4 - half) + [int(d) for d in digits[half:]] + [0] * (4 - half)
+        t = (
+            [int(d) for d in digits[:half]]
+            + [0] * (4 - half)
+            + [int(d) for d in digits[half:]]
+            + [0] * (4 - half)
+        )
         x, y = choice & np.uint8(1), choice >> np.uint8(1)
         terms = []
-        for base, slope in ((t[0], t[1] - t[0]), (t[2] - t[0], t[3] - t[2] - t[1] + t[0]),
-                            (t[4] - t[0], t[5] - t[4] - t[1] + t[0]),
-                            (t[6] - t[4] - t[2] + t[0], t[7] - t[6] - t[5] + t[4] - t[3] + t[2] + t[1] - t[0])):
+        for base, slope in (
+            (t[0], t[1] - t[0]),
+            (t[2] - t[0], t[3] - t[2] - t[1] + t[0]),
+            (t[4] - t[0], t[5] - t[4] - t[1] + t[0]),
+            (t[6] - t[4] - t[2] + t[0], t[7] - t[6] - t[5] + t[4] - t[3] + t[2] + t[1] - t[0]),
+        ):
             term = x * np.uint8(slope % 256)
             term += np.uint8(base % 256)
             terms.append(term)
@@ -296,8 +329,11 @@ def _bernoulli_pass_blocked(
             cuts = np.multiply(pair[start:stop], step, out=buffer[: stop - start])
             cuts += low
         else:
-            cuts = _cuts(first, None if choice is None else choice[start:stop],
-                         None if upper is None else upper[start:stop])
+            cuts = _cuts(
+                first,
+                None if choice is None else choice[start:stop],
+                None if upper is None else upper[start:stop],
+            )
         np.less(u[start:stop], cuts, out=out[start:stop])
         np.equal(u[start:stop], cuts, out=tie[start:stop])
     padded = -(-n // 64) * 64
@@ -333,10 +369,93 @@ def _resolve_ties(
     while tied.size:
         depth += 1
         u = rng.random_bytes(tied.size)
-        cuts = _cuts(expansion.digits(depth), None if choice is None else choice[tied],
-                     None if upper is None else upper[tied])
+        cuts = _cuts(
+            expansion.digits(depth),
+            None if choice is None else choice[tied],
+            None if upper is None else upper[tied],
+        )
         out[tied] = u < cuts
         tied = tied[u == cuts]
+
+
+_KERNEL_DEPTHS = 4
+"""Depths of digits the compiled kernel resolves on its own (a tie lasts past them with probability 256**-4)."""
+
+_NO_INDEX = np.zeros(0, dtype=np.uint8)
+
+
+def _requested(rng: RandomSource, n: int) -> npt.NDArray[np.uint8]:
+    """``rng.random_bytes(n)`` as the kernel reads it: ``n`` contiguous ``uint8`` (a strided view is copied)."""
+    u = np.asarray(rng.random_bytes(n))
+    if u.shape != (n,) or u.dtype != np.uint8:
+        raise ParameterError("rng", f"random_bytes({n}) must return {n} bytes as a uint8 array")
+    return np.ascontiguousarray(u)
+
+
+def _choose_compiled(
+    kernel: ModuleType,
+    rng: RandomSource,
+    expansion: _Expansion,
+    choice: npt.NDArray[np.uint8] | None,
+    upper: npt.NDArray[np.uint8] | None,
+    out: npt.NDArray[np.uint8],
+) -> None:
+    """The chunks of :func:`bernoulli_choose` in the compiled kernel (:mod:`protocol.kernels`): the same bits.
+
+    A seeded PCG64 stream is computed inside the kernel, its words in
+    ``random_raw``'s order: each chunk's first bytes, then its ties' bytes
+    depth by depth, chunk after chunk. Any other source's bytes are requested
+    exactly as the NumPy passes request them and compared in one pass per
+    chunk. Ties that outlast the kernel's digits (:data:`_KERNEL_DEPTHS`) go
+    on here, one request per depth, before the next chunk. The cut mode names
+    the digit each element is compared with (``protocol/_numba_kernels.py``).
+    """
+    size = len(expansion.probabilities)
+    selector = choice if choice is not None else upper
+    mode, mult, sel, sel2 = 0, 0, _NO_INDEX, _NO_INDEX  # one probability
+    if choice is not None and upper is not None:
+        mode, mult, sel, sel2 = 2, size // 2, choice, upper
+    elif selector is not None:  # a 0/1 selector of two digits, or an index into the table
+        mode, sel, sel2 = (1 if size == 2 else 2), selector, selector
+    n = out.size
+    ties = np.empty(min(n, BERNOULLI_CHUNK), dtype=np.int64)  # untouched pages are never mapped
+    bit_generator = rng.generator.bit_generator if type(rng) is SeededRandom else None
+    start = 0
+    while start < n:
+        lo, hi = 0, n  # the positions in ties are relative to lo
+        with pcg64_state(bit_generator) as pcg:
+            if pcg is not None:
+                digits = expansion.table(_KERNEL_DEPTHS)
+                start, count, depth = kernel.pcg_chunks(
+                    *pcg, start, BERNOULLI_CHUNK, mode, mult, sel, sel2, digits, out, ties
+                )
+        if pcg is None:
+            lo, hi = start, min(start + BERNOULLI_CHUNK, n)
+            count = kernel.first_pass(
+                _requested(rng, hi - lo),
+                mode,
+                mult,
+                sel[lo:hi],
+                sel2[lo:hi],
+                expansion.table(1),
+                out[lo:hi],
+                ties,
+            )
+            start, depth = hi, 0
+        while count:
+            depth += 1
+            count = kernel.resolve(
+                _requested(rng, count),
+                ties,
+                count,
+                mode,
+                mult,
+                sel[lo:hi],
+                sel2[lo:hi],
+                expansion.table(depth + 1),
+                depth,
+                out[lo:hi],
+            )
 
 
 def bernoulli_choose(
@@ -374,10 +493,13 @@ def bernoulli_choose(
     if upper is not None:
         high = np.ascontiguousarray(np.asarray(upper, dtype=bool)).reshape(-1).view(np.uint8)
         if len(probs) % 2 or high.size != which.size:
-            raise ParameterError("upper", "needs an even number of probabilities and the shape of choice")
+            raise ParameterError(
+                "upper", "needs an even number of probabilities and the shape of choice"
+            )
         half = len(probs) // 2
     in_range = which.dtype == np.bool_ and half >= 2  # checked for free
-    unsigned = which.dtype.kind == "u"  # an unsigned index is checked chunk by chunk, while in cache
+    # an unsigned index is checked chunk by chunk, while in cache (all at once before the kernel)
+    unsigned = which.dtype.kind == "u"
     if which.size and not in_range and not unsigned and (which.min() < 0 or which.max() >= half):
         raise ParameterError("choice", f"must index the {half} probabilities")
     source = as_rng(rng)
@@ -385,6 +507,14 @@ def bernoulli_choose(
     flat = raw.view(np.uint8) if raw.dtype == np.bool_ else raw.astype(np.uint8, copy=False)
     out = np.empty(flat.size, dtype=bool)
     expansion = _Expansion(probs)
+    kernel = loaded_kernels() if flat.size else None
+    if kernel is not None:
+        if unsigned and not in_range and int(raw.max()) >= half:
+            raise ParameterError("choice", f"must index the {half} probabilities")
+        _choose_compiled(
+            kernel, source, expansion, flat if half > 1 else None, high, out.view(np.uint8)
+        )
+        return out.reshape(which.shape)
     tie = np.empty(-(-min(flat.size, BERNOULLI_CHUNK) // 64) * 64, dtype=bool)
     for start in range(0, flat.size, BERNOULLI_CHUNK):
         stop = min(start + BERNOULLI_CHUNK, flat.size)
@@ -399,7 +529,9 @@ def bernoulli_choose(
     return out.reshape(which.shape)
 
 
-def bernoulli_exact(rng: RandomSource | None, p: float | Fraction, shape: int | tuple[int, ...]) -> BoolArray:
+def bernoulli_exact(
+    rng: RandomSource | None, p: float | Fraction, shape: int | tuple[int, ...]
+) -> BoolArray:
     """Independent bits True with probability ``p`` exactly (:func:`bernoulli_choose` with one ``p``)."""
     return bernoulli_choose(rng, [p], np.zeros(shape, dtype=np.uint8))
 
@@ -435,7 +567,9 @@ def bernoulli_exp(rng: RandomSource, gamma: float | Fraction, size: int) -> Bool
         raise ParameterError("gamma", f"must be >= 0, got {gamma}")
     whole = math.floor(g)
     frac = g - whole
-    result = _bernoulli_exp_unit(rng, np.full(size, frac.numerator, dtype=np.int64), frac.denominator)
+    result = _bernoulli_exp_unit(
+        rng, np.full(size, frac.numerator, dtype=np.int64), frac.denominator
+    )
     for _ in range(whole):
         result &= _bernoulli_exp_unit(rng, np.ones(size, dtype=np.int64), 1)
     return result
@@ -466,7 +600,9 @@ def _geometric_unit(rng: RandomSource, size: int) -> IntArray:
     return v
 
 
-def geometric_exact(rng: RandomSource | None, rate: float | Fraction, shape: int | tuple[int, ...]) -> IntArray:
+def geometric_exact(
+    rng: RandomSource | None, rate: float | Fraction, shape: int | tuple[int, ...]
+) -> IntArray:
     """Exact one-sided geometric on ``{0, 1, ...}``: ``P(G >= k) = exp(-rate k)``.
 
     With ``rate = s/t`` (see :func:`exact_rate`): ``X = U + t V`` where ``U``
@@ -485,7 +621,9 @@ def geometric_exact(rng: RandomSource | None, rate: float | Fraction, shape: int
     if int(v.max(initial=0)) < (2**62) // t:
         g = (u + t * v) // s
     else:  # astronomically rare: exact big-integer arithmetic
-        g = np.array([(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)], dtype=np.int64)
+        g = np.array(
+            [(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)], dtype=np.int64
+        )
     return g.reshape(shape)
 
 
