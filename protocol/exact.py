@@ -507,7 +507,7 @@ def bernoulli_choose(
     flat = raw.view(np.uint8) if raw.dtype == np.bool_ else raw.astype(np.uint8, copy=False)
     out = np.empty(flat.size, dtype=bool)
     expansion = _Expansion(probs)
-    kernel = loaded_kernels() if flat.size else None
+    kernel = loaded_kernels(flat.size) if flat.size else None
     if kernel is not None:
         if unsigned and not in_range and int(raw.max()) >= half:
             raise ParameterError("choice", f"must index the {half} probabilities")

@@ -13,9 +13,14 @@ counts (``tests/test_kernels.py`` checks it against the NumPy path).
 
 Without numba, or with ``ONESIDED_KERNELS=numpy`` in the environment, or
 inside :func:`numpy_only`, the NumPy code runs. numba is imported, and the
-kernels compiled (or loaded from numba's on-disk cache), on first use only:
-importing :mod:`protocol` or the device SDK never loads it, and the device
-paths do not use these kernels.
+kernels compiled (or loaded from numba's on-disk cache), only once a process
+has done :data:`LOAD_AFTER` elements of such work on the NumPy path (or
+calls :func:`loaded` itself): importing numba takes about a second (it
+imports SciPy too), more than a small fit, a decode or a test ever saves, so
+those never pay it, while a long simulation switches after its first
+fraction of a second of sampling. The results do not depend on when the
+switch happens. Importing :mod:`protocol` or the device SDK never loads
+numba, and the device paths do not use these kernels.
 """
 
 from __future__ import annotations
@@ -46,6 +51,12 @@ __all__ = [
 ENVIRONMENT = "ONESIDED_KERNELS"
 """Set to ``numpy`` to run the NumPy code even where numba is installed (same results)."""
 
+LOAD_AFTER = 1 << 28
+"""Elements (random bits drawn, report bits counted) a process handles on the NumPy path before the
+kernels are loaded: about 0.3-1 s of NumPy work, so importing numba (about a second) is paid only by
+work that outlasts it."""
+_work = 0  # elements done on the NumPy path while the kernels were not loaded (a sum across threads; approximate)
+
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _failed = False
@@ -69,11 +80,19 @@ def active() -> bool:
         return False
 
 
-def loaded() -> ModuleType | None:
-    """The compiled kernels, or ``None`` when they are off or numba cannot be imported (then NumPy runs)."""
-    global _module, _failed
+def loaded(work: int | None = None) -> ModuleType | None:
+    """The compiled kernels, or ``None`` when they are off or numba cannot be imported (then NumPy runs).
+
+    ``work``: the elements the caller is about to handle; while the kernels are not loaded, they are
+    loaded only once the work asked about adds up to :data:`LOAD_AFTER` (``None``: load them now).
+    """
+    global _module, _failed, _work
     if not _wanted() or _failed:
         return None
+    if _module is None and work is not None:
+        _work += work
+        if _work < LOAD_AFTER:
+            return None
     if _module is None:
         with _lock:
             if _module is None and not _failed:
@@ -142,7 +161,7 @@ def pcg64_state(
 
 def column_sums(rows: npt.NDArray[np.uint8], out: npt.NDArray[np.int64]) -> bool:
     """``out += rows.sum(0)`` for 0/1 bytes in the compiled loop; False (nothing done) where it does not run."""
-    module = loaded()
+    module = loaded(rows.size)
     if (
         module is None
         or not rows.flags.c_contiguous
@@ -165,7 +184,7 @@ def cohort_sums(
 
     In the compiled loop, without sorting; False (nothing done) where it does not run.
     """
-    module = loaded()
+    module = loaded(rows.size)
     if module is None or out.size > _COHORT_COUNTERS or not rows.flags.c_contiguous:
         return False
     if not out.flags.c_contiguous or out.dtype != np.int64:

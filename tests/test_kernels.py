@@ -56,8 +56,10 @@ SIZES = [1, 7, 63, 64, 65, 4_095, 4_097, 3 * 4_096 + 64 * 5 + 9]
 
 @pytest.fixture(autouse=True)
 def _kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The comparisons need the kernels on, whatever the environment of the run says."""
+    """The comparisons need the kernels on (and loaded: small inputs run them only once they are), whatever
+    the environment of the run says."""
     monkeypatch.delenv(kernels.ENVIRONMENT, raising=False)
+    kernels.loaded()
 
 
 def _inputs(index: int, n: int, seed: int) -> tuple[list[Any], np.ndarray, np.ndarray | None]:
@@ -306,3 +308,25 @@ def test_without_numba_the_numpy_code_runs() -> None:
         "print(kernels.active(), kernels.loaded(), int(ones.sum()) == int(out.sum()))"
     )
     assert _python(code) == "False None True"
+
+
+@needs_numba
+def test_numba_is_imported_only_once_the_work_outlasts_its_import() -> None:
+    # Small work (a fit, a decode, a short test) never imports numba (nor the SciPy it imports); once a
+    # process has done LOAD_AFTER elements on the NumPy path the kernels load, with the same bits throughout.
+    code = (
+        "import sys\nimport numpy as np\nfrom protocol import Randomizer, SeededRandom, kernels\n"
+        "from aggregator.analysis.decoding import BitCounts\n"
+        "kernels.LOAD_AFTER = 200_000\n"
+        "bits = np.arange(50_000) % 3 == 0\n"
+        "r = Randomizer(mode='symmetric', level=2.0)\n"
+        "first = r.simulate(bits, SeededRandom(1))\n"
+        "BitCounts.from_reports(first.reshape(500, 100), np.zeros(500, dtype=np.int64), 1)\n"
+        "before = 'numba' in sys.modules\n"
+        "later = [r.simulate(bits, SeededRandom(1)) for _ in range(4)]\n"
+        "with kernels.numpy_only():\n"
+        "    plain = r.simulate(bits, SeededRandom(1))\n"
+        "same = all(np.array_equal(x, first) and np.array_equal(x, plain) for x in later)\n"
+        "print(before, 'numba' in sys.modules, kernels.loaded(1) is not None, same)"
+    )
+    assert _python(code) == "False True True True"
