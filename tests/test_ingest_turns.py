@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -100,37 +101,39 @@ def test_batches_in_one_process_are_ingested_one_at_a_time(app: Any) -> None:
     assert app.extensions["onesided"].storage.table_counts()["reports"] == 15
 
 
-def test_with_decrypt_helpers_batches_still_overlap() -> None:
+def _overlap(opener: EnvelopeOpener, storage: Any) -> bool:
+    """Whether two threads are inside ``ingest_turn(opener, storage)`` at once."""
+    inside = threading.Barrier(2, timeout=3)
+    met: list[bool] = []
+
+    def enter() -> None:
+        with ingest.ingest_turn(opener, storage):
+            try:
+                inside.wait()
+                met.append(True)
+            except threading.BrokenBarrierError:
+                met.append(False)
+
+    threads = [threading.Thread(target=enter) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    return met == [True, True]
+
+
+def test_turns_only_where_envelopes_open_in_place_on_sqlite(tmp_path: Path) -> None:
     keys = AggregatorKeys.generate()
-    inside = threading.Barrier(2, timeout=10)
-
-    def enter(opener: EnvelopeOpener) -> None:
-        with ingest.ingest_turn(opener):
-            inside.wait()  # both threads inside at once, or the barrier breaks
-
-    helpers = EnvelopeOpener(keys, processes=1)  # the helper starts only when first used
+    sqlite = Storage.open(f"sqlite:///{tmp_path}/db.sqlite")
+    postgresql = SimpleNamespace(dialect="postgresql")  # all ingest_turn reads of a storage
+    in_place, helpers = EnvelopeOpener(keys, processes=0), EnvelopeOpener(keys, processes=1)
     try:
-        threads = [threading.Thread(target=enter, args=(helpers,)) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(20)
-        assert not inside.broken
+        assert not _overlap(in_place, sqlite)  # without turns, both threads were inside at once
+        assert _overlap(helpers, sqlite)  # a batch waits on the helpers without the GIL
+        assert _overlap(in_place, postgresql)  # a batch's storing waits on the server
     finally:
         helpers.close()
-    in_place = EnvelopeOpener(keys, processes=0)
-    got_in = threading.Event()
-
-    def take(opener: EnvelopeOpener) -> None:
-        with ingest.ingest_turn(opener):
-            got_in.set()
-
-    with ingest.ingest_turn(in_place):
-        other = threading.Thread(target=take, args=(in_place,))
-        other.start()
-        assert not got_in.wait(0.3)  # it waits for this turn (without turns it got in at once)
-    other.join(20)
-    assert got_in.is_set()
+        sqlite.close()
 
 
 def _rows(storage: Storage, seed: int, n: int, *, tamper: bool = False) -> list[ReportRow]:

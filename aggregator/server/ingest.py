@@ -268,20 +268,22 @@ TURN_WAIT_SECONDS = 30.0  # a turn not had by then is taken without the lock, as
 
 
 @contextlib.contextmanager
-def ingest_turn(opener: EnvelopeOpener) -> Iterator[None]:
-    """Parse and ingest one batch at a time in this process when ``opener`` opens envelopes in place.
+def ingest_turn(opener: EnvelopeOpener, storage: Storage) -> Iterator[None]:
+    """On SQLite, parse and ingest one batch at a time in this process while ``opener`` opens envelopes in place.
 
-    Every step of a batch then holds Python's GIL but the database calls:
-    two batches at once in one process only traded the GIL back and forth
-    (each SQLite call lets the other thread in, which then keeps it for the
-    switch interval) and evicted each other's code from the CPU caches,
-    for no parallelism. Measured over HTTP, SQLite, one worker, batches of
-    100 (benchmarks/ingest.py, alternated): 83-90 CPU-us a report in turns
-    against 90-110 without. With decrypt helpers (``opener.processes > 0``)
-    a batch waits on them without the GIL, so batches overlap as before.
-    A turn not had within :data:`TURN_WAIT_SECONDS` is taken without the lock.
+    Every step of such a batch holds Python's GIL but the database calls,
+    and SQLite stores one batch at a time anyway: two batches at once in
+    one process only traded the GIL back and forth (each SQLite call lets
+    the other thread in, which then keeps it for the switch interval) and
+    evicted each other's code from the CPU caches. Measured over HTTP, one
+    worker, batches of 100 (benchmarks/ingest.py, alternated): 83-90 CPU-us a
+    report in turns against 90-110 without. With decrypt helpers
+    (``opener.processes > 0``) a batch waits on them without the GIL, and on
+    PostgreSQL a batch's storing waits on the server: there batches overlap
+    as before (turns measured fewer reports a second on PostgreSQL). A turn
+    not had within :data:`TURN_WAIT_SECONDS` is taken without the lock.
     """
-    if opener.processes:
+    if opener.processes or storage.dialect != "sqlite":
         yield
         return
     held = _turn.acquire(timeout=TURN_WAIT_SECONDS)

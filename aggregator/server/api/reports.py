@@ -69,7 +69,7 @@ def read_request_batch() -> Callable[[int], list[ReportEnvelope]]:
 def upload_reports() -> dict[str, Any]:
     state = app_state()
     parse = read_request_batch()
-    with ingest_turn(state.opener):
+    with ingest_turn(state.opener, state.storage):
         envelopes = parse(state.settings.max_reports)
         ingestor = Ingestor(storage=state.storage, opener=state.opener, settings=state.settings)
         now = state.now()
