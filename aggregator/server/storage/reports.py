@@ -9,7 +9,8 @@
    key ``(metric, report_id)``) and find those already stored: an identical
    body (same SHA-256) is this request's retry and counts as ``accepted``
    again, a different body is ``replayed``; neither is stored again.
-   SQLite looks the ids up first (its writer excludes all others);
+   SQLite inserts with ``ON CONFLICT DO NOTHING`` and looks the ids up only
+   when fewer rows were written than sent (its writer excludes all others);
    PostgreSQL inserts with ``ON CONFLICT DO NOTHING RETURNING report_id``
    and looks up only the ids that were not inserted;
 3. sum the new reports' bits per collection (window, round, cohort) with :func:`sum_bits`
@@ -157,12 +158,7 @@ def _stored_hashes(conn: Connection, metric_id: int, report_ids: list[bytes]) ->
                " JOIN reports AS r ON r.metric_id = %(m)s AND r.report_id = u.id")
         result = conn.exec_driver_sql(sql, {"ids": array_text(report_ids), "m": metric_id}).all()
         return {bytes(rid): bytes(body) for rid, body in result}
-    found: dict[bytes, bytes] = {}
-    for start in range(0, len(report_ids), SQLITE_IDS_PER_STATEMENT):
-        chunk = report_ids[start : start + SQLITE_IDS_PER_STATEMENT]
-        sql = f"SELECT report_id, body_hash FROM reports WHERE metric_id = ? AND report_id IN ({_placeholders(len(chunk))})"
-        found.update(sqlite_rows(conn, sql, (metric_id, *chunk)))
-    return found
+    return {rid: body for rid, (body, _) in _stored_rows(conn, metric_id, report_ids).items()}
 
 
 REPORT_COLUMNS = ("metric_id", "report_id", "round_id", "window_start", "cohort", "bits", "body_hash", "received_at")
