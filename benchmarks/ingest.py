@@ -4,6 +4,7 @@ Run: .venv/bin/python benchmarks/ingest.py [--reports 100000] [--batch 1000] [--
          [--backend sqlite|postgresql|both] [--form binary|json] [--pg-workers 1,2,4] [--decrypt-processes 2]
          [--tricklers 256]
      .venv/bin/python benchmarks/ingest.py --table [--reports 100000] [--batches 10,100,1000] [--forms json,binary]
+     .venv/bin/python benchmarks/ingest.py --in-process [--reports 30000] [--batch 100] [--rounds 5]
 
 What it does:
 
@@ -405,6 +406,50 @@ def cpu_parts(keys: AggregatorKeys, envelopes: list[ReportEnvelope]) -> dict[str
     }
 
 
+def in_process(args: argparse.Namespace) -> None:
+    """``--in-process``: parse + ``Ingestor.ingest`` of binary batches on SQLite in this thread, alternated with
+    ``open_sealed`` of as many envelopes, in thread CPU time: ingestion over opening without HTTP, the uploaders
+    or another thread (the load of other jobs then changes both sides of each pair alike)."""
+    from aggregator.server.ingest import Ingestor
+    from aggregator.server.opener import EnvelopeOpener
+    from protocol.wire import parse_batch_binary
+
+    keys = AggregatorKeys.generate()
+    prepared = Prepared.make(keys, args.reports)
+    work = prepared.workload(args.batch, "binary")
+    folder = Path(tempfile.mkdtemp(prefix="onesided-bench-"))
+    storage = Storage.open(Settings(data_dir=folder).database_url)
+    storage.put_metric(PARAMS)
+    ingestor = Ingestor(storage=storage, opener=EnvelopeOpener(keys, processes=0), settings=Settings())
+    now = float(prepared.window + 1)
+    rounds = args.rounds
+    per_round = len(work.bodies) // rounds
+    pairs = []
+    accepted = 0
+    for r in range(rounds):
+        bodies = work.bodies[r * per_round : (r + 1) * per_round]
+        n = per_round * args.batch
+        sample = prepared.envelopes[r * n : (r + 1) * n]
+        t0 = time.thread_time()
+        for e in sample:
+            open_sealed(keys.seal_private, e.body, e.aad())
+        t1 = time.thread_time()
+        for body in bodies:
+            results = ingestor.ingest(parse_batch_binary(body, max_reports=args.batch), now=now)
+            accepted += sum(result.status == "accepted" for result in results)
+        t2 = time.thread_time()
+        pairs.append(((t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6))
+    stored = storage.table_counts()["reports"]
+    storage.close()
+    print(f"in process, SQLite, binary batches of {args.batch}, {rounds} rounds of {per_round * args.batch} reports "
+          f"(load {load_average()}); accepted and stored {accepted} / {stored} of {rounds * per_round * args.batch}")
+    for i, (opening, ingest) in enumerate(pairs):
+        print(f"round {i + 1}: open_sealed {opening:.1f} us, parse + ingest {ingest:.1f} us a report: "
+              f"{ingest / opening:.2f}x opening")
+    ratios = sorted(ingest / opening for opening, ingest in pairs)
+    print(f"median {ratios[len(ratios) // 2]:.2f}x, range {ratios[0]:.2f}-{ratios[-1]:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reports", type=int, default=100_000)
@@ -421,6 +466,9 @@ def main() -> None:
     parser.add_argument("--table", action="store_true",
                         help="SQLite, 1 worker + --decrypt-processes helpers: reports/s for JSON and binary "
                              "batches of 10, 100 and 1,000 (the table of benchmarks/RESULTS.md)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="parse + ingest in this thread on SQLite, alternated with open_sealed (no HTTP)")
+    parser.add_argument("--rounds", type=int, default=5, help="--in-process: alternations")
     parser.add_argument("--batches", default="10,100,1000", help="--table: batch sizes, comma-separated")
     parser.add_argument("--forms", default="json,binary", help="--table: forms, comma-separated")
     parser.add_argument("--tricklers", type=int, default=0,
@@ -429,6 +477,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.table:
         table(args)
+        return
+    if args.in_process:
+        in_process(args)
         return
 
     folder = Path(tempfile.mkdtemp(prefix="onesided-bench-"))

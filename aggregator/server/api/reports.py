@@ -9,6 +9,7 @@ Public: reports are anonymous by design.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, request
@@ -17,7 +18,7 @@ from werkzeug.exceptions import UnsupportedMediaType
 from aggregator.server.api.common import body_bytes, json_body
 from aggregator.server.clock_watch import clock_answers
 from aggregator.server.context import app_state
-from aggregator.server.ingest import Ingestor
+from aggregator.server.ingest import Ingestor, ingest_turn
 from aggregator.server.monitoring import count_clipped, count_statuses
 from protocol.params import NAME_PATTERN
 from protocol.wire import (
@@ -44,28 +45,35 @@ from protocol.wire import (
 blueprint = Blueprint("reports", __name__)
 
 
-def parse_request_batch(max_reports: int) -> list[ReportEnvelope]:
-    """The request's batch in either form.
+def read_request_batch() -> Callable[[int], list[ReportEnvelope]]:
+    """The request's batch in either form, read (the body whole) now and parsed by the function returned.
+
+    Reading comes first, outside the batch's :func:`~aggregator.server.ingest.ingest_turn`: a body still
+    arriving (a server that hands a thread a connection before its body) must not hold the turn.
 
     Raises:
         UnsupportedMediaType: neither content type.
-        ReportRejected: a malformed batch (field by path).
+        (the function returned) ReportRejected: a malformed batch (field by path).
     """
     if request.mimetype == CONTENT_TYPE_BINARY:
-        return parse_batch_binary(body_bytes(), max_reports=max_reports)
+        data = body_bytes()
+        return lambda max_reports: parse_batch_binary(data, max_reports=max_reports)
     if request.mimetype == CONTENT_TYPE_JSON:
         # the wire parser is this body's validator (per-report answers); the document mirrors its limits
-        return parse_batch_json(json_body(documented=False), max_reports=max_reports)
+        document = json_body(documented=False)
+        return lambda max_reports: parse_batch_json(document, max_reports=max_reports)
     raise UnsupportedMediaType(f"send a batch as {CONTENT_TYPE_JSON} or {CONTENT_TYPE_BINARY}")
 
 
 @blueprint.post("/v1/reports")
 def upload_reports() -> dict[str, Any]:
     state = app_state()
-    envelopes = parse_request_batch(state.settings.max_reports)
-    ingestor = Ingestor(storage=state.storage, opener=state.opener, settings=state.settings)
-    now = state.now()
-    results = ingestor.ingest(envelopes, now=now)
+    parse = read_request_batch()
+    with ingest_turn(state.opener, state.storage):
+        envelopes = parse(state.settings.max_reports)
+        ingestor = Ingestor(storage=state.storage, opener=state.opener, settings=state.settings)
+        now = state.now()
+        results = ingestor.ingest(envelopes, now=now)
     statuses = [r.status for r in results]
     count_statuses(statuses)
     clipped = count_clipped([r.detail for r in results if r.status == STATUS_ACCEPTED])

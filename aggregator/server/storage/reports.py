@@ -9,7 +9,8 @@
    key ``(metric, report_id)``) and find those already stored: an identical
    body (same SHA-256) is this request's retry and counts as ``accepted``
    again, a different body is ``replayed``; neither is stored again.
-   SQLite looks the ids up first (its writer excludes all others);
+   SQLite inserts with ``ON CONFLICT DO NOTHING`` and looks the ids up only
+   when fewer rows were written than sent (its writer excludes all others);
    PostgreSQL inserts with ``ON CONFLICT DO NOTHING RETURNING report_id``
    and looks up only the ids that were not inserted;
 3. sum the new reports' bits per collection (window, round, cohort) with :func:`sum_bits`
@@ -46,6 +47,7 @@ from aggregator.server.storage.bulk import (
     array_text,
     compiled_sql,
     insert_rows,
+    sqlite_many,
     sqlite_rows,
 )
 from aggregator.server.storage.engine import run_transaction
@@ -84,6 +86,17 @@ class ReportRow:
             raise ParameterError("report_id", "must be 16 bytes")
         if len(self.body_hash) != 16:
             raise ParameterError("body_hash", "must be 16 bytes")
+
+    @classmethod
+    def checked(cls, metric_id: int, report_id: bytes, round: int, window: int, cohort: int, bits: bytes,
+                body_hash: bytes) -> ReportRow:
+        """A row whose ``report_id`` and ``body_hash`` the caller made 16 bytes long (ingestion's parser
+        and hash): the same row as the constructor's, without its frozen fields set one by one
+        and checked again (0.3 against 1.4 us, for every report of a batch)."""
+        row = object.__new__(cls)
+        row.__dict__.update(metric_id=metric_id, report_id=report_id, round=round, window=window, cohort=cohort,
+                            bits=bits, body_hash=body_hash)
+        return row
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,12 +158,7 @@ def _stored_hashes(conn: Connection, metric_id: int, report_ids: list[bytes]) ->
                " JOIN reports AS r ON r.metric_id = %(m)s AND r.report_id = u.id")
         result = conn.exec_driver_sql(sql, {"ids": array_text(report_ids), "m": metric_id}).all()
         return {bytes(rid): bytes(body) for rid, body in result}
-    found: dict[bytes, bytes] = {}
-    for start in range(0, len(report_ids), SQLITE_IDS_PER_STATEMENT):
-        chunk = report_ids[start : start + SQLITE_IDS_PER_STATEMENT]
-        sql = f"SELECT report_id, body_hash FROM reports WHERE metric_id = ? AND report_id IN ({_placeholders(len(chunk))})"
-        found.update(sqlite_rows(conn, sql, (metric_id, *chunk)))
-    return found
+    return {rid: body for rid, (body, _) in _stored_rows(conn, metric_id, report_ids).items()}
 
 
 REPORT_COLUMNS = ("metric_id", "report_id", "round_id", "window_start", "cohort", "bits", "body_hash", "received_at")
@@ -194,11 +202,60 @@ def _aggregate(conn: Connection, rows: list[ReportRow], num_bits: int) -> None:
     add_batch(conn, rows[0].metric_id, sums, num_bits)
 
 
+_SQLITE_INSERT_NEW = (
+    f"INSERT INTO reports ({', '.join(REPORT_COLUMNS)}) VALUES ({_placeholders(len(REPORT_COLUMNS))})"
+    " ON CONFLICT (metric_id, report_id) DO NOTHING"
+)
+_SQLITE_LAST_ROWID = "SELECT max(rowid) FROM reports"
+# Above this, SQLite gives new rows random rowids instead of the next ones (its rowid rule).
+_SQLITE_ROWID_ROOM = 2**63 - 1 - 1_000_000_000
+
+
+def _insert_new_sqlite(conn: Connection, rows: list[ReportRow], now: int) -> tuple[list[ReportRow], dict[bytes, bytes]]:
+    """SQLite: insert the reports whose id is not stored; the rows inserted and the stored hashes of the others.
+
+    Insert first (``ON CONFLICT DO NOTHING``), look up only when some row was
+    not inserted: the usual batch, all new, costs no lookup of its ids (which
+    descended the replay set's index once more for every report). SQLite
+    numbers a new row one past the largest rowid, so the rows with a rowid
+    above the largest before the insert are exactly this batch's; a table
+    whose rowids come near SQLite's limit, where it picks them at random,
+    looks the ids up first instead. ``BEGIN IMMEDIATE`` excludes every other
+    writer meanwhile.
+    """
+    metric_id = rows[0].metric_id
+    ids = [r.report_id for r in rows]
+    last = sqlite_rows(conn, _SQLITE_LAST_ROWID)[0][0] or 0
+    if last > _SQLITE_ROWID_ROOM:
+        stored = _stored_hashes(conn, metric_id, ids)
+        fresh = [r for r in rows if r.report_id not in stored]
+        insert_rows(conn, schema.reports, REPORT_COLUMNS, _report_tuples(fresh, now))
+        return fresh, stored
+    if sqlite_many(conn, _SQLITE_INSERT_NEW, _report_tuples(rows, now)) == len(rows):
+        return rows, {}
+    if len(set(ids)) != len(ids):  # one of two rows with the same id would be taken for this batch's
+        raise ParameterError("rows", "report ids must be distinct per metric within a batch")
+    found = _stored_rows(conn, metric_id, ids)
+    stored = {rid: body for rid, (body, rowid) in found.items() if rowid <= last}
+    return [r for r in rows if r.report_id not in stored], stored
+
+
+def _stored_rows(conn: Connection, metric_id: int, report_ids: list[bytes]) -> dict[bytes, tuple[bytes, int]]:
+    """SQLite: ``(body_hash, rowid)`` of the reports among ``report_ids`` that are stored."""
+    found: dict[bytes, tuple[bytes, int]] = {}
+    for start in range(0, len(report_ids), SQLITE_IDS_PER_STATEMENT):
+        chunk = report_ids[start : start + SQLITE_IDS_PER_STATEMENT]
+        sql = (f"SELECT report_id, body_hash, rowid FROM reports WHERE metric_id = ?"
+               f" AND report_id IN ({_placeholders(len(chunk))})")
+        found.update((rid, (body, rowid)) for rid, body, rowid in sqlite_rows(conn, sql, (metric_id, *chunk)))
+    return found
+
+
 def _store_metric_rows(conn: Connection, rows: list[ReportRow], num_bits: int, now: int) -> dict[bytes, str]:
     """Store one metric's reports (in id order); the status of those not stored now, by id.
 
-    SQLite, whose writer excludes all others: look the ids up, insert the new
-    ones. PostgreSQL: insert what is new (:func:`_insert_new_pg`), then look
+    SQLite, whose writer excludes all others: :func:`_insert_new_sqlite`.
+    PostgreSQL: insert what is new (:func:`_insert_new_pg`), then look
     up only the ids that were there.
     """
     rows = sorted(rows, key=lambda r: r.report_id)
@@ -208,10 +265,8 @@ def _store_metric_rows(conn: Connection, rows: list[ReportRow], num_bits: int, n
         stored = _stored_hashes(conn, rows[0].metric_id, [r.report_id for r in others]) if others else {}
         fresh = [r for r in rows if r.report_id in inserted]
     else:
-        stored = _stored_hashes(conn, rows[0].metric_id, [r.report_id for r in rows])
+        fresh, stored = _insert_new_sqlite(conn, rows, now)
         others = [r for r in rows if r.report_id in stored]
-        fresh = [r for r in rows if r.report_id not in stored]
-        insert_rows(conn, schema.reports, REPORT_COLUMNS, _report_tuples(fresh, now))
     if fresh:
         _aggregate(conn, fresh, num_bits)
     statuses = {}
