@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from clocks import Clock
 
 from client_sdk import Client, ReportsDropped
 from client_sdk.pools import CALLER_IRR_UNIFORMS, _empty_after_fork
@@ -30,12 +31,7 @@ PLACES = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_has
 DAY = 86400.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_790_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+START = 1_790_000_000.0  # the tests' clock starts here
 
 
 def make_client(fake: FakeAggregator, path: Path, clock: Clock, **kwargs: Any) -> Client:
@@ -57,7 +53,7 @@ def report_days(client: Client, clock: Clock, count: int) -> None:
 
 @pytest.mark.parametrize(("during", "dropped"), [(1, 0), (5, 2)])
 def test_a_full_queue_never_drops_a_report_of_the_upload_under_way(tmp_path: Path, during: int, dropped: int) -> None:
-    fake, clock, errors = FakeAggregator([PLACES]), Clock(), list[Exception]()
+    fake, clock, errors = FakeAggregator([PLACES]), Clock(START), list[Exception]()
     client = make_client(fake, tmp_path / "s", clock, max_queue=3, on_error=errors.append)
     client.sync()
     report_days(client, clock, 3)
@@ -83,7 +79,7 @@ def test_an_unpaced_burst_is_accounted_for_exactly(tmp_path: Path) -> None:
     # The background sender cannot keep pace with a loop that only reports (sealing costs more than a
     # report() call, and both share the interpreter): the queue overflows. Whatever the pace, every report is
     # delivered, queued or dropped exactly once, and the app is told the ledger's count.
-    fake, clock, errors = FakeAggregator([PLACES]), Clock(), list[Exception]()
+    fake, clock, errors = FakeAggregator([PLACES]), Clock(START), list[Exception]()
     client = make_client(fake, tmp_path / "s", clock, background=True, max_queue=200, flush_at=50, batch_size=100,
                          on_error=errors.append)
     client.sync()
@@ -100,7 +96,7 @@ def test_a_paced_burst_below_max_queue_loses_nothing(tmp_path: Path) -> None:
     # Scaled down from 100,000 reports at ~2,100 a second with max_queue 10,000: 2,500 at 500 a second with
     # max_queue 500 (a second of slack), the default sender otherwise, against the in-memory aggregator.
     # (Today's figures, full scale, are benchmarks/client_latency.py --burst 100000 --rate 2100.)
-    fake, clock, errors = FakeAggregator([PLACES]), Clock(), list[Exception]()
+    fake, clock, errors = FakeAggregator([PLACES]), Clock(START), list[Exception]()
     client = make_client(fake, tmp_path / "s", clock, background=True, max_queue=500, on_error=errors.append)
     client.sync()
     start = time.perf_counter()
@@ -131,7 +127,7 @@ class ThreadRecording(SeededRandom):
 def test_the_callers_thread_never_draws_a_block_of_irr(tmp_path: Path) -> None:
     # A burst empties the IRR pool faster than it is refilled: report() then draws a small block of its own
     # (at most CALLER_IRR_UNIFORMS uniforms), never the pool's next block (up to 4,096 reports' uniforms).
-    fake, clock = FakeAggregator([PLACES]), Clock()
+    fake, clock = FakeAggregator([PLACES]), Clock(START)
     source = ThreadRecording(11)
     client = make_client(fake, tmp_path / "s", clock, background=True, rng=source)
     client.sync()
@@ -143,7 +139,7 @@ def test_the_callers_thread_never_draws_a_block_of_irr(tmp_path: Path) -> None:
 
 
 def test_a_forked_child_never_reuses_the_callers_small_irr_block(tmp_path: Path) -> None:
-    fake, clock = FakeAggregator([PLACES]), Clock()
+    fake, clock = FakeAggregator([PLACES]), Clock(START)
     client = make_client(fake, tmp_path / "s", clock, rng=ThreadRecording(3))
     client.sync()
     client.report("places", {"home"})  # the pool was empty: report() drew a small block, one row used

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import Clock
 
 from client_sdk import Client
 from client_sdk import queue as queue_module
@@ -40,12 +41,7 @@ PLACES = MetricParams(name="places", encoding=BloomEncoding(num_bits=32, num_has
 DAY = 86400.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_790_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+START = 1_790_000_000.0  # the tests' clock starts here
 
 
 def make_client(fake: FakeAggregator, path: Path, clock: Clock, **kwargs: Any) -> Client:
@@ -90,7 +86,7 @@ def test_a_format_1_file_newer_than_the_state_is_dropped_as_before(tmp_path: Pat
 def test_a_queued_report_keeps_one_form_from_report_to_sealing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake, clock = FakeAggregator([PLACES]), Clock()
+    fake, clock = FakeAggregator([PLACES]), Clock(START)
     client = make_client(fake, tmp_path / "s", clock, autosave=False)
     client.sync()
     rid = client.report("places", {"home"})
@@ -115,7 +111,7 @@ def test_a_queued_report_keeps_one_form_from_report_to_sealing(
 
 
 def test_a_group_commit_is_one_record(tmp_path: Path) -> None:
-    fake, clock = FakeAggregator([PLACES]), Clock()
+    fake, clock = FakeAggregator([PLACES]), Clock(START)
     client = make_client(fake, tmp_path / "s", clock, autosave=False)
     client.sync()
     client.report("places", {"a"})
