@@ -157,7 +157,8 @@ def per_call_us(fn: Any, n: int) -> float:
 
 
 def parts(n: int) -> dict[str, float]:
-    """The sealing floor's parts, each alone: OpenSSL's X25519 (through ``cryptography``), HKDF, AES-GCM."""
+    """The sealing floor's parts, each alone: OpenSSL's X25519 (through ``cryptography``), HKDF, AES-GCM, and
+    libsodium's key pair and seal where the SDK uses them (the ``sodium`` extra)."""
     keys = AggregatorKeys.generate()
     recipient = keys.seal_public_raw
     recipient_key = keys.seal_private.public_key()
@@ -166,7 +167,7 @@ def parts(n: int) -> dict[str, float]:
     shared = key.exchange(recipient_key)
     info = b"onesided/seal/v1" + recipient + recipient
     cipher_key, nonce = os.urandom(16), os.urandom(12)
-    return {
+    found = {
         "X25519 key generation (`X25519PrivateKey.generate`)": per_call_us(X25519PrivateKey.generate, n),
         "X25519 exchange": per_call_us(lambda: key.exchange(recipient_key), n),
         "X25519 key generation + exchange (the floor of one key per report)":
@@ -181,6 +182,21 @@ def parts(n: int) -> dict[str, float]:
         "one seal with the key object (`seal`)": per_call_us(
             lambda: seal(recipient, plain, aad, ephemeral_private=key), n),
     }
+    if backend() == "libsodium":  # what the SDK's key pool and sender use then
+        private, public = crypto.ephemeral_keypair()
+        found.update({
+            "X25519 key pair with its raw halves by libsodium (`ephemeral_keypair`)":
+                per_call_us(crypto.ephemeral_keypair, n),
+            "one seal from the raw halves, libsodium's exchange (`seal`)": per_call_us(
+                lambda: seal(recipient, plain, aad, ephemeral_private=private, ephemeral_public=public), n),
+        })
+    return found
+
+
+def backend() -> str:
+    """The library the SDK makes its X25519 keys with (code before the choice existed: ``cryptography``)."""
+    choose = getattr(crypto, "x25519_backend", None)
+    return "cryptography" if choose is None else str(choose())
 
 
 def main() -> None:
@@ -197,7 +213,8 @@ def main() -> None:
     load_before = os.getloadavg()
     runs = [run_once(args.reports, args.flush_every) for _ in range(args.repeat)]
     best = min(runs, key=lambda r: r["total"])
-    print(f"{args.reports:,} reports, flush every {args.flush_every}, {args.repeat} runs (CPU time, us per report)")
+    print(f"{args.reports:,} reports, flush every {args.flush_every}, {args.repeat} runs (CPU time, us per report); "
+          f"the SDK's X25519 keys by {backend()}")
     print("| what | us per report (best run) | all runs |")
     print("|---|--:|---|")
     rows = (("caller_median", "caller's thread, median report()"),

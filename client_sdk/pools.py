@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from protocol.crypto import b64e, ephemeral_key
+from protocol.crypto import b64e, ephemeral_key, ephemeral_keypair, x25519_backend
 from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource
 from protocol.wire import sealed_report_id
@@ -73,7 +73,7 @@ class SealingKey(NamedTuple):
     key and id are its own.
     """
 
-    key: X25519PrivateKey
+    key: X25519PrivateKey | None  # None where libsodium made it: sealing uses the raw halves
     private: bytes
     public: bytes
     report_id: bytes  # sealed_report_id(public)
@@ -84,7 +84,11 @@ Ephemeral = tuple[SealingKey, bytes, bytes, str]
 
 
 def _ephemeral() -> Ephemeral:
-    key, private, public = ephemeral_key()
+    key: X25519PrivateKey | None
+    if x25519_backend() == "libsodium":
+        key, (private, public) = None, ephemeral_keypair()
+    else:
+        key, private, public = ephemeral_key()
     rid = sealed_report_id(public)
     text = b64e(rid)
     return SealingKey(key, private, public, rid, text), private, public, text

@@ -272,7 +272,8 @@ def _sealed_with(p: PendingReport, key: SealingKey) -> ReportEnvelope:
     """
     aad = report_aad(report_id=key.report_id, metric=p.metric, params_digest=p.params_digest, round=p.round,
                      window=p.window)
-    sealed = seal(p.seal_public, p.payload, aad, ephemeral_private=key.key, ephemeral_public=key.public)
+    sealed = seal(p.seal_public, p.payload, aad, ephemeral_private=key.private if key.key is None else key.key,
+                  ephemeral_public=key.public)
     if _valid_metadata(p.metric, p.params_digest) and p.window <= MAX_WINDOW and len(sealed) <= MAX_BODY_BYTES:
         return ReportEnvelope._checked(key.report_id, p.metric, p.round, p.window, p.params_digest, "sealed",
                                        sealed, key.report_id_text, aad)

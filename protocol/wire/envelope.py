@@ -16,8 +16,11 @@ from ..crypto import (
     PUBLIC_KEY_BYTES,
     b64d,
     b64e,
+    ephemeral_keypair,
     open_sealed,
+    raw_public_half,
     seal,
+    x25519_backend,
 )
 from ..errors import ParameterError, ReportRejected
 from .common import (
@@ -230,10 +233,19 @@ def seal_report(
     Raises:
         ParameterError: ``report_id`` is not the id of ``ephemeral_private`` (field ``report_id``).
     """
-    ephemeral = ephemeral_private if ephemeral_private is not None else X25519PrivateKey.generate()
-    if isinstance(ephemeral, bytes):
-        ephemeral = X25519PrivateKey.from_private_bytes(ephemeral)
-    enc = ephemeral.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    ephemeral: X25519PrivateKey | bytes
+    raw: bytes | None = None  # the public half, where libsodium made it (sealed from the raw halves then)
+    if ephemeral_private is None:
+        if x25519_backend() == "libsodium":
+            ephemeral, raw = ephemeral_keypair()
+        else:
+            ephemeral = X25519PrivateKey.generate()
+    elif isinstance(ephemeral_private, bytes):
+        raw = raw_public_half(ephemeral_private)
+        ephemeral = ephemeral_private if raw is not None else X25519PrivateKey.from_private_bytes(ephemeral_private)
+    else:
+        ephemeral = ephemeral_private
+    enc = raw if raw is not None else ephemeral.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)  # type: ignore[union-attr]
     rid = sealed_report_id(enc)
     if report_id is not None and report_id != rid:
         raise ParameterError("report_id", "is not the id of this ephemeral key")
