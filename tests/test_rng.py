@@ -33,7 +33,7 @@ def test_uniform_distribution(source) -> None:  # type: ignore[no-untyped-def]
     assert stats.kstest(u, "uniform").pvalue > 1e-6
 
 
-@pytest.mark.parametrize("shape", [1, 8191, 8192, 131_072, 131_073, (3, 100_001)])
+@pytest.mark.parametrize("shape", [1, 8191, 8192, (100, 128), 131_072, 131_073, (3, 100_001)])
 def test_secure_uniforms_are_the_keystream_words_mapped(shape, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The bulk path maps ChaCha20's keystream chunk by chunk: the same doubles as words_to_uniforms of it."""
     key = bytes(range(32))
@@ -45,6 +45,21 @@ def test_secure_uniforms_are_the_keystream_words_mapped(shape, monkeypatch) -> N
     if 8 * size < rng_module.BULK_BYTES:  # small requests are os.urandom's own bytes (here all zero)
         expected = words_to_uniforms(np.zeros(size, dtype=np.uint64))
     assert np.array_equal(u.reshape(-1), expected)
+
+
+def test_a_device_sized_bulk_request_allocates_about_its_own_size() -> None:
+    """An IRR block of 100 reports x 128 bits (100 KB of uniforms) is drawn without MiB-sized buffers."""
+    import tracemalloc
+
+    SecureRandom().uniform((100, 128))  # imports and first-call state outside the measurement
+    tracemalloc.start()
+    try:
+        u = SecureRandom().uniform((100, 128))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # the output (102,400 B) and a keystream and zeros buffer of the request's size: ~3x; a fixed 1 MiB chunk was 20x
+    assert u.nbytes == 102_400 and peak < 4 * u.nbytes
 
 
 def test_seeded_is_reproducible_and_distinct() -> None:
