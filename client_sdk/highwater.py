@@ -29,7 +29,7 @@ import hashlib
 import hmac
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -214,19 +214,31 @@ def period_prior(lost: Sequence[Mapping[str, Any]], metric: str, start: int, per
     (the lost state never passed it), or the lost lifetime total when the mark
     was kept under another policy (a bound on any one period's charge).
     """
+    return _period_priors(lost, metric, period)(start)
+
+
+def _period_priors(lost: Sequence[Mapping[str, Any]], metric: str, period: int) -> Callable[[int], float]:
+    """:func:`period_prior` for every period of ``metric``: the lost states' mark read once (a state's mark
+    lists up to PERIODS_KEPT periods, each asked at every save)."""
     if not lost:
-        return 0.0
+        return _nothing
     last = lost[-1]
     mark = _last_mark(lost)
     entry = None if mark is None else mark.metrics.get(metric)
     if mark is not None and entry is None:
-        return 0.0
+        return _nothing
     if entry is not None and entry.period == period:
-        return entry.charged(start)
+        return entry.charged
+    at = period_of(float(last["at"]), period)
     if entry is not None and entry.period != period and entry.total is not None:
-        return from_micro(entry.total) if start == period_of(float(last["at"]), period) else 0.0
+        total = from_micro(entry.total)
+        return lambda start: total if start == at else 0.0
     ceiling = Ceiling.from_dict(last["ceiling"]).for_metric(metric)
-    return ceiling if period_of(float(last["at"]), period) == start else 0.0
+    return lambda start: ceiling if start == at else 0.0
+
+
+def _nothing(start: int) -> float:
+    return 0.0
 
 
 def _micro(value: float) -> int | None:
@@ -262,9 +274,19 @@ def _metric_mark(record: MetricRecord, lost: Sequence[Mapping[str, Any]], name: 
     if record.current is not None:
         starts.add(period_of(record.current.window, period))
     periods: dict[int, int | None] = {}
-    for start in starts:
-        micro = record.spent_in(params, start)
-        periods[start] = None if micro < 0 else _micro(period_prior(lost, name, start, period) + from_micro(micro))
+    current = None if record.current is None else period_of(record.current.window, period)
+    prior_of = _period_priors(lost, name, period)
+    for start in starts:  # up to PERIODS_KEPT of them at every save: the closed ones are their kept totals
+        micro = record.spent_in(params, start) if start == current else kept.totals.get(start)
+        if micro is None:
+            micro = kept.charged(start)
+        prior = prior_of(start)
+        if micro < 0:
+            periods[start] = None
+        elif prior == 0.0:  # _micro(from_micro(micro)) is micro itself: no rounding to do
+            periods[start] = micro
+        else:
+            periods[start] = _micro(prior + from_micro(micro))
     if kept.dropped_through is not None:
         through = kept.dropped_through if through is None else max(through, kept.dropped_through)
     dropped: float = bound + from_micro(kept.dropped_micro)

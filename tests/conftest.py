@@ -29,7 +29,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_randomizers.py", "test_rappor_io.py", "test_relaxation.py", "test_relaxation_chains.py",
     "test_report_pipeline.py", "test_rng.py", "test_vectors.py", "test_wire.py", "test_wire_fast.py",
     "test_key_pool.py", "test_seal_cost.py", "test_exact_stream.py", "test_client_queue_form.py", "test_device_cost.py",
-    "test_kernels.py",
+    "test_kernels.py", "test_highwater_marks.py",
 })
 # The longest tests of those modules (2 to 11 CPU-seconds each, measured): in the slow layer.
 LONG_UNIT_TESTS: frozenset[str] = frozenset({
