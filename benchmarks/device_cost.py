@@ -87,9 +87,13 @@ class KeyCount:
         pools._ephemeral = self._original
 
 
+BUDGET: dict[str, Any] = {}  # --budget-period: the client's renewing budget (none: a lifetime ceiling)
+STEP = [1.0]  # --step: seconds between two reports (each report is a new window)
+
+
 def new_client(fake: FakeAggregator, folder: str, now: list[float]) -> Client:
     return Client("http://agg.invalid", Path(folder) / "state", background=False, server_public_keys=fake.sign_public,
-                  max_epsilon=1e9, session=fake, max_queue=10**7, autosave=False, clock=lambda: now[0])
+                  max_epsilon=1e9, session=fake, max_queue=10**7, autosave=False, clock=lambda: now[0], **BUDGET)
 
 
 def run_once(reports: int, flush_every: int) -> dict[str, float]:
@@ -105,7 +109,7 @@ def run_once(reports: int, flush_every: int) -> dict[str, float]:
         flushing = 0
         start = time.process_time_ns()
         for i in range(reports):
-            now[0] += 1
+            now[0] += STEP[0]
             t0 = time.thread_time_ns()
             client.report("places", values[i % len(values)])
             caller.append(time.thread_time_ns() - t0)
@@ -207,9 +211,18 @@ def main() -> None:
     ap.add_argument("--new-clients", type=int, default=100, help="new clients that report once each (0: skip)")
     ap.add_argument("--alone", type=int, default=300,
                     help="reports each uploaded on its own, as an app that reports now and then does (0: skip)")
+    ap.add_argument("--budget-period", default=None,
+                    help="a renewing budget (day, week, ... or seconds): each save writes the kept periods' "
+                         "high-water mark (default: a lifetime ceiling)")
+    ap.add_argument("--step", type=float, default=1.0,
+                    help="seconds between two reports (86400 with --budget-period day: a report a day, so the "
+                         "state keeps 64 periods' totals)")
     ap.add_argument("--core-watts", type=float, default=1.5)
     ap.add_argument("--battery-wh", type=float, default=15.0)
     args = ap.parse_args()
+    if args.budget_period is not None:
+        BUDGET["budget_period"] = int(args.budget_period) if args.budget_period.isdigit() else args.budget_period
+    STEP[0] = args.step
     load_before = os.getloadavg()
     runs = [run_once(args.reports, args.flush_every) for _ in range(args.repeat)]
     best = min(runs, key=lambda r: r["total"])
