@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from protocol.crypto import b64e, ephemeral_key, ephemeral_keypair, x25519_backend
+from protocol.crypto import b64e, ephemeral_key, ephemeral_keypair, x25519_backend, x25519_loaded
 from protocol.randomizers import Randomizer
 from protocol.rng import RandomSource
 from protocol.wire import sealed_report_id
@@ -83,15 +83,22 @@ class SealingKey(NamedTuple):
 Ephemeral = tuple[SealingKey, bytes, bytes, str]
 
 
-def _ephemeral() -> Ephemeral:
-    key: X25519PrivateKey | None
-    if x25519_backend() == "libsodium":
-        key, (private, public) = None, ephemeral_keypair()
-    else:
-        key, private, public = ephemeral_key()
+def _sealing_key(key: X25519PrivateKey | None, private: bytes, public: bytes) -> Ephemeral:
     rid = sealed_report_id(public)
     text = b64e(rid)
     return SealingKey(key, private, public, rid, text), private, public, text
+
+
+def _ephemeral() -> Ephemeral:
+    if x25519_backend() == "libsodium":
+        return _sealing_key(None, *ephemeral_keypair())
+    return _sealing_key(*ephemeral_key())
+
+
+def _ephemeral_now() -> Ephemeral:
+    """A key made on the caller's thread (an empty pool): by libsodium only once it is loaded; its first
+    import (~20 ms) is left to the filler thread, and OpenSSL makes this one (~34 us)."""
+    return _ephemeral() if x25519_loaded() else _sealing_key(*ephemeral_key())
 
 
 class EphemeralPool:
@@ -148,8 +155,9 @@ class EphemeralPool:
             key = self._keys.popleft()
         except IndexError:
             self.size = min(self.max_size, 2 * self.size)  # a burst: keep more ahead
+            made = self._make(now=True)  # before the filler starts: it would compete for the interpreter
             self._wake()
-            return self._make()
+            return made
         if len(self._keys) < self._ahead // 2:
             self._wake()
         return key
@@ -178,8 +186,8 @@ class EphemeralPool:
         # a child forked while another thread held one would find it held forever
         self._refilling, self._count_lock = threading.Lock(), threading.Lock()
 
-    def _make(self) -> Ephemeral:
-        made = _ephemeral()
+    def _make(self, now: bool = False) -> Ephemeral:
+        made = _ephemeral_now() if now else _ephemeral()
         with self._count_lock:
             self._made += 1
         return made

@@ -128,6 +128,12 @@ def _sodium() -> tuple[Any, Any] | None:
     return crypto_scalarmult_base, crypto_scalarmult
 
 
+def x25519_loaded() -> bool:
+    """Whether the choice of :func:`x25519_backend` is made (libsodium loaded, or found absent): a thread
+    that must not wait ~20 ms for PyNaCl's first import asks this first."""
+    return _sodium.cache_info().currsize > 0
+
+
 def x25519_backend() -> str:
     """``"libsodium"`` or ``"cryptography"``: which library makes sealing keys and their exchanges here."""
     return "cryptography" if _sodium() is None else "libsodium"

@@ -167,3 +167,26 @@ def test_a_queued_raw_key_seals_to_the_same_report_under_either_library(monkeypa
         assert open_sealed(keys.seal_private, fresh.sealed or b"", fresh.aad()) == b"\0\0bits"
     assert made["libsodium"] == made["cryptography"]
     assert made["libsodium"].report_id == sealed_report_id(public)
+
+
+def test_a_key_made_on_the_callers_thread_never_waits_for_libsodiums_first_import() -> None:
+    """An empty pool makes the caller's key at once with OpenSSL; the filler thread loads libsodium (~20 ms) and
+    makes the next keys with it; once loaded, a key made on the spot is libsodium's."""
+    code = """
+import sys, time
+from client_sdk.pools import EphemeralPool
+from protocol.crypto import x25519_loaded
+pool = EphemeralPool(size=2)
+key = pool.take()[0]  # the pool is empty: made on the spot
+assert key.key is not None, 'made by libsodium on the caller thread'
+for _ in range(1000):  # the filler thread, woken by take(), loads libsodium and refills
+    if x25519_loaded() and len(pool) >= 2:
+        break
+    time.sleep(0.01)
+assert 'nacl' in sys.modules and all(pool.take()[0].key is None for _ in range(2))
+assert EphemeralPool(size=2).take()[0].key is None  # loaded: libsodium on the spot too
+print('ok')
+"""
+    env = {k: v for k, v in os.environ.items() if k != X25519_BACKEND_ENV}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
