@@ -352,6 +352,32 @@ def column_sums(rows, out):
             out[j] += partial[j]
 
 
+_words = types.Array(types.uint64, 2, "C", readonly=True)
+
+
+@njit(types.void(_words, _i64), cache=True, nogil=True)
+def column_words(words, out):
+    """:func:`column_sums` of rows whose bytes are viewed as ``uint64`` words (``8 * words.shape[1]`` columns).
+
+    One row at a time, added word by word into per-column byte lanes: a lane holds at most 255 rows of
+    0/1 bytes, so no addition carries into the next lane; the lanes are widened into ``out`` after each
+    255 rows. One sequential stream, no read of four rows at once (which ran at a third of a streaming
+    read on some machines).
+    """
+    n, m = words.shape
+    partial = np.empty(m, np.uint64)
+    lanes = partial.view(np.uint8)
+    for start in range(0, n, 255):
+        stop = min(start + 255, n)
+        partial[:] = 0
+        for r in range(start, stop):
+            row = words[r]
+            for j in range(m):
+                partial[j] += row[j]
+        for j in range(8 * m):
+            out[j] += lanes[j]
+
+
 @njit(
     types.void(_rows, types.Array(types.int64, 1, "C", readonly=True), _i64x2),
     cache=True,

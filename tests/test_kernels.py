@@ -257,6 +257,29 @@ def test_counts_of_dense_reports_do_not_wrap(cohorts: int) -> None:
 
 
 @needs_numba
+@pytest.mark.parametrize("rows", [254, 255, 256, 766])
+@pytest.mark.parametrize("bits", [8, 64, 65])
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "unaligned"])
+def test_column_sums_by_words_and_by_bytes_are_exact_at_full_lanes(
+        rows: int, bits: int, aligned: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # all ones but a few: each byte lane of a word reaches 255 and must be widened before the 256th row
+    buffer = np.ones(rows * bits + 1, dtype=np.uint8)
+    data = buffer[:-1] if aligned else buffer[1:]
+    reports = data.reshape(rows, bits)
+    reports[::5, bits // 2] = 0
+    module = kernels.loaded()
+    used: list[str] = []
+    for name in ("column_words", "column_sums"):
+        kernel = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, kernel=kernel, name=name: used.append(name) or kernel(*a))
+    out = np.zeros(bits, dtype=np.int64)
+    assert kernels.column_sums(reports, out)
+    assert np.array_equal(out, reports.sum(0, dtype=np.int64))
+    words = bits % 8 == 0 and reports.ctypes.data % 8 == 0
+    assert used == ["column_words" if words else "column_sums"]
+
+
+@needs_numba
 def test_counts_of_read_only_and_strided_reports_equal_numpy() -> None:
     reports = np.random.default_rng(3).random((2_000, 300)) < 0.5
     reports.setflags(write=False)
