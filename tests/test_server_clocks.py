@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,35 @@ def test_expired_is_final_unless_the_server_suspects_its_clock(tmp_path: Path) -
         _upload(app, keys, MIN_REPORTS, seed=2)
         later = _upload(app, keys, 5, seed=3, headers=V2).get_json()
         assert {r["retry_after"] for r in later["results"]} == {SUSPECT_RETRY_AFTER}
+
+
+class _CountedDeque(deque[tuple[float, int, int, int]]):
+    """A deque that counts full passes over it (a request's work must not grow with the batches held)."""
+
+    passes = 0
+
+    def __iter__(self) -> Iterator[tuple[float, int, int, int]]:
+        type(self).passes += 1
+        return super().__iter__()
+
+
+def test_the_clock_watch_does_constant_work_a_batch_and_forgets_exactly_what_left_its_window() -> None:
+    from aggregator.server import clock_watch
+    from protocol.wire import STATUS_ACCEPTED, STATUS_EXPIRED, STATUS_TOO_EARLY
+
+    now = [0.0]
+    watch = clock_watch.ClockWatch(now=lambda: now[0])
+    watch._batches = _CountedDeque()
+    for _ in range(5_000):  # a busy server: thousands of batches inside the window, all agreeing
+        now[0] += 0.01
+        watch.observe([STATUS_ACCEPTED] * 9 + [STATUS_EXPIRED])
+        assert watch.suspicion() is None
+    assert _CountedDeque.passes == 0  # was three sums over every batch held, twice a request
+    now[0] += clock_watch.WATCH_SECONDS + 1  # all of them leave the window: what is left is only what follows
+    for _ in range(MIN_REPORTS // 10):
+        watch.observe([STATUS_TOO_EARLY] * 6 + [STATUS_ACCEPTED] * 4)
+    suspect = watch.suspicion()
+    assert suspect is not None and suspect.startswith(f"{6 * MIN_REPORTS // 10} of the last {MIN_REPORTS} reports")
+    assert "0 expired" in suspect and "behind" in suspect
+    now[0] += clock_watch.WATCH_SECONDS + 1
+    assert watch.suspicion() is None and watch._totals == [0, 0, 0]

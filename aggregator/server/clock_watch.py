@@ -51,6 +51,7 @@ class ClockWatch:
         self._now = now
         self._lock = threading.Lock()
         self._batches: deque[tuple[float, int, int, int]] = deque()  # (when, judged, expired, too_early)
+        self._totals = [0, 0, 0]  # judged, expired, too_early over the batches held: kept, never summed again
         self._suspect: str | None = None
 
     def observe(self, statuses: Sequence[str]) -> None:
@@ -58,8 +59,13 @@ class ClockWatch:
         judged = sum(1 for s in statuses if s in _JUDGED)
         if not judged:
             return
+        batch = (self._now(), judged, statuses.count(STATUS_EXPIRED), statuses.count(STATUS_TOO_EARLY))
         with self._lock:
-            self._batches.append((self._now(), judged, statuses.count(STATUS_EXPIRED), statuses.count(STATUS_TOO_EARLY)))
+            self._batches.append(batch)
+            totals = self._totals
+            totals[0] += batch[1]
+            totals[1] += batch[2]
+            totals[2] += batch[3]
             self._update()
 
     def suspicion(self) -> str | None:
@@ -69,12 +75,15 @@ class ClockWatch:
             return self._suspect
 
     def _update(self) -> None:
+        # constant work a request: a busy server holds tens of thousands of batches in the window
         horizon = self._now() - WATCH_SECONDS
+        totals = self._totals
         while self._batches and self._batches[0][0] < horizon:
-            self._batches.popleft()
-        judged = sum(b[1] for b in self._batches)
-        expired = sum(b[2] for b in self._batches)
-        early = sum(b[3] for b in self._batches)
+            _, judged_then, expired_then, early_then = self._batches.popleft()
+            totals[0] -= judged_then
+            totals[1] -= expired_then
+            totals[2] -= early_then
+        judged, expired, early = totals
         suspect = None
         if judged >= MIN_REPORTS and 2 * (expired + early) > judged:
             direction = "ahead" if expired >= early else "behind"
