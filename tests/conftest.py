@@ -10,6 +10,9 @@ stays fast as the suite grows.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def rng() -> SeededRandom:
     return SeededRandom(20261122)
+
+
+MEMORY_TMP = Path("/dev/shm")
+MEMORY_TMP_FREE = 4 << 30  # bytes free it needs
+TMP_SETTING = "ONESIDED_TEST_TMP"  # "disk": pytest's own temporary folder
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """``tmp_path`` in memory where the machine has a tmpfs with room (/dev/shm, 4 GiB free): the suite writes
+    tens of thousands of small files (the field tests' app states, SQLite databases), which a disk makes about
+    8% of its time. Durability is tested by counting fsyncs and by simulated crashes, never by the disk itself.
+    ``ONESIDED_TEST_TMP=disk`` or ``--basetemp`` keeps them on disk; the folder is removed at the end."""
+    if config.option.basetemp or os.environ.get(TMP_SETTING, "").strip().lower() == "disk":
+        return
+    try:
+        if shutil.disk_usage(MEMORY_TMP).free < MEMORY_TMP_FREE or not os.access(MEMORY_TMP, os.W_OK):
+            return
+        base = tempfile.mkdtemp(prefix="onesided-tests-", dir=MEMORY_TMP)
+    except OSError:
+        return
+    config.option.basetemp = base
+    config.stash[_MEMORY_BASE] = base
+
+
+_MEMORY_BASE = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    base = config.stash.get(_MEMORY_BASE, None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)

@@ -12,7 +12,7 @@ import client_sdk.pools as pools
 from client_sdk import Client
 from client_sdk.pools import EPHEMERAL_POOL, MAX_EPHEMERAL_POOL, EphemeralPool
 from client_sdk.testing import FakeAggregator
-from protocol.crypto import PUBLIC_KEY_BYTES, b64e
+from protocol.crypto import PUBLIC_KEY_BYTES, b64e, x25519_backend
 from protocol.encodings import BloomEncoding
 from protocol.params import MetricParams
 from protocol.wire import sealed_report_id
@@ -30,6 +30,7 @@ def keys_made(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     made: list[bytes] = []
     lock = threading.Lock()
     original = pools._ephemeral
+    x25519_backend()  # chosen now: a key made on the spot goes through _ephemeral as well (pools._ephemeral_now)
 
     def counted() -> Any:
         key = original()
@@ -71,10 +72,14 @@ def test_a_new_client_that_reports_once_makes_a_few_keys_not_a_block(tmp_path: P
 
 
 def test_a_burst_seals_each_report_with_its_own_key_and_makes_one_key_per_report(
-    tmp_path: Path, keys_made: list[bytes]
+    tmp_path: Path, keys_made: list[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeAggregator([PLACES])
     now = [T0]
+    # the sender's turns alone refill here, so that what is kept ahead depends on them only: the filler thread
+    # (tested below and in test_client_fast) runs beside the burst, with libsodium off the interpreter lock,
+    # and a refill of its own that spans a turn counts that turn's takes too
+    monkeypatch.setattr(EphemeralPool, "_wake", lambda self: None)
     client = new_client(fake, tmp_path / "s", now)
     reports = 1500
     for i in range(reports):  # one new window per report, handed over every 100 as the sender would
