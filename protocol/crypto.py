@@ -99,8 +99,9 @@ _EXTRACT_INNER = hashlib.sha256(bytes(_SHA256_BLOCK).translate(_IPAD))
 _EXTRACT_OUTER = hashlib.sha256(bytes(_SHA256_BLOCK).translate(_OPAD))
 
 
-def _seal_key_nonce(shared: bytes, ephemeral_public: bytes, recipient_public: bytes) -> tuple[bytes, bytes]:
-    """``HKDF-SHA256(salt=none, ikm=shared, info=SEAL_INFO || pkE || pkR, L=28)`` split 16 + 12."""
+def seal_key_nonce(shared: bytes, ephemeral_public: bytes, recipient_public: bytes) -> tuple[bytes, bytes]:
+    """``HKDF-SHA256(salt=none, ikm=shared, info=SEAL_INFO || pkE || pkR, L=28)`` split 16 + 12: the AES key
+    and nonce of a sealed report, for sealing and for opening (the server's opener calls it too)."""
     inner = _EXTRACT_INNER.copy()
     inner.update(shared)
     outer = _EXTRACT_OUTER.copy()
@@ -231,33 +232,28 @@ def seal(
         raise ParameterError("seal_public", f"must be {PUBLIC_KEY_BYTES} raw bytes")
     if ephemeral_public is not None and ephemeral_private is None:
         raise ParameterError("ephemeral_public", "is given only with ephemeral_private")
-    if ephemeral_public is not None and isinstance(ephemeral_private, bytes):
-        sodium = _sodium()
-        if sodium is not None:  # raw halves (ephemeral_keypair): no key object to load
-            return _sealed_raw(sodium[1], recipient_public, plaintext, aad, ephemeral_private, ephemeral_public)
-    eph = X25519PrivateKey.generate() if ephemeral_private is None else _x25519_private(
-        ephemeral_private, "ephemeral_private"
-    )
-    eph_public = eph.public_key().public_bytes_raw() if ephemeral_public is None else ephemeral_public
-    try:
-        shared = eph.exchange(_recipient_key(recipient_public))
-    except ValueError as exc:
-        raise ParameterError("seal_public", "is a low-order point") from exc
-    key, nonce = _seal_key_nonce(shared, eph_public, recipient_public)
+    raw = ephemeral_private if ephemeral_public is not None and isinstance(ephemeral_private, bytes) else None
+    sodium = None if raw is None else _sodium()
+    if raw is not None and ephemeral_public is not None and sodium is not None:
+        # raw halves (ephemeral_keypair): libsodium's exchange, no key object to load
+        if len(raw) != PUBLIC_KEY_BYTES:
+            raise ParameterError("ephemeral_private", "must be an X25519 private key or its 32 raw bytes")
+        eph_public = ephemeral_public
+        try:
+            shared = sodium[1](raw, recipient_public)
+        except RuntimeError as exc:  # libsodium refuses an all-zero result (a low-order point), as OpenSSL does
+            raise ParameterError("seal_public", "is a low-order point") from exc
+    else:
+        eph = X25519PrivateKey.generate() if ephemeral_private is None else _x25519_private(
+            ephemeral_private, "ephemeral_private"
+        )
+        eph_public = eph.public_key().public_bytes_raw() if ephemeral_public is None else ephemeral_public
+        try:
+            shared = eph.exchange(_recipient_key(recipient_public))
+        except ValueError as exc:
+            raise ParameterError("seal_public", "is a low-order point") from exc
+    key, nonce = seal_key_nonce(shared, eph_public, recipient_public)
     return eph_public + AESGCM(key).encrypt(nonce, plaintext, aad)
-
-
-def _sealed_raw(exchange: Any, recipient_public: bytes, plaintext: bytes, aad: bytes, private: bytes,
-                public: bytes) -> bytes:
-    """:func:`seal` with raw halves, the exchange by libsodium (the same shared secret as OpenSSL's)."""
-    if len(private) != PUBLIC_KEY_BYTES:
-        raise ParameterError("ephemeral_private", "must be an X25519 private key or its 32 raw bytes")
-    try:
-        shared = exchange(private, recipient_public)
-    except RuntimeError as exc:  # libsodium refuses an all-zero result (a low-order point), as OpenSSL does
-        raise ParameterError("seal_public", "is a low-order point") from exc
-    key, nonce = _seal_key_nonce(shared, public, recipient_public)
-    return public + AESGCM(key).encrypt(nonce, plaintext, aad)
 
 
 def open_sealed(recipient_private: X25519PrivateKey | bytes, envelope: bytes, aad: bytes) -> bytes:
@@ -275,7 +271,7 @@ def open_sealed(recipient_private: X25519PrivateKey | bytes, envelope: bytes, aa
         shared = private.exchange(X25519PublicKey.from_public_bytes(eph_public))
     except ValueError as exc:
         raise DecryptError("sealed", "ephemeral key is a low-order point") from exc
-    key, nonce = _seal_key_nonce(shared, eph_public, recipient_public)
+    key, nonce = seal_key_nonce(shared, eph_public, recipient_public)
     try:
         return AESGCM(key).decrypt(nonce, envelope[PUBLIC_KEY_BYTES:], aad)
     except InvalidTag as exc:
@@ -544,8 +540,12 @@ __all__ = [
     "key_id",
     "open_sealed",
     "public_key_info",
+    "raw_public_half",
     "seal",
+    "seal_key_nonce",
     "sign_document",
     "verify_document",
     "write_private_file",
+    "x25519_backend",
+    "x25519_loaded",
 ]

@@ -159,7 +159,7 @@ def test_the_seal_key_schedule_is_hkdf_sha256_byte_for_byte() -> None:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    from protocol.crypto import SEAL_INFO, _seal_key_nonce
+    from protocol.crypto import SEAL_INFO, seal_key_nonce
 
     for size in (
         0,
@@ -176,7 +176,7 @@ def test_the_seal_key_schedule_is_hkdf_sha256_byte_for_byte() -> None:
             okm = HKDF(
                 algorithm=hashes.SHA256(), length=28, salt=None, info=SEAL_INFO + pk_e + pk_r
             ).derive(shared)
-            assert _seal_key_nonce(shared, pk_e, pk_r) == (okm[:16], okm[16:])
+            assert seal_key_nonce(shared, pk_e, pk_r) == (okm[:16], okm[16:])
 
 
 def _result_by_the_rules(obj: Any) -> ReportResult:

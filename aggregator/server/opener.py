@@ -18,8 +18,6 @@ b'payload'
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -32,12 +30,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from aggregator.server.helper_pool import HelperPool
 from protocol.crypto import (
-    NONCE_BYTES,
     PUBLIC_KEY_BYTES,
-    SEAL_INFO,
-    SEAL_KEY_BYTES,
     SEAL_OVERHEAD,
     AggregatorKeys,
+    seal_key_nonce,
 )
 from protocol.errors import DecryptError
 
@@ -70,11 +66,6 @@ def _open_in_helper(chunk: list[Sealed], now: float) -> list[bytes | tuple[str, 
             for item in open_in_place(_honoured(_helper_keys, now), chunk)]
 
 
-_HKDF_SALT = bytes(32)  # HKDF-SHA256 without a salt: HashLen zero bytes (RFC 5869 2.2)
-# HKDF-Extract is HMAC keyed by that constant salt: the hash states after its padded key (RFC 2104's
-# K xor ipad, K xor opad) are made once and copied per envelope (0.6 us against 1.5 for hmac.digest).
-_EXTRACT_INNER = hashlib.sha256(bytes(b ^ 0x36 for b in _HKDF_SALT.ljust(64, b"\0")))
-_EXTRACT_OUTER = hashlib.sha256(bytes(b ^ 0x5C for b in _HKDF_SALT.ljust(64, b"\0")))
 _SHORT = f"envelope shorter than {SEAL_OVERHEAD} bytes"
 _LOW_ORDER = "ephemeral key is a low-order point"
 _NO_OPEN = "envelope does not open (tampered, wrong key or wrong metadata)"
@@ -84,10 +75,8 @@ def _open_with(private: X25519PrivateKey, recipient_public: bytes, envelope: byt
     """:func:`protocol.crypto.open_sealed` with the recipient's public half given, its error returned.
 
     The same computation and the same errors; what a batch repeats is done
-    once (the public half, an object per call), and HKDF-SHA256's output
-    of 28 bytes (one block) is two HMACs (the first from hash states made
-    once, the second ``hmac.digest``): together about a fifth of what
-    ``open_sealed`` spends besides the X25519 exchange
+    once (the public half, an object per call); the key schedule is the
+    sealing's own (:func:`protocol.crypto.seal_key_nonce`)
     (tests/test_opener_fast.py compares the two).
     """
     if len(envelope) < SEAL_OVERHEAD:
@@ -97,15 +86,9 @@ def _open_with(private: X25519PrivateKey, recipient_public: bytes, envelope: byt
         shared = private.exchange(X25519PublicKey.from_public_bytes(eph_public))
     except ValueError:
         return DecryptError("sealed", _LOW_ORDER)
-    inner = _EXTRACT_INNER.copy()
-    inner.update(shared)
-    outer = _EXTRACT_OUTER.copy()
-    outer.update(inner.digest())
-    prk = outer.digest()  # = hmac.digest(_HKDF_SALT, shared, "sha256")
-    okm = hmac.digest(prk, SEAL_INFO + eph_public + recipient_public + b"\x01", "sha256")
+    key, nonce = seal_key_nonce(shared, eph_public, recipient_public)
     try:
-        return AESGCM(okm[:SEAL_KEY_BYTES]).decrypt(
-            okm[SEAL_KEY_BYTES : SEAL_KEY_BYTES + NONCE_BYTES], envelope[PUBLIC_KEY_BYTES:], aad)
+        return AESGCM(key).decrypt(nonce, envelope[PUBLIC_KEY_BYTES:], aad)
     except InvalidTag:
         return DecryptError("sealed", _NO_OPEN)
 
