@@ -277,9 +277,7 @@ def _metric_mark(record: MetricRecord, lost: Sequence[Mapping[str, Any]], name: 
     current = None if record.current is None else period_of(record.current.window, period)
     prior_of = _period_priors(lost, name, period)
     for start in starts:  # up to PERIODS_KEPT of them at every save: the closed ones are their kept totals
-        micro = record.spent_in(params, start) if start == current else kept.totals.get(start)
-        if micro is None:
-            micro = kept.charged(start)
+        micro = record.spent_in(params, start) if start == current else kept.charged(start)
         prior = prior_of(start)
         if micro < 0:
             periods[start] = None
