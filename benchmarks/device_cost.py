@@ -87,21 +87,19 @@ class KeyCount:
         pools._ephemeral = self._original
 
 
-BUDGET: dict[str, Any] = {}  # --budget-period: the client's renewing budget (none: a lifetime ceiling)
-STEP = [1.0]  # --step: seconds between two reports (each report is a new window)
-
-
-def new_client(fake: FakeAggregator, folder: str, now: list[float]) -> Client:
+def new_client(fake: FakeAggregator, folder: str, now: list[float], **options: Any) -> Client:
+    """``options``: more client options (``budget_period`` for a renewing budget; none: a lifetime ceiling)."""
     return Client("http://agg.invalid", Path(folder) / "state", background=False, server_public_keys=fake.sign_public,
-                  max_epsilon=1e9, session=fake, max_queue=10**7, autosave=False, clock=lambda: now[0], **BUDGET)
+                  max_epsilon=1e9, session=fake, max_queue=10**7, autosave=False, clock=lambda: now[0], **options)
 
 
-def run_once(reports: int, flush_every: int) -> dict[str, float]:
-    """One client, ``reports`` reports: caller's-thread and total device CPU per report, in us."""
+def run_once(reports: int, flush_every: int, step: float = 1.0, **options: Any) -> dict[str, float]:
+    """One client, ``reports`` reports ``step`` seconds apart (each a new window): caller's-thread and total
+    device CPU per report, in us."""
     fake = ServerTimed([params()], max_reports=max(1000, flush_every))
     now = [1_700_000_000.0]
     with tempfile.TemporaryDirectory(prefix="onesided-device-") as folder, KeyCount() as keys:
-        client = new_client(fake, folder, now)
+        client = new_client(fake, folder, now, **options)
         client.sync()
         values = [(f"place-{i}", f"place-{i + 7}") for i in range(50)]
         caller: list[int] = []
@@ -109,7 +107,7 @@ def run_once(reports: int, flush_every: int) -> dict[str, float]:
         flushing = 0
         start = time.process_time_ns()
         for i in range(reports):
-            now[0] += STEP[0]
+            now[0] += step
             t0 = time.thread_time_ns()
             client.report("places", values[i % len(values)])
             caller.append(time.thread_time_ns() - t0)
@@ -130,7 +128,7 @@ def run_once(reports: int, flush_every: int) -> dict[str, float]:
             "others": (total - sum(caller) - flushing + fake.server_ns) / reports / 1e3}
 
 
-def run_new_clients(count: int) -> dict[str, float]:
+def run_new_clients(count: int, **options: Any) -> dict[str, float]:
     """``count`` new clients (an app's first launch, or the demo's SDK clients), each made, synced, reporting
     once, flushed and closed: total device CPU per client in us (aggregator excluded), keys made per client."""
     fake = ServerTimed([params()])
@@ -138,7 +136,7 @@ def run_new_clients(count: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="onesided-device-") as folder, KeyCount() as keys:
         start = time.process_time_ns()
         for i in range(count):
-            client = new_client(fake, f"{folder}/{i}", now)
+            client = new_client(fake, f"{folder}/{i}", now, **options)
             client.sync()
             client.report("places", ("home", "work"))
             client.flush()
@@ -171,7 +169,7 @@ def parts(n: int) -> dict[str, float]:
     shared = key.exchange(recipient_key)
     info = b"onesided/seal/v1" + recipient + recipient
     cipher_key, nonce = os.urandom(16), os.urandom(12)
-    schedule = getattr(crypto, "seal_key_nonce", None) or crypto._seal_key_nonce  # the code before its rename
+    schedule = getattr(crypto, "seal_key_nonce", None) or getattr(crypto, "_seal_key_nonce", None)  # before its rename
     found = {
         "X25519 key generation (`X25519PrivateKey.generate`)": per_call_us(X25519PrivateKey.generate, n),
         "X25519 exchange": per_call_us(lambda: key.exchange(recipient_key), n),
@@ -221,11 +219,11 @@ def main() -> None:
     ap.add_argument("--core-watts", type=float, default=1.5)
     ap.add_argument("--battery-wh", type=float, default=15.0)
     args = ap.parse_args()
+    options: dict[str, Any] = {}
     if args.budget_period is not None:
-        BUDGET["budget_period"] = int(args.budget_period) if args.budget_period.isdigit() else args.budget_period
-    STEP[0] = args.step
+        options["budget_period"] = int(args.budget_period) if args.budget_period.isdigit() else args.budget_period
     load_before = os.getloadavg()
-    runs = [run_once(args.reports, args.flush_every) for _ in range(args.repeat)]
+    runs = [run_once(args.reports, args.flush_every, args.step, **options) for _ in range(args.repeat)]
     best = min(runs, key=lambda r: r["total"])
     print(f"{args.reports:,} reports, flush every {args.flush_every}, {args.repeat} runs (CPU time, us per report); "
           f"the SDK's X25519 keys by {backend()}")
@@ -241,7 +239,7 @@ def main() -> None:
     for key, label in rows:
         print(f"| {label} | {best[key]:.2f} | {', '.join(f'{r[key]:.2f}' for r in runs)} |")
     if args.alone:
-        alone = [run_once(args.alone, 1) for _ in range(args.repeat)]
+        alone = [run_once(args.alone, 1, args.step, **options) for _ in range(args.repeat)]
         lone = min(alone, key=lambda r: r["total"])
         for key, label in rows[:5]:
             print(f"| each report uploaded alone ({args.alone}): {label} | {lone[key]:.2f} "
@@ -249,7 +247,7 @@ def main() -> None:
     for label, us in parts(500).items():
         print(f"| part alone: {label} | {us:.1f} | |")
     if args.new_clients:
-        fresh = [run_new_clients(args.new_clients) for _ in range(args.repeat)]
+        fresh = [run_new_clients(args.new_clients, **options) for _ in range(args.repeat)]
         each = ", ".join(f"{r['client']:.0f}" for r in fresh)
         print(f"| {args.new_clients} new clients, each made, synced, reporting once, flushed, closed: CPU us per client "
               f"| {min(r['client'] for r in fresh):.0f} | {each} |")
