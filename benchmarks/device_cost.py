@@ -169,7 +169,9 @@ def parts(n: int) -> dict[str, float]:
     shared = key.exchange(recipient_key)
     info = b"onesided/seal/v1" + recipient + recipient
     cipher_key, nonce = os.urandom(16), os.urandom(12)
-    schedule = getattr(crypto, "seal_key_nonce", None) or getattr(crypto, "_seal_key_nonce", None)  # before its rename
+    schedule: Any = getattr(crypto, "seal_key_nonce", None)
+    if schedule is None:  # the code before its rename
+        schedule = vars(crypto)["_seal_key_nonce"]
     found = {
         "X25519 key generation (`X25519PrivateKey.generate`)": per_call_us(X25519PrivateKey.generate, n),
         "X25519 exchange": per_call_us(lambda: key.exchange(recipient_key), n),
